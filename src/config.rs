@@ -1,0 +1,313 @@
+//! Configuration: the TOML file format, its defaults, and the checks run before start-up.
+//!
+//! `mcp-taskd serve` with no `--config` uses the embedded default
+//! (`examples/default.toml`): loopback only, a data dir under the working directory and
+//! the built-in demo tools. Unknown keys are errors, so a typo never silently falls back
+//! to a default.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// The configuration used when no file is given.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../examples/default.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub workers: WorkerConfig,
+    #[serde(default)]
+    pub tasks: TaskDefaults,
+    #[serde(default)]
+    pub auth: AuthConfig,
+    #[serde(default)]
+    pub builtin: BuiltinConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Where the task database and the request-state key live.
+    pub data_dir: PathBuf,
+    /// Path of the MCP endpoint.
+    pub endpoint: String,
+    /// Extra `Host` names accepted besides loopback ones (needed for non-loopback binds).
+    pub allowed_hosts: Vec<String>,
+    /// Extra `Origin`s accepted besides loopback ones (e.g. `https://app.example.com`).
+    pub allowed_origins: Vec<String>,
+    /// Threads answering requests (long-lived streams get their own thread).
+    pub handler_threads: usize,
+    /// Permit a non-loopback bind without any `[[auth.tokens]]`.
+    pub allow_unauthenticated_remote: bool,
+    /// Name reported in `server/discover`.
+    pub name: String,
+    /// Optional instructions for models, reported in `server/discover`.
+    pub instructions: Option<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("mcp-taskd-data"),
+            endpoint: "/mcp".into(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            handler_threads: 64,
+            allow_unauthenticated_remote: false,
+            name: "mcp-taskd".into(),
+            instructions: None,
+        }
+    }
+}
+
+/// Bounds on what a client may send and on what list results carry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// Deepest JSON nesting accepted (400 beyond).
+    pub max_json_depth: usize,
+    /// Items per page in `tools/list`, `prompts/list`, `resources/list`.
+    pub page_size: usize,
+    /// `ttlMs` on cacheable results (discover, lists, reads).
+    pub cache_ttl_ms: u64,
+    /// Lifetime of an MRTR `requestState`.
+    pub request_state_ttl_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 4 * 1024 * 1024,
+            max_json_depth: 64,
+            page_size: 100,
+            cache_ttl_ms: 60_000,
+            request_state_ttl_ms: 15 * 60 * 1000,
+        }
+    }
+}
+
+/// SQLite durability knobs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `full` (default: every acknowledged write survives power loss) or `normal`.
+    pub synchronous: Synchronous,
+    /// How long a connection waits on a lock before giving up.
+    pub busy_timeout_ms: u64,
+    /// Read connections in the pool.
+    pub read_connections: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            synchronous: Synchronous::Full,
+            busy_timeout_ms: 5000,
+            read_connections: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    Full,
+    Normal,
+}
+
+impl Synchronous {
+    /// The value `PRAGMA synchronous` reads back as.
+    pub fn pragma_value(self) -> i64 {
+        match self {
+            Synchronous::Full => 2,
+            Synchronous::Normal => 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// Worker threads running task attempts.
+    pub threads: usize,
+    /// Lease length; a running attempt renews it at a third of this.
+    pub lease_ms: u64,
+    /// How long a graceful shutdown waits for running attempts.
+    pub shutdown_grace_ms: u64,
+    /// Period of the janitor (lease reclaim, TTL expiry, outbox pruning).
+    pub janitor_interval_ms: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            threads: 8,
+            lease_ms: 30_000,
+            shutdown_grace_ms: 10_000,
+            janitor_interval_ms: 1000,
+        }
+    }
+}
+
+/// Defaults for task tools that do not set their own.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaskDefaults {
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+}
+
+impl Default for TaskDefaults {
+    fn default() -> Self {
+        TaskDefaults {
+            ttl_ms: 3_600_000,
+            poll_interval_ms: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// A bearer token, known only by its SHA-256 digest, and the identity it grants.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    pub principal: String,
+    #[serde(default)]
+    pub tenant: String,
+    /// Lowercase hex SHA-256 of the token.
+    pub sha256: String,
+}
+
+/// Which built-in tool sets to serve.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuiltinConfig {
+    /// `demo` (example tools) and/or `conformance` (the official suite's fixtures).
+    pub sets: Vec<String>,
+}
+
+impl Default for BuiltinConfig {
+    fn default() -> Self {
+        BuiltinConfig {
+            sets: vec!["demo".into()],
+        }
+    }
+}
+
+impl Config {
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.check()?;
+        Ok(config)
+    }
+
+    pub fn load(path: Option<&std::path::Path>) -> Result<Config, String> {
+        match path {
+            None => Config::parse(EMBEDDED_DEFAULT).map_err(|e| format!("embedded default: {e}")),
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+            }
+        }
+    }
+
+    /// Cross-field checks that serde cannot express.
+    pub fn check(&self) -> Result<(), String> {
+        let s = &self.server;
+        if !s.endpoint.starts_with('/') || s.endpoint == "/healthz" {
+            return Err("server.endpoint must start with '/' and not be /healthz".into());
+        }
+        if s.handler_threads == 0 || self.workers.threads == 0 {
+            return Err("server.handler_threads and workers.threads must be at least 1".into());
+        }
+        if self.limits.max_body_bytes < 1024 || self.limits.max_json_depth < 8 {
+            return Err(
+                "limits.max_body_bytes must be >= 1024 and limits.max_json_depth >= 8".into(),
+            );
+        }
+        if self.limits.page_size == 0 {
+            return Err("limits.page_size must be at least 1".into());
+        }
+        if self.workers.lease_ms < 300 {
+            return Err("workers.lease_ms must be at least 300".into());
+        }
+        for (index, token) in self.auth.tokens.iter().enumerate() {
+            let digest_ok =
+                token.sha256.len() == 64 && token.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            if !digest_ok {
+                return Err(format!(
+                    "auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)"
+                ));
+            }
+            if token.principal.is_empty() {
+                return Err(format!("auth.tokens[{index}].principal must not be empty"));
+            }
+        }
+        for set in &self.builtin.sets {
+            if !matches!(set.as_str(), "demo" | "conformance") {
+                return Err(format!(
+                    "builtin.sets: unknown set \"{set}\" (known: demo, conformance)"
+                ));
+            }
+        }
+        if !s.listen.ip().is_loopback() {
+            if self.auth.tokens.is_empty() && !s.allow_unauthenticated_remote {
+                return Err(format!(
+                    "refusing to listen on non-loopback {} without [[auth.tokens]] \
+                     (set server.allow_unauthenticated_remote = true to override)",
+                    s.listen
+                ));
+            }
+            if s.allowed_hosts.is_empty() {
+                return Err(format!(
+                    "listening on non-loopback {} needs server.allowed_hosts \
+                     (the Host names clients use), to keep DNS-rebinding protection",
+                    s.listen
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_valid_and_loopback() {
+        let config = Config::parse(EMBEDDED_DEFAULT).unwrap();
+        assert!(config.server.listen.ip().is_loopback());
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let error = Config::parse("[server]\nlisten_addr = \"127.0.0.1:1\"\n").unwrap_err();
+        assert!(error.contains("listen_addr"), "{error}");
+    }
+
+    #[test]
+    fn remote_bind_needs_auth_and_hosts() {
+        let error = Config::parse("[server]\nlisten = \"0.0.0.0:8080\"\n").unwrap_err();
+        assert!(error.contains("auth.tokens"), "{error}");
+    }
+}

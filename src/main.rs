@@ -1,0 +1,78 @@
+//! The `mcp-taskd` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mcp_taskd::config::Config;
+
+/// A single-binary MCP server whose long-running tool calls are durable tasks.
+#[derive(Parser)]
+#[command(name = "mcp-taskd", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve MCP over HTTP until SIGTERM/SIGINT.
+    Serve {
+        /// TOML configuration file; without it the embedded default is used
+        /// (loopback only, ./mcp-taskd-data, demo tools).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Address to listen on, overriding server.listen (port 0 picks a free port).
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: Option<SocketAddr>,
+        /// Data directory, overriding server.data_dir.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
+    /// Check a configuration file and exit (0 when valid).
+    CheckConfig {
+        /// TOML configuration file; without it the embedded default is checked.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve {
+            config,
+            listen,
+            data_dir,
+        } => Config::load(config.as_deref())
+            .and_then(|mut config| {
+                if let Some(listen) = listen {
+                    config.server.listen = listen;
+                }
+                if let Some(data_dir) = data_dir {
+                    config.server.data_dir = data_dir;
+                }
+                config.check()?;
+                Ok(config)
+            })
+            .and_then(mcp_taskd::server::run),
+        Command::CheckConfig { config } => Config::load(config.as_deref())
+            .and_then(|config| {
+                mcp_taskd::server::build_service(
+                    &config,
+                    &std::sync::Arc::new(mcp_taskd::notifications::Hub::new(1, 1)),
+                )
+                .map(|_| ())
+            })
+            .map(|()| println!("configuration is valid")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("mcp-taskd: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! The MCP protocol layer: JSON-RPC envelope and `_meta`, request validation that needs
+//! the body, and routing of each method to its handler.
+//!
+//! The transport hands this layer a parsed [`envelope::Envelope`] plus the caller's
+//! identity and the headers it needs to cross-check; this layer answers with a
+//! [`Reply`]. It never touches sockets.
+
+pub mod envelope;
+pub mod error;
+mod methods;
+pub mod request_state;
+
+use serde_json::Value;
+
+use crate::auth::Identity;
+use crate::notifications::{Filter, Subscription};
+use envelope::{Envelope, RequestMeta};
+pub use error::RpcError;
+pub use methods::{ServerInfo, Service};
+
+/// Protocol revisions this server speaks.
+pub const SUPPORTED_VERSIONS: &[&str] = &["2026-07-28"];
+
+/// Every method this server answers. Anything else (including the methods 2026-07-28
+/// removed, such as `initialize`, `ping`, `tasks/list` and `tasks/result`) is `-32601`.
+pub const METHODS: &[&str] = &[
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+];
+
+/// Receives the notifications a request emits before its result (progress, log
+/// messages). The transport switches the response to an SSE stream on the first one.
+pub trait Emitter {
+    fn notify(&mut self, method: &str, params: Value);
+}
+
+/// A request that passed transport validation, as the handlers see it.
+pub struct Request<'a> {
+    pub identity: &'a Identity,
+    pub envelope: &'a Envelope,
+    pub meta: &'a RequestMeta,
+}
+
+/// A new `subscriptions/listen` stream: the transport writes the acknowledgement first,
+/// then every frame, each tagged with `subscription_id`.
+pub struct Listen {
+    pub subscription_id: Value,
+    pub filter: Filter,
+    pub subscription: Subscription,
+}
+
+/// What a handler answers.
+pub enum Reply {
+    Result(Value),
+    Error(RpcError),
+    Listen(Listen),
+}
+
+impl From<Result<Value, RpcError>> for Reply {
+    fn from(result: Result<Value, RpcError>) -> Reply {
+        match result {
+            Ok(value) => Reply::Result(value),
+            Err(error) => Reply::Error(error),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Assembly and lifecycle: builds every stage from the configuration, serves until
+//! SIGTERM or SIGINT, then drains in order (stop admitting, close listen streams
+//! gracefully, let in-flight requests finish).
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::auth::Authenticator;
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::notifications::Hub;
+use crate::protocol::request_state::StateSigner;
+use crate::protocol::{ServerInfo, Service};
+use crate::tools::Registry;
+use crate::transport::{Frontend, OriginPolicy};
+
+/// Most `subscriptions/listen` streams open at once.
+const MAX_SUBSCRIPTIONS: usize = 8192;
+/// Frames queued per stream before a slow subscriber is cut off.
+const STREAM_QUEUE: usize = 128;
+
+/// Builds the MCP service described by `config` (no sockets, no threads).
+pub fn build_service(config: &Config, hub: &Arc<Hub>) -> Result<Service, String> {
+    let mut tools = Registry::default();
+    let mut catalog = Catalog::default();
+    crate::builtin::register(&config.builtin.sets, &mut tools, &mut catalog, hub)?;
+    let signer = StateSigner::open(&config.server.data_dir, config.limits.request_state_ttl_ms)
+        .map_err(|e| {
+            format!(
+                "request-state key in {}: {e}",
+                config.server.data_dir.display()
+            )
+        })?;
+    Ok(Service {
+        info: ServerInfo {
+            name: config.server.name.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            instructions: config.server.instructions.clone(),
+        },
+        page_size: config.limits.page_size,
+        cache_ttl_ms: config.limits.cache_ttl_ms,
+        tools,
+        catalog,
+        signer,
+        hub: Arc::clone(hub),
+    })
+}
+
+/// Runs the server until a termination signal, then shuts down gracefully.
+pub fn run(config: Config) -> Result<(), String> {
+    let data_dir = &config.server.data_dir;
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
+    let hub = Arc::new(Hub::new(MAX_SUBSCRIPTIONS, STREAM_QUEUE));
+    let service = Arc::new(build_service(&config, &hub)?);
+    let http = tiny_http::Server::http(config.server.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", config.server.listen))?;
+    let http = Arc::new(http);
+    let frontend = Arc::new(Frontend {
+        service,
+        hub: Arc::clone(&hub),
+        auth: Authenticator::new(&config.server.endpoint, &config.auth.tokens),
+        origins: OriginPolicy::new(&config.server.allowed_hosts, &config.server.allowed_origins),
+        endpoint: config.server.endpoint.clone(),
+        limits: config.limits.clone(),
+        draining: Default::default(),
+    });
+    let threads = frontend.spawn(&http, config.server.handler_threads);
+    let address = http
+        .server_addr()
+        .to_ip()
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+    // The one line on stdout: tests and scripts read the bound address from it.
+    println!(
+        "mcp-taskd listening on http://{address}{}",
+        config.server.endpoint
+    );
+    log::info!("serving {} on {address}", config.server.endpoint);
+
+    wait_for_termination()?;
+
+    log::info!("shutting down");
+    frontend.draining.store(true, Ordering::Release);
+    hub.close_all();
+    for _ in &threads {
+        http.unblock();
+    }
+    for thread in threads {
+        let _ = thread.join();
+    }
+    log::info!("stopped");
+    Ok(())
+}
+
+fn wait_for_termination() -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    signals.forever().next();
+    Ok(())
+}

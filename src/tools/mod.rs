@@ -1,0 +1,232 @@
+//! Tools: what a tool is, how it is registered, and how one invocation talks to its host.
+//!
+//! A tool is a [`ToolSpec`] (what `tools/list` shows plus the server-side policy: inline
+//! or task, retries, limits) and a [`Tool`] implementation. The same implementation runs
+//! inline inside a `tools/call` or as a durable task on a worker; the difference is the
+//! [`InvocationHost`] it is given. Built-in tools and (later) command tools register
+//! through [`Registry::register`] — there are no special cases in the protocol layer.
+
+mod registry;
+pub mod schema;
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::protocol::envelope::{ClientCapabilities, LogLevel};
+use crate::protocol::error::RpcError;
+
+pub use registry::{Registered, Registry};
+
+/// Whether a tool runs inline in its `tools/call` or as a durable task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskPolicy {
+    /// Always answered within the `tools/call` request.
+    Inline,
+    /// A task when the request declares the Tasks extension, inline otherwise.
+    Optional,
+    /// Always a task; requests that do not declare the extension get -32021.
+    Required,
+}
+
+/// How durable executions of a task tool are bounded and retried.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionPolicy {
+    /// Attempts before a task that keeps crashing, timing out or losing its lease fails.
+    pub max_attempts: u32,
+    /// Hard deadline for one attempt.
+    pub timeout: Duration,
+    /// First retry delay; doubles per attempt (capped at 10 minutes).
+    pub backoff: Duration,
+    /// How long a task is kept after creation.
+    pub ttl: Duration,
+    /// Polling interval suggested to clients.
+    pub poll_interval: Duration,
+}
+
+impl Default for ExecutionPolicy {
+    fn default() -> Self {
+        ExecutionPolicy {
+            max_attempts: 3,
+            timeout: Duration::from_secs(15 * 60),
+            backoff: Duration::from_secs(1),
+            ttl: Duration::from_secs(3600),
+            poll_interval: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// Everything the server knows about a tool before running it.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: String,
+    /// Served exactly as given (key order preserved) and compiled for validation.
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub annotations: Option<Value>,
+    pub task_policy: TaskPolicy,
+    /// Client capabilities the tool cannot run without (e.g. `{"sampling":{}}`).
+    pub required_capabilities: Option<Map<String, Value>>,
+    pub execution: ExecutionPolicy,
+}
+
+impl ToolSpec {
+    /// An inline tool with the given input schema and defaults everywhere else.
+    pub fn new(name: &str, description: &str, input_schema: Value) -> ToolSpec {
+        ToolSpec {
+            name: name.to_owned(),
+            title: None,
+            description: description.to_owned(),
+            input_schema,
+            output_schema: None,
+            annotations: None,
+            task_policy: TaskPolicy::Inline,
+            required_capabilities: None,
+            execution: ExecutionPolicy::default(),
+        }
+    }
+
+    pub fn task_policy(mut self, policy: TaskPolicy) -> ToolSpec {
+        self.task_policy = policy;
+        self
+    }
+
+    pub fn output_schema(mut self, schema: Value) -> ToolSpec {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    pub fn requires(mut self, capabilities: Value) -> ToolSpec {
+        self.required_capabilities = capabilities.as_object().cloned();
+        self
+    }
+
+    pub fn execution(mut self, execution: ExecutionPolicy) -> ToolSpec {
+        self.execution = execution;
+        self
+    }
+
+    /// The `Tool` object of `tools/list`.
+    pub fn to_json(&self) -> Value {
+        let mut tool = Map::new();
+        tool.insert("name".into(), Value::String(self.name.clone()));
+        if let Some(title) = &self.title {
+            tool.insert("title".into(), Value::String(title.clone()));
+        }
+        tool.insert(
+            "description".into(),
+            Value::String(self.description.clone()),
+        );
+        tool.insert("inputSchema".into(), self.input_schema.clone());
+        if let Some(schema) = &self.output_schema {
+            tool.insert("outputSchema".into(), schema.clone());
+        }
+        if let Some(annotations) = &self.annotations {
+            tool.insert("annotations".into(), annotations.clone());
+        }
+        Value::Object(tool)
+    }
+}
+
+/// What one run of a tool produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A `CallToolResult` (`content`, optional `structuredContent`, optional `isError`).
+    /// A tool error (`isError: true`) is still a completed call.
+    Complete(Value),
+    /// The tool needs answers from the client first. `requests` is an MRTR
+    /// `InputRequests` map; `state` is handed back to the tool on the next round.
+    InputRequired {
+        requests: Map<String, Value>,
+        state: Option<Value>,
+    },
+    /// A JSON-RPC-level failure (inline: the error response; task: `failed`).
+    Error(RpcError),
+    /// The run stopped because cancellation was requested.
+    Cancelled,
+}
+
+/// What a task tool decides synchronously, inside `tools/call`, before a task exists.
+pub enum Admission {
+    /// Create the task; the worker sees the input responses gathered so far.
+    Proceed,
+    /// Answer the `tools/call` directly (typically `InputRequired` to run an MRTR
+    /// exchange before the task is created).
+    Answer(Outcome),
+}
+
+/// The services a running invocation can use. Inline calls get one backed by the
+/// request's response stream; task attempts get one backed by the store and the
+/// worker's lease.
+pub trait InvocationHost {
+    /// Reports progress: a `notifications/progress` inline (when the request asked for
+    /// it), the task's `statusMessage` on a worker.
+    fn progress(&mut self, progress: f64, total: Option<f64>, message: Option<&str>);
+    /// A log message, sent only when the request asked for this level or a lower one.
+    fn log(&mut self, level: LogLevel, data: Value);
+    /// Whether the run should stop (task cancelled, lease lost or deadline passed).
+    fn cancelled(&self) -> bool;
+    /// Sleeps up to `duration`; returns `false` early when the run should stop.
+    fn sleep(&mut self, duration: Duration) -> bool;
+}
+
+/// One call of a tool: its validated inputs plus the host it runs in.
+pub struct Invocation<'a> {
+    pub arguments: &'a Map<String, Value>,
+    /// Responses to input requests, keyed as the tool asked for them.
+    pub input_responses: &'a Map<String, Value>,
+    /// The tool's own state from its previous round, if any.
+    pub state: Option<&'a Value>,
+    /// The capabilities of the client this run answers to.
+    pub capabilities: &'a ClientCapabilities,
+    pub host: &'a mut dyn InvocationHost,
+}
+
+impl Invocation<'_> {
+    pub fn str_arg(&self, name: &str) -> Option<&str> {
+        self.arguments.get(name).and_then(Value::as_str)
+    }
+
+    /// The `content` object of an accepted elicitation answer for `key`.
+    pub fn accepted_elicitation(&self, key: &str) -> Option<&Map<String, Value>> {
+        let answer = self.input_responses.get(key)?.as_object()?;
+        if answer.get("action").and_then(Value::as_str) != Some("accept") {
+            return None;
+        }
+        answer.get("content").and_then(Value::as_object)
+    }
+}
+
+/// A tool implementation.
+pub trait Tool: Send + Sync {
+    fn run(&self, invocation: &mut Invocation<'_>) -> Outcome;
+
+    /// Runs inside `tools/call` before a task is created. The default creates the task
+    /// straight away.
+    fn admit(&self, _invocation: &mut Invocation<'_>) -> Admission {
+        Admission::Proceed
+    }
+}
+
+/// Any `Fn(&mut Invocation) -> Outcome` is a tool.
+impl<F> Tool for F
+where
+    F: Fn(&mut Invocation<'_>) -> Outcome + Send + Sync,
+{
+    fn run(&self, invocation: &mut Invocation<'_>) -> Outcome {
+        self(invocation)
+    }
+}
+
+/// A `CallToolResult` holding one text block.
+pub fn text_result(text: impl Into<String>) -> Value {
+    serde_json::json!({ "content": [{ "type": "text", "text": text.into() }] })
+}
+
+/// A `CallToolResult` with `isError: true` and one text block.
+pub fn error_result(text: impl Into<String>) -> Value {
+    serde_json::json!({ "content": [{ "type": "text", "text": text.into() }], "isError": true })
+}

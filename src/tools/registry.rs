@@ -1,0 +1,84 @@
+//! The tool registry: every tool the server serves, in a stable order, with its schemas
+//! compiled once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::schema::{header_params, Compiled, HeaderParam};
+use super::{TaskPolicy, Tool, ToolSpec};
+
+/// A tool as the server holds it: spec, implementation and compiled contracts.
+pub struct Registered {
+    pub spec: ToolSpec,
+    pub tool: Arc<dyn Tool>,
+    pub input: Compiled,
+    pub output: Option<Compiled>,
+    pub header_params: Vec<HeaderParam>,
+}
+
+impl Registered {
+    pub fn is_task_tool(&self) -> bool {
+        self.spec.task_policy != TaskPolicy::Inline
+    }
+}
+
+/// Tools in registration order; `tools/list` pages through them in that order.
+#[derive(Default)]
+pub struct Registry {
+    tools: Vec<Arc<Registered>>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Registry {
+    /// Adds a tool, checking its name and compiling its schemas. Errors name the tool.
+    pub fn register(&mut self, spec: ToolSpec, tool: Arc<dyn Tool>) -> Result<(), String> {
+        let name = spec.name.clone();
+        let fail = |what: String| format!("tool \"{name}\": {what}");
+        if name.is_empty()
+            || name.len() > 128
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        {
+            return Err(fail(
+                "name must be 1-128 characters of A-Z a-z 0-9 _ . -".into(),
+            ));
+        }
+        if self.by_name.contains_key(&name) {
+            return Err(fail("registered twice".into()));
+        }
+        if spec.description.trim().is_empty() {
+            return Err(fail("description must not be empty".into()));
+        }
+        if spec.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+            return Err(fail("inputSchema must have \"type\": \"object\"".into()));
+        }
+        let input =
+            Compiled::compile(&spec.input_schema).map_err(|e| fail(format!("inputSchema: {e}")))?;
+        let output = match &spec.output_schema {
+            Some(schema) => {
+                Some(Compiled::compile(schema).map_err(|e| fail(format!("outputSchema: {e}")))?)
+            }
+            None => None,
+        };
+        let header_params =
+            header_params(&spec.input_schema).map_err(|e| fail(format!("inputSchema: {e}")))?;
+        self.by_name.insert(name, self.tools.len());
+        self.tools.push(Arc::new(Registered {
+            spec,
+            tool,
+            input,
+            output,
+            header_params,
+        }));
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Registered>> {
+        self.by_name.get(name).map(|&index| &self.tools[index])
+    }
+
+    pub fn all(&self) -> &[Arc<Registered>] {
+        &self.tools
+    }
+}

@@ -1,0 +1,167 @@
+//! Header rules of the 2026-07-28 Streamable HTTP transport: DNS-rebinding protection
+//! (`Host`/`Origin`), the Base64 sentinel encoding, and `Mcp-Param-*` validation.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use serde_json::{Map, Value};
+
+use crate::tools::schema::{HeaderParam, HeaderParamType};
+
+/// The first header called `name` (case-insensitive), with surrounding spaces and tabs
+/// removed (the transport says optional whitespace must not matter).
+pub fn header<'r>(request: &'r tiny_http::Request, name: &str) -> Option<&'r str> {
+    request
+        .headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str().trim_matches([' ', '\t']))
+}
+
+const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]", "::1"];
+
+/// Splits `host[:port]` (with bracketed IPv6) and returns the lowercase host.
+fn host_part(authority: &str) -> String {
+    let authority = authority.trim().to_ascii_lowercase();
+    if authority.starts_with('[') {
+        return match authority.find(']') {
+            Some(end) => authority[..=end].to_owned(),
+            None => authority,
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host.to_owned(),
+        _ => authority,
+    }
+}
+
+/// Which `Host` and `Origin` values a request may carry.
+pub struct OriginPolicy {
+    /// Lowercase host names (no port) besides loopback.
+    pub hosts: Vec<String>,
+    /// Exact origins (`scheme://host[:port]`) besides loopback ones.
+    pub origins: Vec<String>,
+}
+
+impl OriginPolicy {
+    pub fn new(hosts: &[String], origins: &[String]) -> OriginPolicy {
+        OriginPolicy {
+            hosts: hosts.iter().map(|h| host_part(h)).collect(),
+            origins: origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
+        }
+    }
+
+    fn host_allowed(&self, authority: &str) -> bool {
+        let host = host_part(authority);
+        LOOPBACK_HOSTS.contains(&host.as_str()) || self.hosts.contains(&host)
+    }
+
+    /// `true` when `Host` and (if present) `Origin` are acceptable.
+    pub fn allows(&self, host: Option<&str>, origin: Option<&str>) -> bool {
+        if let Some(host) = host {
+            if !self.host_allowed(host) {
+                return false;
+            }
+        }
+        match origin {
+            None => true,
+            Some(origin) => {
+                let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+                if self.origins.contains(&origin) {
+                    return true;
+                }
+                match origin.split_once("://") {
+                    Some(("http" | "https", authority)) => {
+                        LOOPBACK_HOSTS.contains(&host_part(authority).as_str())
+                    }
+                    _ => false,
+                }
+            }
+        }
+    }
+}
+
+/// Decodes a header value that may use the `=?base64?...?=` sentinel. Plain values must
+/// be visible ASCII, space or tab; sentinel values must be strict Base64 of UTF-8.
+pub fn decode_header_value(raw: &str) -> Result<String, &'static str> {
+    if let Some(encoded) = raw
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    {
+        let bytes = STANDARD
+            .decode(encoded)
+            .map_err(|_| "invalid Base64 in header value")?;
+        return String::from_utf8(bytes).map_err(|_| "Base64 header value is not UTF-8");
+    }
+    if raw
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..=0x7e).contains(&b))
+    {
+        Ok(raw.to_owned())
+    } else {
+        Err("header value has invalid characters")
+    }
+}
+
+/// Checks every `Mcp-Param-*` header a tool declares against the call's arguments.
+/// `lookup` finds a header by name.
+pub fn check_param_headers<'h>(
+    params: &[HeaderParam],
+    arguments: &Map<String, Value>,
+    lookup: impl Fn(&str) -> Option<&'h str>,
+) -> Result<(), String> {
+    for param in params {
+        let header_name = format!("Mcp-Param-{}", param.name);
+        let Some(body) = param.value_in(arguments) else {
+            continue; // no value in the body: the header is not expected
+        };
+        let raw = lookup(&header_name).ok_or_else(|| format!("missing {header_name} header"))?;
+        let decoded = decode_header_value(raw).map_err(|why| format!("{header_name}: {why}"))?;
+        let matches = match (param.kind, body) {
+            (HeaderParamType::String, Value::String(text)) => decoded == *text,
+            (HeaderParamType::Integer, Value::Number(number)) => {
+                match (decoded.parse::<f64>(), number.as_f64()) {
+                    (Ok(header), Some(body)) => header == body,
+                    _ => false,
+                }
+            }
+            (HeaderParamType::Boolean, Value::Bool(flag)) => decoded == flag.to_string(),
+            // The body value has the wrong type; argument validation reports it.
+            _ => true,
+        };
+        if !matches {
+            return Err(format!("{header_name} does not match the request body"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_and_configured_hosts() {
+        let policy = OriginPolicy::new(&["mcp.example.com".into()], &[]);
+        assert!(policy.allows(Some("127.0.0.1:8080"), Some("http://localhost:8080")));
+        assert!(policy.allows(Some("[::1]:1"), None));
+        assert!(policy.allows(Some("MCP.example.com:443"), None));
+        assert!(!policy.allows(Some("evil.example.com"), None));
+        assert!(!policy.allows(Some("localhost"), Some("http://evil.example.com")));
+        assert!(!policy.allows(Some("localhost"), Some("null")));
+    }
+
+    #[test]
+    fn sentinel_decoding() {
+        assert_eq!(decode_header_value("=?base64?SGVsbG8=?=").unwrap(), "Hello");
+        assert!(decode_header_value("=?base64?SGVsbG8?=").is_err());
+        assert!(decode_header_value("=?base64?SGVs!!!bG8=?=").is_err());
+        assert_eq!(
+            decode_header_value("=?base64?SGVsbG8=").unwrap(),
+            "=?base64?SGVsbG8="
+        );
+        assert_eq!(decode_header_value("plain").unwrap(), "plain");
+    }
+}

@@ -1,0 +1,511 @@
+//! The HTTP frontend: tiny_http in, validated MCP requests out.
+//!
+//! Owns everything that happens before a handler runs — body limits, DNS-rebinding
+//! protection, authentication, the MCP header/body cross-checks in the order the
+//! conformance suite pins (fixtures.md §1.8) — and writing the answer back: compact JSON,
+//! or an SSE stream when a request emits notifications before its result or opens a
+//! `subscriptions/listen` stream.
+
+mod headers;
+mod sse;
+
+use std::io::{Cursor, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::RecvTimeoutError;
+use serde_json::{json, Value};
+use tiny_http::{Header, Method, Response, StatusCode};
+
+use crate::auth::Authenticator;
+use crate::config::Limits;
+use crate::notifications::{Frame, Hub};
+use crate::protocol::envelope::{Envelope, RequestMeta, META_SUBSCRIPTION_ID};
+use crate::protocol::{
+    Emitter, Listen, Reply, Request, RpcError, Service, METHODS, SUPPORTED_VERSIONS,
+};
+use headers::{check_param_headers, header};
+pub use headers::{decode_header_value, OriginPolicy};
+use sse::SseWriter;
+
+/// How long a listen stream may stay quiet before a keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Longest life of one listen stream; clients reconnect after the graceful close.
+const MAX_STREAM_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+pub struct Frontend {
+    pub service: Arc<Service>,
+    pub hub: Arc<Hub>,
+    pub auth: Authenticator,
+    pub origins: OriginPolicy,
+    pub endpoint: String,
+    pub limits: Limits,
+    /// Set when shutdown starts: `/healthz` turns 503 and new work is refused.
+    pub draining: AtomicBool,
+}
+
+type Body = Cursor<Vec<u8>>;
+
+fn base_headers(content_type: &str) -> Vec<Header> {
+    [
+        ("Content-Type", content_type),
+        ("Cache-Control", "no-store"),
+    ]
+    .iter()
+    .filter_map(|(name, value)| Header::from_bytes(name.as_bytes(), value.as_bytes()).ok())
+    .collect()
+}
+
+fn json_response(status: u16, body: &Value) -> Response<Body> {
+    let bytes = body.to_string().into_bytes();
+    let length = bytes.len();
+    Response::new(
+        StatusCode(status),
+        base_headers("application/json"),
+        Cursor::new(bytes),
+        Some(length),
+        None,
+    )
+}
+
+fn error_body(id: &Value, error: &RpcError) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() })
+}
+
+fn error_response(id: &Value, error: &RpcError) -> Response<Body> {
+    json_response(error.http_status, &error_body(id, error))
+}
+
+fn with_header(mut response: Response<Body>, name: &str, value: &str) -> Response<Body> {
+    if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+        response.add_header(header);
+    }
+    response
+}
+
+/// Deepest nesting of arrays and objects in `bytes`, stopping once past `limit`, so
+/// that a hostile body is refused before the parser recurses into it.
+fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Where the body value named by `Mcp-Name` lives, per method.
+fn name_source(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// The first answer a request gets: either a direct response or a validated request.
+enum Admitted {
+    Respond(Response<Body>),
+    Mcp(Box<AdmittedRequest>),
+}
+
+struct AdmittedRequest {
+    identity: crate::auth::Identity,
+    envelope: Envelope,
+    meta: RequestMeta,
+}
+
+impl Frontend {
+    /// Starts `threads` request threads on `server`.
+    pub fn spawn(
+        self: &Arc<Self>,
+        server: &Arc<tiny_http::Server>,
+        threads: usize,
+    ) -> Vec<JoinHandle<()>> {
+        (0..threads)
+            .map(|index| {
+                let frontend = Arc::clone(self);
+                let server = Arc::clone(server);
+                std::thread::Builder::new()
+                    .name(format!("http-{index}"))
+                    .spawn(move || {
+                        while let Ok(request) = server.recv() {
+                            if frontend.draining.load(Ordering::Acquire) {
+                                let _ = request.respond(error_response(
+                                    &Value::Null,
+                                    &RpcError::new(
+                                        crate::protocol::error::code::INTERNAL_ERROR,
+                                        "Server is shutting down",
+                                    )
+                                    .with_status(503),
+                                ));
+                                continue;
+                            }
+                            frontend.handle(request);
+                        }
+                    })
+                    .expect("spawning request threads at start-up")
+            })
+            .collect()
+    }
+
+    fn handle(self: &Arc<Self>, mut request: tiny_http::Request) {
+        let admitted = self.admit(&mut request);
+        match admitted {
+            Admitted::Respond(response) => {
+                let _ = request.respond(response);
+            }
+            Admitted::Mcp(admitted) => {
+                let AdmittedRequest {
+                    identity,
+                    envelope,
+                    meta,
+                } = *admitted;
+                let id = envelope.id.clone().unwrap_or(Value::Null);
+                let mut sink = ResponseSink::Pending(request);
+                let reply = self.service.handle(
+                    &Request {
+                        identity: &identity,
+                        envelope: &envelope,
+                        meta: &meta,
+                    },
+                    &mut sink,
+                );
+                match reply {
+                    Reply::Result(result) => sink.finish(
+                        json_response(200, &json!({"jsonrpc":"2.0","id":id,"result":result})),
+                        json!({"jsonrpc":"2.0","id":id,"result":result}),
+                    ),
+                    Reply::Error(error) => {
+                        sink.finish(error_response(&id, &error), error_body(&id, &error))
+                    }
+                    Reply::Listen(listen) => match sink {
+                        ResponseSink::Pending(request) => self.spawn_listen(request, listen),
+                        // A listen handler never emits before it answers.
+                        _ => self.hub.unsubscribe(listen.subscription.key),
+                    },
+                }
+            }
+        }
+    }
+
+    /// Everything before the handler, in the order fixtures.md §1.8 pins.
+    fn admit(&self, request: &mut tiny_http::Request) -> Admitted {
+        use Admitted::Respond;
+        let path = request.url().split('?').next().unwrap_or("").to_owned();
+        if path == "/healthz" {
+            return Respond(self.health(request.method()));
+        }
+        if path != self.endpoint {
+            return Respond(json_response(404, &json!({"error": "not found"})));
+        }
+        if *request.method() != Method::Post {
+            let error =
+                RpcError::invalid_request("the MCP endpoint only accepts POST").with_status(405);
+            return Respond(with_header(
+                error_response(&Value::Null, &error),
+                "Allow",
+                "POST",
+            ));
+        }
+        // 1. DNS-rebinding protection, before anything else.
+        if !self
+            .origins
+            .allows(header(request, "Host"), header(request, "Origin"))
+        {
+            let error = RpcError::invalid_request("Host or Origin not allowed").with_status(403);
+            return Respond(error_response(&Value::Null, &error));
+        }
+        let identity = match self.auth.authenticate(header(request, "Authorization")) {
+            Ok(identity) => identity,
+            Err(_) => {
+                let error =
+                    RpcError::invalid_request("Unauthorized: a valid bearer token is required")
+                        .with_status(401);
+                return Respond(with_header(
+                    error_response(&Value::Null, &error),
+                    "WWW-Authenticate",
+                    "Bearer",
+                ));
+            }
+        };
+        // 2. Body: size, nesting, JSON, JSON-RPC shape.
+        let body = match self.read_body(request) {
+            Ok(body) => body,
+            Err(response) => return Respond(response),
+        };
+        if nesting_exceeds(&body, self.limits.max_json_depth) {
+            let error = RpcError::parse_error(format!(
+                "JSON nesting deeper than {} levels",
+                self.limits.max_json_depth
+            ));
+            return Respond(error_response(&Value::Null, &error));
+        }
+        let message: Value = match serde_json::from_slice(&body) {
+            Ok(message) => message,
+            Err(error) => {
+                return Respond(error_response(&Value::Null, &RpcError::parse_error(error)))
+            }
+        };
+        let envelope = match Envelope::parse(message) {
+            Ok(envelope) => envelope,
+            Err(rejected) => return Respond(error_response(&rejected.0, &rejected.1)),
+        };
+        let Some(id) = envelope.id.clone() else {
+            // A notification: accepted and ignored (this revision defines none over HTTP).
+            return Respond(Response::new(
+                StatusCode(202),
+                base_headers("application/json"),
+                Cursor::new(Vec::new()),
+                Some(0),
+                None,
+            ));
+        };
+        match self.check_request(request, &envelope) {
+            Ok(meta) => Admitted::Mcp(Box::new(AdmittedRequest {
+                identity,
+                envelope,
+                meta,
+            })),
+            Err(error) => Respond(error_response(&id, &error)),
+        }
+    }
+
+    /// Steps 3-10 of §1.8: headers against the body, `_meta`, version, method.
+    fn check_request(
+        &self,
+        request: &tiny_http::Request,
+        envelope: &Envelope,
+    ) -> Result<RequestMeta, RpcError> {
+        let method = envelope.method.as_str();
+        let version_header = header(request, "MCP-Protocol-Version")
+            .ok_or_else(|| RpcError::header_mismatch("missing MCP-Protocol-Version header"))?;
+        match header(request, "Mcp-Method") {
+            None => return Err(RpcError::header_mismatch("missing Mcp-Method header")),
+            Some(value) if value != method => {
+                return Err(RpcError::header_mismatch(
+                    "Mcp-Method header does not match the body method",
+                ))
+            }
+            Some(_) => {}
+        }
+        if let Some(source) = name_source(method) {
+            let raw = header(request, "Mcp-Name")
+                .ok_or_else(|| RpcError::header_mismatch("missing Mcp-Name header"))?;
+            let decoded = decode_header_value(raw)
+                .map_err(|why| RpcError::header_mismatch(format!("Mcp-Name: {why}")))?;
+            // A missing or mistyped body value is the handler's -32602, not a mismatch.
+            if let Some(body_value) = envelope.str_param(source) {
+                if decoded != body_value {
+                    return Err(RpcError::header_mismatch(format!(
+                        "Mcp-Name header does not match params.{source}"
+                    )));
+                }
+            }
+        }
+        let meta = RequestMeta::parse(&envelope.params)?;
+        if meta.protocol_version != version_header {
+            return Err(RpcError::header_mismatch(
+                "MCP-Protocol-Version header does not match _meta protocolVersion",
+            ));
+        }
+        if !SUPPORTED_VERSIONS.contains(&meta.protocol_version.as_str()) {
+            return Err(RpcError::unsupported_version(
+                &meta.protocol_version,
+                SUPPORTED_VERSIONS,
+            ));
+        }
+        if !METHODS.contains(&method) {
+            return Err(RpcError::method_not_found(method));
+        }
+        if method == "tools/call" {
+            let tool = envelope
+                .str_param("name")
+                .and_then(|name| self.service.tools.get(name));
+            let arguments = envelope.params.get("arguments").and_then(Value::as_object);
+            if let (Some(tool), Some(arguments)) = (tool, arguments) {
+                check_param_headers(&tool.header_params, arguments, |name| header(request, name))
+                    .map_err(RpcError::header_mismatch)?;
+            }
+        }
+        Ok(meta)
+    }
+
+    fn read_body(&self, request: &mut tiny_http::Request) -> Result<Vec<u8>, Response<Body>> {
+        let limit = self.limits.max_body_bytes;
+        let too_large = || {
+            let error =
+                RpcError::invalid_request(format!("request body larger than {limit} bytes"))
+                    .with_status(413);
+            with_header(error_response(&Value::Null, &error), "Connection", "close")
+        };
+        if request.body_length().is_some_and(|length| length > limit) {
+            return Err(too_large());
+        }
+        let mut body = Vec::with_capacity(request.body_length().unwrap_or(0).min(limit));
+        if request
+            .as_reader()
+            .take(limit as u64 + 1)
+            .read_to_end(&mut body)
+            .is_err()
+        {
+            return Err(error_response(
+                &Value::Null,
+                &RpcError::parse_error("could not read the request body"),
+            ));
+        }
+        if body.len() > limit {
+            return Err(too_large());
+        }
+        Ok(body)
+    }
+
+    fn health(&self, method: &Method) -> Response<Body> {
+        if !matches!(method, Method::Get | Method::Head) {
+            return with_header(
+                json_response(405, &json!({"error": "method not allowed"})),
+                "Allow",
+                "GET",
+            );
+        }
+        if self.draining.load(Ordering::Acquire) {
+            json_response(503, &json!({"status": "draining"}))
+        } else {
+            json_response(200, &json!({"status": "ok"}))
+        }
+    }
+
+    /// Serves a `subscriptions/listen` stream on its own thread, so long-lived streams
+    /// never occupy request threads.
+    fn spawn_listen(self: &Arc<Self>, request: tiny_http::Request, listen: Listen) {
+        let hub = Arc::clone(&self.hub);
+        let key = listen.subscription.key;
+        let spawned = std::thread::Builder::new()
+            .name("listen".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                if let Err(error) = run_listen(request, &listen) {
+                    log::debug!("listen stream ended: {error}");
+                }
+                hub.unsubscribe(listen.subscription.key);
+            });
+        if spawned.is_err() {
+            log::error!("could not start a listen stream thread");
+            self.hub.unsubscribe(key);
+        }
+    }
+}
+
+fn run_listen(request: tiny_http::Request, listen: &Listen) -> std::io::Result<()> {
+    let id = &listen.subscription_id;
+    let mut stream = SseWriter::start(request)?;
+    stream.send(&json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": { "notifications": listen.filter.to_json(), "_meta": { META_SUBSCRIPTION_ID: id } },
+    }))?;
+    let opened = Instant::now();
+    loop {
+        match listen.subscription.frames.recv_timeout(KEEP_ALIVE) {
+            Ok(Frame::Notify { method, mut params }) => {
+                params.insert("_meta".into(), json!({ META_SUBSCRIPTION_ID: id }));
+                stream.send(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))?;
+            }
+            Ok(Frame::Close) => break,
+            Err(RecvTimeoutError::Timeout) => stream.keep_alive()?,
+            // Cut off by the hub (queue overflow): end without the graceful answer.
+            Err(RecvTimeoutError::Disconnected) => return stream.finish(),
+        }
+        if opened.elapsed() > MAX_STREAM_LIFETIME {
+            break;
+        }
+    }
+    stream.send(&json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "result": { "resultType": "complete", "_meta": { META_SUBSCRIPTION_ID: id } },
+    }))?;
+    stream.finish()
+}
+
+/// Where a request's answer goes: a plain JSON response until the handler emits its
+/// first notification, an SSE stream from then on.
+enum ResponseSink {
+    Pending(tiny_http::Request),
+    Streaming(SseWriter),
+    /// The client went away mid-stream; later output is dropped.
+    Broken,
+}
+
+impl ResponseSink {
+    fn finish(self, response: Response<Body>, message: Value) {
+        match self {
+            ResponseSink::Pending(request) => {
+                let _ = request.respond(response);
+            }
+            ResponseSink::Streaming(mut stream) => {
+                if stream.send(&message).is_ok() {
+                    let _ = stream.finish();
+                }
+            }
+            ResponseSink::Broken => {}
+        }
+    }
+}
+
+impl Emitter for ResponseSink {
+    fn notify(&mut self, method: &str, params: Value) {
+        let message = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+        let state = std::mem::replace(self, ResponseSink::Broken);
+        *self = match state {
+            ResponseSink::Pending(request) => match SseWriter::start(request) {
+                Ok(mut stream) => match stream.send(&message) {
+                    Ok(()) => ResponseSink::Streaming(stream),
+                    Err(_) => ResponseSink::Broken,
+                },
+                Err(_) => ResponseSink::Broken,
+            },
+            ResponseSink::Streaming(mut stream) => {
+                if stream.send(&message).is_ok() {
+                    ResponseSink::Streaming(stream)
+                } else {
+                    ResponseSink::Broken
+                }
+            }
+            ResponseSink::Broken => ResponseSink::Broken,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nesting_exceeds;
+
+    #[test]
+    fn nesting_ignores_brackets_in_strings() {
+        assert!(!nesting_exceeds(br#"{"a":"[[[[[[[[[["}"#, 3));
+        assert!(nesting_exceeds(b"[[[[", 3));
+        assert!(!nesting_exceeds(br#"{"a":"\"[[[["}"#, 3));
+    }
+}

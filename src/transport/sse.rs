@@ -1,0 +1,63 @@
+//! A server-sent-events response written straight to the socket.
+//!
+//! tiny_http's own chunked writer buffers 8 KiB before sending anything, which would hold
+//! progress notifications and listen-stream events back. So a streaming response takes
+//! the raw connection writer and frames every event as its own HTTP chunk, flushed at
+//! once. Each event's JSON sits on one `data:` line (clients parse line by line).
+
+use std::io::{self, Write};
+
+pub struct SseWriter {
+    out: Box<dyn Write + Send>,
+    chunked: bool,
+}
+
+impl SseWriter {
+    /// Writes the `200 text/event-stream` head and takes over the connection.
+    pub fn start(request: tiny_http::Request) -> io::Result<SseWriter> {
+        let version = request.http_version();
+        let chunked = (version.0, version.1) >= (1, 1);
+        let mut out = request.into_writer();
+        let framing = if chunked {
+            "Transfer-Encoding: chunked"
+        } else {
+            "Connection: close"
+        };
+        write!(
+            out,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+             X-Accel-Buffering: no\r\n{framing}\r\n\r\n"
+        )?;
+        out.flush()?;
+        Ok(SseWriter { out, chunked })
+    }
+
+    /// Sends one JSON-RPC message as an SSE `message` event.
+    pub fn send(&mut self, message: &serde_json::Value) -> io::Result<()> {
+        self.write_chunk(format!("event: message\ndata: {message}\n\n").as_bytes())
+    }
+
+    /// An SSE comment, keeping idle streams open through proxies and client timeouts.
+    pub fn keep_alive(&mut self) -> io::Result<()> {
+        self.write_chunk(b":\n\n")
+    }
+
+    /// Ends the response body.
+    pub fn finish(mut self) -> io::Result<()> {
+        if self.chunked {
+            self.out.write_all(b"0\r\n\r\n")?;
+        }
+        self.out.flush()
+    }
+
+    fn write_chunk(&mut self, data: &[u8]) -> io::Result<()> {
+        if self.chunked {
+            write!(self.out, "{:X}\r\n", data.len())?;
+            self.out.write_all(data)?;
+            self.out.write_all(b"\r\n")?;
+        } else {
+            self.out.write_all(data)?;
+        }
+        self.out.flush()
+    }
+}

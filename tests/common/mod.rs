@@ -1,0 +1,328 @@
+//! Test harness: starts the real `mcp-taskd` binary on an ephemeral loopback port with a
+//! temporary data dir, and speaks raw HTTP/1.1 to it (so tests control every byte).
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const VERSION: &str = "2026-07-28";
+
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts the binary on `config` (TOML; listen address and data dir are overridden).
+    pub fn start(config: &str) -> Server {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().to_path_buf();
+        let mut server = Server::start_in(&dir, config);
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Starts the binary with its data in `dir` (reused across restarts).
+    pub fn start_in(dir: &Path, config: &str) -> Server {
+        std::fs::create_dir_all(dir).expect("data dir");
+        let config_path = dir.join("config.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn mcp-taskd");
+        let stdout = child.stdout.take().expect("stdout");
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let line = receiver
+            .recv_timeout(Duration::from_secs(20))
+            .expect("server printed its address");
+        let url = line
+            .strip_prefix("mcp-taskd listening on http://")
+            .expect("address line");
+        let addr = url
+            .trim_end_matches("/mcp")
+            .parse()
+            .expect("socket address");
+        Server {
+            child,
+            addr,
+            dir: dir.to_path_buf(),
+            _temp: None,
+        }
+    }
+
+    /// SIGKILL: no chance to clean up.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for exit (up to `limit`); returns whether it exited.
+    pub fn terminate(&mut self, limit: Duration) -> bool {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends raw bytes as a POST to `path` with exactly the given headers.
+    pub fn post_raw(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        )
+        .into_bytes();
+        for (name, value) in headers {
+            request.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+        }
+        request.extend_from_slice(b"\r\n");
+        request.extend_from_slice(body);
+        self.exchange(&request)
+    }
+
+    /// Sends a complete raw HTTP request and reads the whole response.
+    pub fn exchange(&self, request: &[u8]) -> HttpResponse {
+        let mut stream = TcpStream::connect(self.addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        stream.write_all(request).expect("write request");
+        let mut raw = Vec::new();
+        let _ = stream.read_to_end(&mut raw);
+        HttpResponse::parse(&raw)
+    }
+
+    pub fn get(&self, path: &str) -> HttpResponse {
+        self.exchange(
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                self.addr
+            )
+            .as_bytes(),
+        )
+    }
+
+    /// A well-formed MCP request with the standard headers and `_meta`.
+    pub fn request(&self, method: &str, params: Value, capabilities: Value) -> HttpResponse {
+        self.request_with(method, params, capabilities, &[])
+    }
+
+    /// Like [`Server::request`], with extra headers (and `Mcp-Name` derived when needed).
+    pub fn request_with(
+        &self,
+        method: &str,
+        mut params: Value,
+        capabilities: Value,
+        extra: &[(&str, &str)],
+    ) -> HttpResponse {
+        let meta = params
+            .as_object_mut()
+            .expect("params object")
+            .entry("_meta")
+            .or_insert_with(|| json!({}));
+        meta["io.modelcontextprotocol/protocolVersion"] = json!(VERSION);
+        meta["io.modelcontextprotocol/clientCapabilities"] = capabilities;
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let name = ["name", "uri", "taskId"]
+            .iter()
+            .find_map(|key| body["params"][key].as_str())
+            .map(str::to_owned);
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", VERSION),
+            ("Mcp-Method", method),
+        ];
+        if let Some(name) = name.as_deref() {
+            if !extra
+                .iter()
+                .any(|(h, _)| h.eq_ignore_ascii_case("Mcp-Name"))
+            {
+                headers.push(("Mcp-Name", name));
+            }
+        }
+        headers.extend_from_slice(extra);
+        self.post_raw("/mcp", &headers, body.to_string().as_bytes())
+    }
+
+    /// `tools/call` with default capabilities; returns the JSON-RPC `result`.
+    pub fn call_tool(&self, name: &str, arguments: Value, capabilities: Value) -> HttpResponse {
+        self.request(
+            "tools/call",
+            json!({"name": name, "arguments": arguments}),
+            capabilities,
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Capabilities that declare the Tasks extension.
+pub fn tasks_caps() -> Value {
+    json!({"elicitation": {}, "sampling": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
+}
+
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    fn parse(raw: &[u8]) -> HttpResponse {
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(raw)));
+        let head = String::from_utf8_lossy(&raw[..split]).to_string();
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|line| line.split(' ').nth(1))
+            .and_then(|code| code.parse().ok())
+            .expect("status line");
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|line| line.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let rest = &raw[split + 4..];
+        let chunked = headers
+            .iter()
+            .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+        let body = if chunked {
+            dechunk(rest)
+        } else {
+            rest.to_vec()
+        };
+        HttpResponse {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).to_string()
+    }
+
+    /// The single JSON document of an `application/json` body, or the last message of an
+    /// SSE body (the response).
+    pub fn json(&self) -> Value {
+        if self
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/event-stream"))
+        {
+            return self.sse_messages().pop().expect("an SSE message");
+        }
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("JSON body ({e}): {}", self.text()))
+    }
+
+    pub fn sse_messages(&self) -> Vec<Value> {
+        self.text()
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(|data| serde_json::from_str(data.trim()).expect("SSE data is JSON"))
+            .collect()
+    }
+
+    pub fn result(&self) -> Value {
+        let message = self.json();
+        assert!(
+            message.get("error").is_none(),
+            "expected a result, got {message}"
+        );
+        message["result"].clone()
+    }
+
+    /// Asserts an error with this HTTP status and JSON-RPC code; returns the error.
+    pub fn expect_error(&self, status: u16, code: i64) -> Value {
+        assert_eq!(self.status, status, "status for {}", self.text());
+        let message = self.json();
+        assert_eq!(message["error"]["code"], code, "error code in {message}");
+        message["error"].clone()
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..line_end]).trim(), 16)
+            .unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        let start = line_end + 2;
+        let end = (start + size).min(data.len());
+        out.extend_from_slice(&data[start..end]);
+        data = &data[(end + 2).min(data.len())..];
+    }
+}
+
+/// Polls `check` until it returns `Some` or `limit` passes.
+pub fn poll_until<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return Some(value);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub const CONFORMANCE: &str = "[builtin]\nsets = [\"conformance\"]\n";

@@ -1,0 +1,73 @@
+//! The first things a person does: start the server, check health, discover, call a tool.
+
+mod common;
+
+use common::{Server, CONFORMANCE};
+use serde_json::json;
+
+#[test]
+fn healthz_answers_once_serving() {
+    let server = Server::start(CONFORMANCE);
+    let health = server.get("/healthz");
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["status"], "ok");
+}
+
+#[test]
+fn discover_lists_versions_capabilities_and_server_info() {
+    let server = Server::start(CONFORMANCE);
+    let response = server.request("server/discover", json!({}), json!({}));
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("cache-control"), Some("no-store"));
+    let result = response.result();
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(
+        result["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
+        json!({})
+    );
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "mcp-taskd"
+    );
+    assert!(result["ttlMs"].is_u64());
+}
+
+#[test]
+fn embedded_default_serves_the_demo_echo_tool() {
+    let server = Server::start("");
+    let result = server
+        .call_tool("echo", json!({"text": "hi there"}), json!({}))
+        .result();
+    assert_eq!(result["content"][0]["text"], "hi there");
+    assert_eq!(result["resultType"], "complete");
+}
+
+#[test]
+fn progress_notifications_stream_before_the_result() {
+    let server = Server::start(CONFORMANCE);
+    let response = server.request(
+        "tools/call",
+        json!({"name": "test_tool_with_progress", "_meta": {"progressToken": "p-1"}}),
+        json!({}),
+    );
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    assert_eq!(response.header("x-accel-buffering"), Some("no"));
+    let messages = response.sse_messages();
+    assert_eq!(
+        messages.len(),
+        4,
+        "three progress notifications and the result"
+    );
+    let progress: Vec<f64> = messages[..3]
+        .iter()
+        .map(|m| {
+            assert_eq!(m["method"], "notifications/progress");
+            assert_eq!(m["params"]["progressToken"], "p-1");
+            m["params"]["progress"].as_f64().unwrap()
+        })
+        .collect();
+    assert_eq!(progress, vec![0.0, 50.0, 100.0]);
+    assert_eq!(messages[3]["id"], 1);
+    assert_eq!(messages[3]["result"]["resultType"], "complete");
+}
