@@ -8,16 +8,23 @@
 //! transport   HTTP: limits, Host/Origin, auth, MCP headers vs body, JSON / SSE out
 //!   └─ protocol   JSON-RPC envelope, _meta, one handler per method, MRTR state
 //!        ├─ tools, catalog, builtin   what is served
+//!        ├─ tasks                     durable tasks: SQLite store (schema.sql), outbox
 //!        └─ notifications             subscriptions/listen streams
-//! auth, config, server (assembly and lifecycle)
+//! workers     claim jobs (lease + fencing token), run tools, commit outcomes
+//! ops         outbox relay to notifications; janitor (leases, TTL, outbox, WAL)
+//! auth, config, clock, server (assembly and lifecycle)
 //! ```
 
 pub mod auth;
 pub mod builtin;
 pub mod catalog;
+pub mod clock;
 pub mod config;
 pub mod notifications;
+pub mod ops;
 pub mod protocol;
 pub mod server;
+pub mod tasks;
 pub mod tools;
 pub mod transport;
+pub mod workers;

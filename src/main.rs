@@ -60,11 +60,8 @@ fn main() -> ExitCode {
             .and_then(mcp_taskd::server::run),
         Command::CheckConfig { config } => Config::load(config.as_deref())
             .and_then(|config| {
-                mcp_taskd::server::build_service(
-                    &config,
-                    &std::sync::Arc::new(mcp_taskd::notifications::Hub::new(1, 1)),
-                )
-                .map(|_| ())
+                let hub = std::sync::Arc::new(mcp_taskd::notifications::Hub::new(1, 1));
+                mcp_taskd::server::build_catalog(&config, &hub).map(|_| ())
             })
             .map(|()| println!("configuration is valid")),
     };

@@ -1,11 +1,11 @@
 //! The in-process notification hub behind `subscriptions/listen` streams.
 //!
-//! Publishers (list-change hooks now, the task outbox later) call the hub; the hub hands
+//! Publishers (list-change hooks, and the outbox relay for task changes) call the hub; the hub hands
 //! each open subscription whose filter asks for the event a [`Frame`] through its own
 //! bounded queue. A subscriber whose queue is full is cut off (its sender is dropped, so
 //! its stream ends) rather than allowed to grow memory or slow the publisher down.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -18,6 +18,9 @@ use crate::protocol::error::RpcError;
 pub struct Filter {
     pub tools_list_changed: bool,
     pub prompts_list_changed: bool,
+    /// Tasks whose changes the subscriber hears about (hints only: the stream re-reads
+    /// each task with the subscriber's own identity before sending anything).
+    pub task_ids: Vec<String>,
 }
 
 impl Filter {
@@ -29,6 +32,9 @@ impl Filter {
         }
         if self.prompts_list_changed {
             honoured.insert("promptsListChanged".into(), Value::Bool(true));
+        }
+        if !self.task_ids.is_empty() {
+            honoured.insert("taskIds".into(), Value::from(self.task_ids.clone()));
         }
         Value::Object(honoured)
     }
@@ -58,6 +64,8 @@ pub enum Frame {
         method: String,
         params: Map<String, Value>,
     },
+    /// A task the subscriber listens to changed (committed); re-read it.
+    TaskChanged(String),
     /// The server is shutting down: answer the listen request and close.
     Close,
 }
@@ -70,6 +78,7 @@ pub struct Subscription {
 
 struct Subscriber {
     filter: Filter,
+    task_ids: HashSet<String>,
     sender: Sender<Frame>,
 }
 
@@ -125,7 +134,15 @@ impl Hub {
         let key = state.next_key;
         state.next_key += 1;
         let (sender, frames) = crossbeam_channel::bounded(self.queue_len);
-        state.subscribers.insert(key, Subscriber { filter, sender });
+        let task_ids = filter.task_ids.iter().cloned().collect();
+        state.subscribers.insert(
+            key,
+            Subscriber {
+                filter,
+                task_ids,
+                sender,
+            },
+        );
         Ok(Subscription { key, frames })
     }
 
@@ -139,18 +156,28 @@ impl Hub {
 
     /// Announces that a catalog list changed to every subscription that asked.
     pub fn publish_list_changed(&self, kind: ListKind) {
-        let mut state = self.lock();
-        let wants = |filter: &Filter| match kind {
-            ListKind::Tools => filter.tools_list_changed,
-            ListKind::Prompts => filter.prompts_list_changed,
-        };
         let frame = Frame::Notify {
             method: kind.method().into(),
             params: Map::new(),
         };
+        self.publish(frame, |subscriber| match kind {
+            ListKind::Tools => subscriber.filter.tools_list_changed,
+            ListKind::Prompts => subscriber.filter.prompts_list_changed,
+        });
+    }
+
+    /// Hints that a task changed (after its commit) to every subscription naming it.
+    pub fn publish_task_changed(&self, task_id: &str) {
+        self.publish(Frame::TaskChanged(task_id.to_owned()), |subscriber| {
+            subscriber.task_ids.contains(task_id)
+        });
+    }
+
+    fn publish(&self, frame: Frame, wants: impl Fn(&Subscriber) -> bool) {
+        let mut state = self.lock();
         let mut cut_off = Vec::new();
         for (key, subscriber) in &state.subscribers {
-            if !wants(&subscriber.filter) {
+            if !wants(subscriber) {
                 continue;
             }
             match subscriber.sender.try_send(frame.clone()) {

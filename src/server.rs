@@ -1,38 +1,83 @@
 //! Assembly and lifecycle: builds every stage from the configuration, serves until
-//! SIGTERM or SIGINT, then drains in order (stop admitting, close listen streams
-//! gracefully, let in-flight requests finish).
+//! SIGTERM or SIGINT, then drains in order — stop admitting requests, close listen
+//! streams gracefully, let in-flight requests finish, give running task attempts their
+//! grace period (then release them to the queue), stop upkeep, and let the writer
+//! commit what is queued. Tasks are never failed or cancelled by a shutdown.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::notifications::Hub;
+use crate::ops::{self, Upkeep};
 use crate::protocol::request_state::StateSigner;
 use crate::protocol::{ServerInfo, Service};
+use crate::tasks::store::{Opened, Store};
+use crate::tasks::TaskService;
 use crate::tools::Registry;
 use crate::transport::{Frontend, OriginPolicy};
+use crate::workers::{Inflight, WorkerPool};
 
 /// Most `subscriptions/listen` streams open at once.
 const MAX_SUBSCRIPTIONS: usize = 8192;
 /// Frames queued per stream before a slow subscriber is cut off.
 const STREAM_QUEUE: usize = 128;
 
-/// Builds the MCP service described by `config` (no sockets, no threads).
-pub fn build_service(config: &Config, hub: &Arc<Hub>) -> Result<Service, String> {
+/// Registers every tool, resource and prompt the configuration asks for. This is all
+/// `check-config` needs to validate a configuration.
+pub fn build_catalog(config: &Config, hub: &Arc<Hub>) -> Result<(Registry, Catalog), String> {
     let mut tools = Registry::default();
     let mut catalog = Catalog::default();
     crate::builtin::register(&config.builtin.sets, &mut tools, &mut catalog, hub)?;
-    let signer = StateSigner::open(&config.server.data_dir, config.limits.request_state_ttl_ms)
-        .map_err(|e| {
-            format!(
-                "request-state key in {}: {e}",
-                config.server.data_dir.display()
-            )
-        })?;
-    Ok(Service {
+    Ok((tools, catalog))
+}
+
+/// Runs the server until a termination signal, then shuts down gracefully.
+pub fn run(config: Config) -> Result<(), String> {
+    let data_dir = &config.server.data_dir;
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
+    let hub = Arc::new(Hub::new(MAX_SUBSCRIPTIONS, STREAM_QUEUE));
+    let (tools, catalog) = build_catalog(&config, &hub)?;
+    let tools = Arc::new(tools);
+    let signer = StateSigner::open(data_dir, config.limits.request_state_ttl_ms)
+        .map_err(|e| format!("request-state key in {}: {e}", data_dir.display()))?;
+
+    let Opened {
+        store,
+        writer,
+        commits,
+    } = Store::open(data_dir, &config.store)?;
+    ops::recover(&store);
+    let inflight = Arc::new(Inflight::default());
+    let (wake, woken) = crossbeam_channel::bounded(1);
+    let tasks = Arc::new(TaskService::new(
+        Arc::clone(&store),
+        Arc::clone(&tools),
+        Arc::clone(&inflight),
+        wake.clone(),
+    ));
+    let upkeep = Upkeep::start(
+        Arc::clone(&store),
+        Arc::clone(&hub),
+        Arc::clone(&inflight),
+        commits,
+        Duration::from_millis(config.workers.janitor_interval_ms),
+    )?;
+    let workers = WorkerPool::start(
+        Arc::clone(&store),
+        Arc::clone(&tools),
+        Arc::clone(&inflight),
+        &config.workers,
+        wake,
+        woken,
+    );
+
+    let service = Arc::new(Service {
         info: ServerInfo {
             name: config.server.name.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -43,17 +88,9 @@ pub fn build_service(config: &Config, hub: &Arc<Hub>) -> Result<Service, String>
         tools,
         catalog,
         signer,
-        hub: Arc::clone(hub),
-    })
-}
-
-/// Runs the server until a termination signal, then shuts down gracefully.
-pub fn run(config: Config) -> Result<(), String> {
-    let data_dir = &config.server.data_dir;
-    std::fs::create_dir_all(data_dir)
-        .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
-    let hub = Arc::new(Hub::new(MAX_SUBSCRIPTIONS, STREAM_QUEUE));
-    let service = Arc::new(build_service(&config, &hub)?);
+        hub: Arc::clone(&hub),
+        tasks,
+    });
     let http = tiny_http::Server::http(config.server.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", config.server.listen))?;
     let http = Arc::new(http);
@@ -88,6 +125,15 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     for thread in threads {
         let _ = thread.join();
+    }
+    workers.shutdown(Duration::from_millis(config.workers.shutdown_grace_ms));
+    upkeep.stop();
+    drop(frontend);
+    drop(store);
+    // The writer exits once every store handle is gone (a hung attempt may still hold
+    // one; its writes are fenced, so the process can exit without waiting for it).
+    if writer.is_finished() {
+        let _ = writer.join();
     }
     log::info!("stopped");
     Ok(())

@@ -14,9 +14,18 @@ use super::envelope::{ClientCapabilities, LogLevel, META_SERVER_INFO, TASKS_EXTE
 use super::error::RpcError;
 use super::request_state::{Binding, StateSigner};
 use super::{Emitter, Listen, Reply, Request, SUPPORTED_VERSIONS};
+use crate::auth::Identity;
 use crate::catalog::{Catalog, PromptCall};
 use crate::notifications::{Filter, Hub};
-use crate::tools::{Invocation, InvocationHost, Outcome, Registered, Registry};
+use crate::tasks::{Submission, TaskService};
+use crate::tools::{Admission, Invocation, InvocationHost, Outcome, Registry, TaskPolicy};
+
+/// `_meta` key a client may set on `tools/call` to make task submission idempotent.
+pub const META_IDEMPOTENCY_KEY: &str = "dev.mcp-taskd/idempotencyKey";
+/// Most task ids one `subscriptions/listen` may name.
+pub const MAX_LISTEN_TASK_IDS: usize = 256;
+/// Longest idempotency key accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 256;
 
 /// What `server/discover` says about this server.
 pub struct ServerInfo {
@@ -30,18 +39,15 @@ pub struct Service {
     pub info: ServerInfo,
     pub page_size: usize,
     pub cache_ttl_ms: u64,
-    pub tools: Registry,
+    pub tools: Arc<Registry>,
     pub catalog: Catalog,
     pub signer: StateSigner,
     pub hub: Arc<Hub>,
+    pub tasks: Arc<TaskService>,
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as u64)
-        .unwrap_or(0)
+fn now_ms() -> u64 {
+    crate::clock::now_ms().max(0) as u64
 }
 
 impl Service {
@@ -60,6 +66,7 @@ impl Service {
             "prompts/get" => self.prompts_get(request).into(),
             "completion/complete" => self.complete(request).into(),
             "subscriptions/listen" => self.listen(request),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => self.task_method(request).into(),
             _ => Reply::Error(RpcError::method_not_found(method)),
         }
     }
@@ -249,17 +256,92 @@ impl Service {
             return Reply::Error(RpcError::invalid_params("notifications must be an object"));
         };
         let flag = |name: &str| wanted.get(name).and_then(Value::as_bool) == Some(true);
-        let filter = Filter {
+        let requested_tasks = match wanted.get("taskIds") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(ids)) => {
+                let mut unique: Vec<String> = Vec::new();
+                for id in ids {
+                    let Some(id) = id.as_str() else {
+                        return Reply::Error(RpcError::invalid_params("taskIds must be strings"));
+                    };
+                    if !unique.iter().any(|seen| seen == id) {
+                        unique.push(id.to_owned());
+                    }
+                }
+                unique
+            }
+            Some(_) => return Reply::Error(RpcError::invalid_params("taskIds must be an array")),
+        };
+        if !requested_tasks.is_empty() && !request.meta.capabilities.tasks() {
+            return Reply::Error(tasks_required());
+        }
+        if requested_tasks.len() > MAX_LISTEN_TASK_IDS {
+            return Reply::Error(RpcError::invalid_params(format!(
+                "at most {MAX_LISTEN_TASK_IDS} taskIds per subscription"
+            )));
+        }
+        let mut filter = Filter {
             tools_list_changed: flag("toolsListChanged"),
             prompts_list_changed: flag("promptsListChanged"),
+            task_ids: requested_tasks,
         };
-        match self.hub.subscribe(filter.clone()) {
-            Ok(subscription) => Reply::Listen(Listen {
-                subscription_id: request.envelope.id.clone().unwrap_or(Value::Null),
-                filter,
-                subscription,
-            }),
-            Err(error) => Reply::Error(error),
+        // Subscribe before authorizing, so that a change committed meanwhile is queued
+        // rather than lost; the acknowledgement then names only the caller's tasks.
+        let subscription = match self.hub.subscribe(filter.clone()) {
+            Ok(subscription) => subscription,
+            Err(error) => return Reply::Error(error),
+        };
+        filter
+            .task_ids
+            .retain(|id| self.tasks.is_visible(request.identity, id));
+        Reply::Listen(Listen {
+            subscription_id: request.envelope.id.clone().unwrap_or(Value::Null),
+            filter,
+            subscription,
+            identity: request.identity.clone(),
+            capabilities: request.meta.capabilities.clone(),
+        })
+    }
+
+    /// The `notifications/tasks` params for a task, read now with the subscriber's
+    /// identity and capabilities; `None` when it must not be sent (gone, foreign, or
+    /// not deliverable to this client).
+    pub fn task_notification(
+        &self,
+        identity: &Identity,
+        capabilities: &ClientCapabilities,
+        task_id: &str,
+    ) -> Option<Value> {
+        let mut detailed = self.tasks.get(identity, task_id, capabilities).ok()?;
+        if let Some(fields) = detailed.as_object_mut() {
+            fields.remove("resultType");
+        }
+        Some(detailed)
+    }
+
+    /// `tasks/get`, `tasks/update`, `tasks/cancel`: the extension gate comes before
+    /// any lookup, then the task is authorized inside the lookup itself.
+    fn task_method(&self, request: &Request<'_>) -> Result<Value, RpcError> {
+        if !request.meta.capabilities.tasks() {
+            return Err(tasks_required());
+        }
+        let task_id = request
+            .envelope
+            .str_param("taskId")
+            .ok_or_else(RpcError::task_not_found)?;
+        let identity = request.identity;
+        match request.envelope.method.as_str() {
+            "tasks/get" => self
+                .tasks
+                .get(identity, task_id, &request.meta.capabilities),
+            "tasks/update" => {
+                let responses = match request.envelope.params.get("inputResponses") {
+                    Some(Value::Object(responses)) => responses.clone(),
+                    _ => return Err(RpcError::invalid_params("inputResponses must be an object")),
+                };
+                self.tasks.update(identity, task_id, responses)
+            }
+            _ => self.tasks.cancel(identity, task_id),
         }
     }
 
@@ -286,6 +368,12 @@ impl Service {
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?;
         let arguments = object_param(params, "arguments")?;
         let capabilities = &request.meta.capabilities;
+        let as_task = match tool.spec.task_policy {
+            TaskPolicy::Inline => false,
+            TaskPolicy::Optional => capabilities.tasks(),
+            TaskPolicy::Required if capabilities.tasks() => true,
+            TaskPolicy::Required => return Err(tasks_required()),
+        };
         if let Some(required) = &tool.spec.required_capabilities {
             let missing: Map<String, Value> = required
                 .iter()
@@ -326,13 +414,40 @@ impl Service {
             capabilities,
             host: &mut host,
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| tool.tool.run(&mut invocation)))
-            .unwrap_or_else(|_| {
-                log::error!("tool panicked during an inline call");
-                Outcome::Error(RpcError::internal())
-            });
+        // Inline tools run here; task tools only decide here whether the task can be
+        // created yet (an MRTR exchange may come first).
+        let admission = catch_unwind(AssertUnwindSafe(|| {
+            if as_task {
+                tool.tool.admit(&mut invocation)
+            } else {
+                Admission::Answer(tool.tool.run(&mut invocation))
+            }
+        }))
+        .unwrap_or_else(|_| {
+            log::error!("tool {} panicked during tools/call", tool.spec.name);
+            Admission::Answer(Outcome::Error(RpcError::internal()))
+        });
+        let outcome = match admission {
+            Admission::Answer(outcome) => outcome,
+            Admission::Proceed => {
+                let key = idempotency_key(
+                    request,
+                    &arguments,
+                    tool.spec.idempotency_argument.as_deref(),
+                )?;
+                return self.tasks.create(Submission {
+                    identity: request.identity,
+                    tool,
+                    arguments: &arguments,
+                    protocol_version: &request.meta.protocol_version,
+                    capabilities,
+                    input_responses: &input_responses,
+                    idempotency_key: key,
+                });
+            }
+        };
         match outcome {
-            Outcome::Complete(result) => check_tool_result(tool, result).map(complete),
+            Outcome::Complete(result) => tool.check_result(result).map(complete),
             Outcome::InputRequired { requests, state } => {
                 self.input_required(&binding, capabilities, requests, state)
             }
@@ -417,6 +532,42 @@ pub fn missing_for_input_requests(
     (!missing.is_empty()).then_some(Value::Object(missing))
 }
 
+/// `-32021` naming the Tasks extension.
+fn tasks_required() -> RpcError {
+    RpcError::missing_capability(json!({ "extensions": { TASKS_EXTENSION: {} } }))
+}
+
+/// The idempotency key of a task submission: `_meta["dev.mcp-taskd/idempotencyKey"]`,
+/// else the tool's designated argument (string or integer).
+fn idempotency_key(
+    request: &Request<'_>,
+    arguments: &Map<String, Value>,
+    argument: Option<&str>,
+) -> Result<Option<String>, RpcError> {
+    let from_meta = request
+        .envelope
+        .params
+        .get("_meta")
+        .and_then(|meta| meta.get(META_IDEMPOTENCY_KEY));
+    let from_argument = argument.and_then(|name| arguments.get(name));
+    let key = match from_meta.or(from_argument) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(key)) => key.clone(),
+        Some(Value::Number(number)) if number.is_i64() || number.is_u64() => number.to_string(),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "an idempotency key must be a string or an integer",
+            ))
+        }
+    };
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(RpcError::invalid_params(format!(
+            "an idempotency key must be 1-{MAX_IDEMPOTENCY_KEY} bytes"
+        )));
+    }
+    Ok(Some(key))
+}
+
 /// `params[name]` as an object; absent or null is an empty object.
 fn object_param(params: &Map<String, Value>, name: &str) -> Result<Map<String, Value>, RpcError> {
     match params.get(name) {
@@ -449,27 +600,6 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
 fn complete(mut result: Value) -> Value {
     result["resultType"] = json!("complete");
     result
-}
-
-/// Checks that a tool's result is a `CallToolResult` honouring its output schema. A tool
-/// that breaks its own contract is a server fault: the client gets `-32603`.
-pub fn check_tool_result(tool: &Registered, result: Value) -> Result<Value, RpcError> {
-    let fault = |why: &str| {
-        log::error!("tool {} returned an invalid result: {why}", tool.spec.name);
-        RpcError::internal()
-    };
-    if !result.get("content").is_some_and(Value::is_array) {
-        return Err(fault("content must be an array"));
-    }
-    let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
-    if let (Some(output), false) = (&tool.output, is_error) {
-        match result.get("structuredContent") {
-            Some(structured) if output.is_valid(structured) => {}
-            Some(_) => return Err(fault("structuredContent does not match outputSchema")),
-            None => return Err(fault("outputSchema requires structuredContent")),
-        }
-    }
-    Ok(result)
 }
 
 /// The host of an inline call: progress and log messages go to the response stream.

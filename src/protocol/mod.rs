@@ -16,7 +16,7 @@ use crate::auth::Identity;
 use crate::notifications::{Filter, Subscription};
 use envelope::{Envelope, RequestMeta};
 pub use error::RpcError;
-pub use methods::{ServerInfo, Service};
+pub use methods::{missing_for_input_requests, ServerInfo, Service, META_IDEMPOTENCY_KEY};
 
 /// Protocol revisions this server speaks.
 pub const SUPPORTED_VERSIONS: &[&str] = &["2026-07-28"];
@@ -58,6 +58,10 @@ pub struct Listen {
     pub subscription_id: Value,
     pub filter: Filter,
     pub subscription: Subscription,
+    /// Task notifications are re-read with the subscriber's own identity and
+    /// capabilities, never taken from the hint.
+    pub identity: Identity,
+    pub capabilities: envelope::ClientCapabilities,
 }
 
 /// What a handler answers.

@@ -71,6 +71,8 @@ pub struct ToolSpec {
     /// Client capabilities the tool cannot run without (e.g. `{"sampling":{}}`).
     pub required_capabilities: Option<Map<String, Value>>,
     pub execution: ExecutionPolicy,
+    /// The argument whose value makes task submission idempotent, if any.
+    pub idempotency_argument: Option<String>,
 }
 
 impl ToolSpec {
@@ -86,6 +88,7 @@ impl ToolSpec {
             task_policy: TaskPolicy::Inline,
             required_capabilities: None,
             execution: ExecutionPolicy::default(),
+            idempotency_argument: None,
         }
     }
 

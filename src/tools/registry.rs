@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::schema::{header_params, Compiled, HeaderParam};
+use serde_json::Value;
+
 use super::{TaskPolicy, Tool, ToolSpec};
+use crate::protocol::error::RpcError;
 
 /// A tool as the server holds it: spec, implementation and compiled contracts.
 pub struct Registered {
@@ -19,6 +22,28 @@ pub struct Registered {
 impl Registered {
     pub fn is_task_tool(&self) -> bool {
         self.spec.task_policy != TaskPolicy::Inline
+    }
+
+    /// Checks that a result is a `CallToolResult` honouring the output schema. A tool
+    /// that breaks its own contract is a server fault: the client gets `-32603` and the
+    /// cause goes to the log (without the result itself).
+    pub fn check_result(&self, result: Value) -> Result<Value, RpcError> {
+        let fault = |why: &str| {
+            log::error!("tool {} returned an invalid result: {why}", self.spec.name);
+            RpcError::internal()
+        };
+        if !result.get("content").is_some_and(Value::is_array) {
+            return Err(fault("content must be an array"));
+        }
+        let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
+        if let (Some(output), false) = (&self.output, is_error) {
+            match result.get("structuredContent") {
+                Some(structured) if output.is_valid(structured) => {}
+                Some(_) => return Err(fault("structuredContent does not match outputSchema")),
+                None => return Err(fault("outputSchema requires structuredContent")),
+            }
+        }
+        Ok(result)
     }
 }
 

@@ -9,6 +9,7 @@
 mod headers;
 mod sse;
 
+use std::collections::{HashSet, VecDeque};
 use std::io::{Cursor, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -400,12 +401,13 @@ impl Frontend {
     /// never occupy request threads.
     fn spawn_listen(self: &Arc<Self>, request: tiny_http::Request, listen: Listen) {
         let hub = Arc::clone(&self.hub);
+        let service = Arc::clone(&self.service);
         let key = listen.subscription.key;
         let spawned = std::thread::Builder::new()
             .name("listen".into())
             .stack_size(256 * 1024)
             .spawn(move || {
-                if let Err(error) = run_listen(request, &listen) {
+                if let Err(error) = run_listen(request, &listen, &service) {
                     log::debug!("listen stream ended: {error}");
                 }
                 hub.unsubscribe(listen.subscription.key);
@@ -417,8 +419,16 @@ impl Frontend {
     }
 }
 
-fn run_listen(request: tiny_http::Request, listen: &Listen) -> std::io::Result<()> {
+fn run_listen(
+    request: tiny_http::Request,
+    listen: &Listen,
+    service: &Service,
+) -> std::io::Result<()> {
     let id = &listen.subscription_id;
+    let tag = |mut params: serde_json::Map<String, Value>| {
+        params.insert("_meta".into(), json!({ META_SUBSCRIPTION_ID: id }));
+        params
+    };
     let mut stream = SseWriter::start(request)?;
     stream.send(&json!({
         "jsonrpc": "2.0",
@@ -426,11 +436,43 @@ fn run_listen(request: tiny_http::Request, listen: &Listen) -> std::io::Result<(
         "params": { "notifications": listen.filter.to_json(), "_meta": { META_SUBSCRIPTION_ID: id } },
     }))?;
     let opened = Instant::now();
+    let frames = &listen.subscription.frames;
+    let mut backlog: VecDeque<Frame> = VecDeque::new();
+    let mut finished_tasks: HashSet<String> = HashSet::new();
     loop {
-        match listen.subscription.frames.recv_timeout(KEEP_ALIVE) {
-            Ok(Frame::Notify { method, mut params }) => {
-                params.insert("_meta".into(), json!({ META_SUBSCRIPTION_ID: id }));
-                stream.send(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))?;
+        let next = match backlog.pop_front() {
+            Some(frame) => Ok(frame),
+            None => frames.recv_timeout(KEEP_ALIVE),
+        };
+        match next {
+            Ok(Frame::Notify { method, params }) => {
+                stream
+                    .send(&json!({ "jsonrpc": "2.0", "method": method, "params": tag(params) }))?;
+            }
+            Ok(Frame::TaskChanged(task_id)) => {
+                if !listen.filter.task_ids.contains(&task_id) || finished_tasks.contains(&task_id) {
+                    continue;
+                }
+                // Coalesce: one fresh read covers every queued hint for this task.
+                backlog.extend(frames.try_iter());
+                backlog.retain(
+                    |frame| !matches!(frame, Frame::TaskChanged(other) if *other == task_id),
+                );
+                let Some(task) =
+                    service.task_notification(&listen.identity, &listen.capabilities, &task_id)
+                else {
+                    continue;
+                };
+                if matches!(
+                    task["status"].as_str(),
+                    Some("completed" | "failed" | "cancelled")
+                ) {
+                    finished_tasks.insert(task_id);
+                }
+                let Value::Object(params) = task else {
+                    continue;
+                };
+                stream.send(&json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": tag(params) }))?;
             }
             Ok(Frame::Close) => break,
             Err(RecvTimeoutError::Timeout) => stream.keep_alive()?,

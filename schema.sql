@@ -1,0 +1,83 @@
+-- mcp-taskd database schema: the single source of truth.
+--
+-- src/tasks/store.rs embeds this file and applies it at start-up. Each block headed
+-- `-- migration N` runs once, in order, in its own transaction; `PRAGMA user_version`
+-- records the last block applied. Never edit a block that has shipped: add a new one.
+--
+-- Times are Unix milliseconds. Task contents (origin, arguments, results, input) are
+-- sensitive: they are stored here and returned to their owner, never logged.
+
+-- migration 1
+CREATE TABLE tasks (
+    id               TEXT PRIMARY KEY,          -- UUIDv4 from the OS CSPRNG (122 random bits)
+    -- Authorization binding: every lookup and mutation matches all three.
+    endpoint         TEXT NOT NULL,
+    tenant           TEXT NOT NULL,
+    principal        TEXT NOT NULL,
+    tool             TEXT NOT NULL,
+    -- Opaque origin (tool, validated arguments, protocol version, client capabilities):
+    -- written once at creation, read back byte for byte by workers.
+    origin           BLOB NOT NULL,
+    status           TEXT NOT NULL
+                     CHECK (status IN ('working', 'input_required', 'completed', 'failed', 'cancelled')),
+    status_message   TEXT,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL,
+    ttl_ms           INTEGER,                   -- NULL: unlimited
+    expires_at       INTEGER,                   -- created_at + ttl_ms
+    poll_interval_ms INTEGER NOT NULL,
+    result           TEXT,                      -- CallToolResult JSON, when completed
+    error            TEXT,                      -- JSON-RPC error JSON, when failed
+    input_requests   TEXT,                      -- outstanding InputRequests JSON, when input_required
+    input_responses  TEXT NOT NULL DEFAULT '{}',-- every accepted response so far, by key
+    tool_state       TEXT,                      -- the tool's own state between input rounds
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    idempotency_key  TEXT,
+    version          INTEGER NOT NULL DEFAULT 1 -- +1 on every change
+);
+CREATE UNIQUE INDEX tasks_by_idempotency_key
+    ON tasks (endpoint, tenant, principal, tool, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX tasks_by_expiry ON tasks (expires_at) WHERE expires_at IS NOT NULL;
+
+-- Every input-request key a task has issued: keys are unique over a task's lifetime.
+CREATE TABLE input_keys (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    key     TEXT NOT NULL,
+    PRIMARY KEY (task_id, key)
+) WITHOUT ROWID;
+
+-- The dispatch record of a non-terminal task. Deleted when the task ends.
+CREATE TABLE jobs (
+    task_id       TEXT PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    state         TEXT NOT NULL CHECK (state IN ('queued', 'running', 'waiting')),
+    attempt       INTEGER NOT NULL DEFAULT 0,   -- attempts started
+    max_attempts  INTEGER NOT NULL,
+    backoff_ms    INTEGER NOT NULL,
+    timeout_ms    INTEGER NOT NULL,
+    run_after     INTEGER NOT NULL,             -- earliest claim
+    lease_token   TEXT,                         -- fencing token of the current claim
+    lease_expires INTEGER,
+    deadline      INTEGER,                      -- hard deadline of the current attempt
+    last_error    TEXT
+);
+CREATE INDEX jobs_ready ON jobs (run_after) WHERE state = 'queued';
+CREATE INDEX jobs_leased ON jobs (lease_expires) WHERE state = 'running';
+
+-- One row per attempt, for operators: when it ran and how it ended.
+CREATE TABLE attempts (
+    task_id    TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    attempt    INTEGER NOT NULL,
+    started_at INTEGER NOT NULL,
+    ended_at   INTEGER,
+    outcome    TEXT,
+    PRIMARY KEY (task_id, attempt)
+) WITHOUT ROWID;
+
+-- Task changes, written in the same transaction as the change and relayed to the
+-- in-process notification hub after commit; delivered rows are pruned.
+CREATE TABLE outbox (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id    TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);

@@ -1,0 +1,272 @@
+//! Durable tasks: what `tools/call` creates and `tasks/get|update|cancel` operate on.
+//!
+//! [`TaskService`] is the boundary the protocol layer calls. Every operation authorizes
+//! inside the same lookup that finds the task (the binding is part of the `WHERE`), so an
+//! unknown, expired or foreign task gets the same neutral `-32602`, byte for byte.
+//! Mutations run in the store's writer and are acknowledged only after commit.
+
+pub mod sql;
+pub mod store;
+
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::auth::Identity;
+use crate::clock::{now_ms, rfc3339};
+use crate::protocol::envelope::ClientCapabilities;
+use crate::protocol::error::RpcError;
+use crate::tools::{Registered, Registry};
+use crate::workers::Inflight;
+use sql::{CancelEffect, TaskRow, UpdateEffect};
+use store::{Store, StoreError};
+
+/// Longest task id accepted from a client.
+const MAX_TASK_ID: usize = 128;
+
+/// The opaque origin persisted with a task: everything a worker needs to run it again,
+/// in any process, after any restart. Sensitive: never logged.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Origin {
+    pub v: u32,
+    pub tool: String,
+    pub arguments: Map<String, Value>,
+    pub protocol_version: String,
+    pub capabilities: Map<String, Value>,
+}
+
+/// A `tools/call` that becomes a task: validated, admitted, about to be stored.
+pub struct Submission<'a> {
+    pub identity: &'a Identity,
+    pub tool: &'a Registered,
+    pub arguments: &'a Map<String, Value>,
+    pub protocol_version: &'a str,
+    pub capabilities: &'a ClientCapabilities,
+    /// Responses gathered by an MRTR exchange before creation.
+    pub input_responses: &'a Map<String, Value>,
+    pub idempotency_key: Option<String>,
+}
+
+pub struct TaskService {
+    store: Arc<Store>,
+    tools: Arc<Registry>,
+    inflight: Arc<Inflight>,
+    /// Wakes the dispatcher when a job becomes ready.
+    wake: Sender<()>,
+}
+
+/// Logs a store failure and answers the client with a generic internal error.
+fn internal(error: StoreError) -> RpcError {
+    log::error!("task store: {error}");
+    RpcError::internal()
+}
+
+impl TaskService {
+    pub fn new(
+        store: Arc<Store>,
+        tools: Arc<Registry>,
+        inflight: Arc<Inflight>,
+        wake: Sender<()>,
+    ) -> TaskService {
+        TaskService {
+            store,
+            tools,
+            inflight,
+            wake,
+        }
+    }
+
+    /// Creates a durable task and returns its `CreateTaskResult` once the task, its job
+    /// and its outbox row are committed.
+    pub fn create(&self, submission: Submission<'_>) -> Result<Value, RpcError> {
+        let Submission {
+            identity,
+            tool,
+            arguments,
+            protocol_version,
+            capabilities,
+            input_responses,
+            idempotency_key,
+        } = submission;
+        let origin = Origin {
+            v: 1,
+            tool: tool.spec.name.clone(),
+            arguments: arguments.clone(),
+            protocol_version: protocol_version.to_owned(),
+            capabilities: capabilities.0.clone(),
+        };
+        let origin = serde_json::to_vec(&origin).map_err(|_| RpcError::internal())?;
+        let execution = tool.spec.execution.clone();
+        let identity = identity.clone();
+        let tool_name = tool.spec.name.clone();
+        let responses = Value::Object(input_responses.clone()).to_string();
+        let id = uuid::Uuid::new_v4().to_string();
+        let row = self
+            .store
+            .write(move |conn| {
+                sql::create_task(
+                    conn,
+                    &sql::NewTask {
+                        id: &id,
+                        identity: &identity,
+                        tool: &tool_name,
+                        origin: &origin,
+                        input_responses: &responses,
+                        now: now_ms(),
+                        ttl_ms: Some(execution.ttl.as_millis() as i64),
+                        poll_interval_ms: execution.poll_interval.as_millis() as i64,
+                        max_attempts: i64::from(execution.max_attempts),
+                        backoff_ms: execution.backoff.as_millis() as i64,
+                        timeout_ms: execution.timeout.as_millis() as i64,
+                        idempotency_key: idempotency_key.as_deref(),
+                    },
+                )
+            })
+            .map_err(internal)?;
+        let _ = self.wake.try_send(());
+        let mut result = task_fields(&row);
+        result["resultType"] = json!("task");
+        Ok(result)
+    }
+
+    /// `tasks/get`: the authoritative snapshot, checked against the caller.
+    pub fn get(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+        capabilities: &ClientCapabilities,
+    ) -> Result<Value, RpcError> {
+        let task = self.find(identity, task_id)?;
+        self.detailed(&task, capabilities)
+    }
+
+    /// Whether `identity` may see the task (exists, not expired, bound to it).
+    pub fn is_visible(&self, identity: &Identity, task_id: &str) -> bool {
+        self.find(identity, task_id).is_ok()
+    }
+
+    fn find(&self, identity: &Identity, task_id: &str) -> Result<TaskRow, RpcError> {
+        check_task_id(task_id)?;
+        let conn = self.store.read().map_err(internal)?;
+        sql::find_authorized(&conn, identity, task_id, now_ms())
+            .map_err(internal)?
+            .ok_or_else(RpcError::task_not_found)
+    }
+
+    /// The `DetailedTask` of a row, as `tasks/get` and task notifications carry it.
+    pub fn detailed(
+        &self,
+        task: &TaskRow,
+        capabilities: &ClientCapabilities,
+    ) -> Result<Value, RpcError> {
+        let mut detailed = task_fields(task);
+        detailed["resultType"] = json!("complete");
+        let stored = |text: &Option<String>| -> Result<Value, RpcError> {
+            text.as_deref()
+                .and_then(|text| serde_json::from_str(text).ok())
+                .ok_or_else(|| {
+                    log::error!("a stored task payload is missing or corrupt");
+                    RpcError::internal()
+                })
+        };
+        match task.status.as_str() {
+            "completed" => {
+                // Re-check the stored result against the tool's current contract: a
+                // result is never delivered through a contract it does not meet.
+                let tool = self.tools.get(&task.tool).ok_or_else(|| {
+                    log::error!("a completed task's tool is no longer registered");
+                    RpcError::internal()
+                })?;
+                let mut result = tool.check_result(stored(&task.result)?)?;
+                result["resultType"] = json!("complete");
+                detailed["result"] = result;
+            }
+            "failed" => detailed["error"] = stored(&task.error)?,
+            "input_required" => {
+                let requests = stored(&task.input_requests)?;
+                if let Some(requests) = requests.as_object() {
+                    if let Some(missing) =
+                        crate::protocol::missing_for_input_requests(requests, capabilities)
+                    {
+                        return Err(RpcError::missing_capability(missing));
+                    }
+                }
+                detailed["inputRequests"] = requests;
+            }
+            _ => {}
+        }
+        Ok(detailed)
+    }
+
+    /// `tasks/update`: accepts matching responses durably; the ack is bare.
+    pub fn update(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+        responses: Map<String, Value>,
+    ) -> Result<Value, RpcError> {
+        check_task_id(task_id)?;
+        let identity = identity.clone();
+        let id = task_id.to_owned();
+        let effect = self
+            .store
+            .write(move |conn| sql::update(conn, &identity, &id, &responses, now_ms()))
+            .map_err(internal)?;
+        match effect {
+            UpdateEffect::NotFound => Err(RpcError::task_not_found()),
+            UpdateEffect::Accepted { requeued } => {
+                if requeued {
+                    let _ = self.wake.try_send(());
+                }
+                Ok(json!({ "resultType": "complete" }))
+            }
+        }
+    }
+
+    /// `tasks/cancel`: records durable intent; queued and waiting tasks end at once,
+    /// running attempts are told and end as soon as they notice.
+    pub fn cancel(&self, identity: &Identity, task_id: &str) -> Result<Value, RpcError> {
+        check_task_id(task_id)?;
+        let identity = identity.clone();
+        let id = task_id.to_owned();
+        let effect = self
+            .store
+            .write(move |conn| sql::cancel(conn, &identity, &id, now_ms()))
+            .map_err(internal)?;
+        match effect {
+            CancelEffect::NotFound => Err(RpcError::task_not_found()),
+            CancelEffect::SignalRunning => {
+                self.inflight.cancel(task_id);
+                Ok(json!({ "resultType": "complete" }))
+            }
+            CancelEffect::Done => Ok(json!({ "resultType": "complete" })),
+        }
+    }
+}
+
+/// Task ids are opaque to clients, but absurd ones are refused before any lookup (with
+/// the same neutral error as an unknown id).
+fn check_task_id(task_id: &str) -> Result<(), RpcError> {
+    if task_id.is_empty() || task_id.len() > MAX_TASK_ID || task_id.chars().any(char::is_control) {
+        return Err(RpcError::task_not_found());
+    }
+    Ok(())
+}
+
+/// The `Task` fields shared by `CreateTaskResult` and `DetailedTask`.
+fn task_fields(task: &TaskRow) -> Value {
+    let mut fields = json!({
+        "taskId": task.id,
+        "status": task.status,
+        "createdAt": rfc3339(task.created_at),
+        "lastUpdatedAt": rfc3339(task.updated_at),
+        "ttlMs": task.ttl_ms,
+        "pollIntervalMs": task.poll_interval_ms,
+    });
+    if let Some(message) = &task.status_message {
+        fields["statusMessage"] = json!(message);
+    }
+    fields
+}

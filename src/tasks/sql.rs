@@ -1,0 +1,657 @@
+//! Every SQL statement of the task lifecycle, as small typed functions.
+//!
+//! Functions taking `&Connection` that change data must run inside the store's writer
+//! (see [`super::store::Store::write`]). Each mutation of a task also appends an outbox
+//! row in the same transaction. Worker writes are *fenced*: they go through only while
+//! the job's `lease_token` is the one the worker claimed, so a worker whose lease was
+//! taken over can never overwrite anything; terminal statuses are never updated.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::{json, Map, Value};
+
+use super::store::StoreError;
+use crate::auth::Identity;
+
+pub const LIVE: &str = "status IN ('working', 'input_required')";
+
+/// A task as `tasks/get` renders it.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub id: String,
+    pub tool: String,
+    pub status: String,
+    pub status_message: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub ttl_ms: Option<i64>,
+    pub poll_interval_ms: i64,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub input_requests: Option<String>,
+    pub version: i64,
+}
+
+const TASK_COLUMNS: &str = "id, tool, status, status_message, created_at, updated_at, ttl_ms, \
+     poll_interval_ms, result, error, input_requests, version";
+
+fn task_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
+    Ok(TaskRow {
+        id: row.get(0)?,
+        tool: row.get(1)?,
+        status: row.get(2)?,
+        status_message: row.get(3)?,
+        created_at: row.get(4)?,
+        updated_at: row.get(5)?,
+        ttl_ms: row.get(6)?,
+        poll_interval_ms: row.get(7)?,
+        result: row.get(8)?,
+        error: row.get(9)?,
+        input_requests: row.get(10)?,
+        version: row.get(11)?,
+    })
+}
+
+/// The task, if it exists, has not expired, and is bound to `identity`. Unknown,
+/// expired and foreign tasks are indistinguishable here by construction.
+pub fn find_authorized(
+    conn: &Connection,
+    identity: &Identity,
+    task_id: &str,
+    now: i64,
+) -> Result<Option<TaskRow>, StoreError> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1 AND endpoint = ?2 AND tenant = ?3 \
+             AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5)"
+        ))?
+        .query_row(
+            params![
+                task_id,
+                identity.endpoint,
+                identity.tenant,
+                identity.principal,
+                now
+            ],
+            task_row,
+        )
+        .optional()?)
+}
+
+pub fn append_outbox(conn: &Connection, task_id: &str, now: i64) -> Result<(), StoreError> {
+    conn.prepare_cached("INSERT INTO outbox (task_id, created_at) VALUES (?1, ?2)")?
+        .execute(params![task_id, now])?;
+    Ok(())
+}
+
+/// A task to create, with its first job.
+pub struct NewTask<'a> {
+    pub id: &'a str,
+    pub identity: &'a Identity,
+    pub tool: &'a str,
+    pub origin: &'a [u8],
+    pub input_responses: &'a str,
+    pub now: i64,
+    pub ttl_ms: Option<i64>,
+    pub poll_interval_ms: i64,
+    pub max_attempts: i64,
+    pub backoff_ms: i64,
+    pub timeout_ms: i64,
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// Creates the task, its job and its outbox row — or, when the idempotency key was
+/// seen before for this identity and tool, returns the existing task instead.
+pub fn create_task(conn: &Connection, task: &NewTask<'_>) -> Result<TaskRow, StoreError> {
+    if let Some(key) = task.idempotency_key {
+        let existing = conn
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE endpoint = ?1 AND tenant = ?2 \
+                 AND principal = ?3 AND tool = ?4 AND idempotency_key = ?5 \
+                 AND (expires_at IS NULL OR expires_at > ?6)"
+            ))?
+            .query_row(
+                params![
+                    task.identity.endpoint,
+                    task.identity.tenant,
+                    task.identity.principal,
+                    task.tool,
+                    key,
+                    task.now
+                ],
+                task_row,
+            )
+            .optional()?;
+        if let Some(existing) = existing {
+            return Ok(existing);
+        }
+        // An expired task may still hold the key until the janitor removes it.
+        conn.prepare_cached(
+            "DELETE FROM tasks WHERE endpoint = ?1 AND tenant = ?2 AND principal = ?3 \
+             AND tool = ?4 AND idempotency_key = ?5",
+        )?
+        .execute(params![
+            task.identity.endpoint,
+            task.identity.tenant,
+            task.identity.principal,
+            task.tool,
+            key
+        ])?;
+    }
+    let expires_at = task.ttl_ms.map(|ttl| task.now + ttl);
+    conn.prepare_cached(
+        "INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, created_at, \
+         updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses, idempotency_key) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'working', ?7, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?
+    .execute(params![
+        task.id,
+        task.identity.endpoint,
+        task.identity.tenant,
+        task.identity.principal,
+        task.tool,
+        task.origin,
+        task.now,
+        task.ttl_ms,
+        expires_at,
+        task.poll_interval_ms,
+        task.input_responses,
+        task.idempotency_key,
+    ])?;
+    conn.prepare_cached(
+        "INSERT INTO jobs (task_id, state, max_attempts, backoff_ms, timeout_ms, run_after) \
+         VALUES (?1, 'queued', ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        task.id,
+        task.max_attempts,
+        task.backoff_ms,
+        task.timeout_ms,
+        task.now
+    ])?;
+    append_outbox(conn, task.id, task.now)?;
+    Ok(TaskRow {
+        id: task.id.to_owned(),
+        tool: task.tool.to_owned(),
+        status: "working".into(),
+        status_message: None,
+        created_at: task.now,
+        updated_at: task.now,
+        ttl_ms: task.ttl_ms,
+        poll_interval_ms: task.poll_interval_ms,
+        result: None,
+        error: None,
+        input_requests: None,
+        version: 1,
+    })
+}
+
+/// What `tasks/cancel` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CancelEffect {
+    NotFound,
+    /// Terminal already, or cancelled now.
+    Done,
+    /// Running: intent recorded; the running attempt must be told.
+    SignalRunning,
+}
+
+pub fn cancel(
+    conn: &Connection,
+    identity: &Identity,
+    task_id: &str,
+    now: i64,
+) -> Result<CancelEffect, StoreError> {
+    let Some(task) = find_authorized(conn, identity, task_id, now)? else {
+        return Ok(CancelEffect::NotFound);
+    };
+    if !matches!(task.status.as_str(), "working" | "input_required") {
+        return Ok(CancelEffect::Done);
+    }
+    let job_state: Option<String> = conn
+        .prepare_cached("SELECT state FROM jobs WHERE task_id = ?1")?
+        .query_row([task_id], |row| row.get(0))
+        .optional()?;
+    if job_state.as_deref() == Some("running") {
+        conn.prepare_cached(
+            "UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
+        )?
+        .execute(params![task_id, now])?;
+        return Ok(CancelEffect::SignalRunning);
+    }
+    set_terminal(conn, task_id, "cancelled", None, None, now)?;
+    Ok(CancelEffect::Done)
+}
+
+/// Moves a live task to a terminal status and drops its job.
+fn set_terminal(
+    conn: &Connection,
+    task_id: &str,
+    status: &str,
+    result: Option<&str>,
+    error: Option<&str>,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let changed = conn
+        .prepare_cached(&format!(
+            "UPDATE tasks SET status = ?2, result = ?3, error = ?4, input_requests = NULL, \
+             updated_at = ?5, version = version + 1 WHERE id = ?1 AND {LIVE}"
+        ))?
+        .execute(params![task_id, status, result, error, now])?;
+    conn.prepare_cached("DELETE FROM jobs WHERE task_id = ?1")?
+        .execute([task_id])?;
+    if changed > 0 {
+        append_outbox(conn, task_id, now)?;
+    }
+    Ok(changed > 0)
+}
+
+/// Whether `response` is the kind of answer `request` asked for.
+pub fn response_matches(request: &Value, response: &Value) -> bool {
+    let Some(response) = response.as_object() else {
+        return false;
+    };
+    match request.get("method").and_then(Value::as_str) {
+        Some("elicitation/create") => match response.get("action").and_then(Value::as_str) {
+            Some("accept") => response.get("content").is_none_or(Value::is_object),
+            Some("decline" | "cancel") => true,
+            _ => false,
+        },
+        Some("sampling/createMessage") => {
+            response.get("role").is_some_and(Value::is_string) && response.get("content").is_some()
+        }
+        Some("roots/list") => response.get("roots").is_some_and(Value::is_array),
+        _ => false,
+    }
+}
+
+/// What `tasks/update` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum UpdateEffect {
+    NotFound,
+    /// Acknowledged; `requeued` when the round is complete and the job runs again.
+    Accepted {
+        requeued: bool,
+    },
+}
+
+/// Accepts the responses that answer outstanding requests of the right kind; ignores
+/// the rest (unknown, answered, superseded or mismatched keys).
+pub fn update(
+    conn: &Connection,
+    identity: &Identity,
+    task_id: &str,
+    responses: &Map<String, Value>,
+    now: i64,
+) -> Result<UpdateEffect, StoreError> {
+    let Some(task) = find_authorized(conn, identity, task_id, now)? else {
+        return Ok(UpdateEffect::NotFound);
+    };
+    if task.status != "input_required" {
+        return Ok(UpdateEffect::Accepted { requeued: false });
+    }
+    let mut outstanding: Map<String, Value> = task
+        .input_requests
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    let accepted: Map<String, Value> = responses
+        .iter()
+        .filter(|(key, response)| {
+            outstanding
+                .get(key.as_str())
+                .is_some_and(|request| response_matches(request, response))
+        })
+        .map(|(key, response)| (key.clone(), response.clone()))
+        .collect();
+    if accepted.is_empty() {
+        return Ok(UpdateEffect::Accepted { requeued: false });
+    }
+    let stored: String = conn
+        .prepare_cached("SELECT input_responses FROM tasks WHERE id = ?1")?
+        .query_row([task_id], |row| row.get(0))?;
+    let mut all: Map<String, Value> = serde_json::from_str(&stored).unwrap_or_default();
+    for (key, response) in accepted {
+        outstanding.remove(&key);
+        all.insert(key, response);
+    }
+    let round_done = outstanding.is_empty();
+    let (status, requests) = if round_done {
+        ("working", None)
+    } else {
+        (
+            "input_required",
+            Some(Value::Object(outstanding).to_string()),
+        )
+    };
+    conn.prepare_cached(
+        "UPDATE tasks SET status = ?2, input_requests = ?3, input_responses = ?4, \
+         updated_at = ?5, version = version + 1 WHERE id = ?1 AND status = 'input_required'",
+    )?
+    .execute(params![
+        task_id,
+        status,
+        requests,
+        Value::Object(all).to_string(),
+        now
+    ])?;
+    if round_done {
+        conn.prepare_cached(
+            "UPDATE jobs SET state = 'queued', run_after = ?2 WHERE task_id = ?1 AND state = 'waiting'",
+        )?
+        .execute(params![task_id, now])?;
+    }
+    append_outbox(conn, task_id, now)?;
+    Ok(UpdateEffect::Accepted {
+        requeued: round_done,
+    })
+}
+
+/// A job handed to a worker.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub task_id: String,
+    pub token: String,
+    pub attempt: i64,
+    pub deadline: i64,
+    pub tool: String,
+    pub origin: Vec<u8>,
+    pub input_responses: String,
+    pub tool_state: Option<String>,
+}
+
+/// Claims up to `limit` ready jobs, each with a fresh fencing token.
+pub fn claim(
+    conn: &Connection,
+    limit: usize,
+    now: i64,
+    lease_ms: i64,
+    mut token: impl FnMut() -> String,
+) -> Result<Vec<Claim>, StoreError> {
+    let mut claims = Vec::new();
+    while claims.len() < limit {
+        let fresh = token();
+        let claimed = conn
+            .prepare_cached(
+                "UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_token = ?2, \
+                 lease_expires = ?1 + ?3, deadline = ?1 + timeout_ms \
+                 WHERE task_id = (SELECT task_id FROM jobs WHERE state = 'queued' \
+                                  AND run_after <= ?1 ORDER BY run_after LIMIT 1) \
+                 RETURNING task_id, attempt, deadline",
+            )?
+            .query_row(params![now, fresh, lease_ms], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            })
+            .optional()?;
+        let Some((task_id, attempt, deadline)) = claimed else {
+            break;
+        };
+        let (tool, origin, input_responses, tool_state) = conn
+            .prepare_cached(
+                "SELECT tool, origin, input_responses, tool_state FROM tasks WHERE id = ?1",
+            )?
+            .query_row([&task_id], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })?;
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO attempts (task_id, attempt, started_at) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![task_id, attempt, now])?;
+        claims.push(Claim {
+            task_id,
+            token: fresh,
+            attempt,
+            deadline,
+            tool,
+            origin,
+            input_responses,
+            tool_state,
+        });
+    }
+    Ok(claims)
+}
+
+/// How an attempt ended, as the worker reports it.
+#[derive(Debug, Clone)]
+pub enum Finish {
+    Completed {
+        result: String,
+    },
+    Failed {
+        error: String,
+    },
+    InputRequired {
+        requests: Map<String, Value>,
+        state: Option<String>,
+    },
+    Cancelled,
+    /// A crash-like failure: retried with backoff, or `failed` after the last attempt.
+    Retry {
+        reason: String,
+    },
+    /// Graceful shutdown: back to the queue, the attempt not counted.
+    Release,
+}
+
+/// The fenced end of an attempt. Returns `false` (and writes nothing) when the lease is
+/// no longer this worker's.
+pub fn finish(
+    conn: &Connection,
+    task_id: &str,
+    token: &str,
+    outcome: Finish,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let job = conn
+        .prepare_cached(
+            "SELECT attempt, max_attempts, backoff_ms FROM jobs \
+             WHERE task_id = ?1 AND lease_token = ?2 AND state = 'running'",
+        )?
+        .query_row(params![task_id, token], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        })
+        .optional()?;
+    let Some((attempt, max_attempts, backoff_ms)) = job else {
+        return Ok(false);
+    };
+    let cancel_requested: bool = conn
+        .prepare_cached("SELECT cancel_requested FROM tasks WHERE id = ?1")?
+        .query_row([task_id], |row| row.get(0))?;
+    let outcome = match outcome {
+        Finish::Completed { .. } => outcome,
+        _ if cancel_requested => Finish::Cancelled,
+        Finish::Retry { reason } if attempt >= max_attempts => Finish::Failed {
+            error: json!({
+                "code": crate::protocol::error::code::INTERNAL_ERROR,
+                "message": format!("Task failed after {attempt} attempts: {reason}"),
+            })
+            .to_string(),
+        },
+        other => other,
+    };
+    let label = match &outcome {
+        Finish::Completed { .. } => "completed",
+        Finish::Failed { .. } => "failed",
+        Finish::InputRequired { .. } => "input_required",
+        Finish::Cancelled => "cancelled",
+        Finish::Retry { .. } => "retry",
+        Finish::Release => "released",
+    };
+    conn.prepare_cached(
+        "UPDATE attempts SET ended_at = ?3, outcome = ?4 WHERE task_id = ?1 AND attempt = ?2",
+    )?
+    .execute(params![task_id, attempt, now, label])?;
+    match outcome {
+        Finish::Completed { result } => {
+            set_terminal(conn, task_id, "completed", Some(&result), None, now)?;
+        }
+        Finish::Failed { error } => {
+            set_terminal(conn, task_id, "failed", None, Some(&error), now)?;
+        }
+        Finish::Cancelled => {
+            set_terminal(conn, task_id, "cancelled", None, None, now)?;
+        }
+        Finish::InputRequired { requests, state } => {
+            for key in requests.keys() {
+                let fresh = conn
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO input_keys (task_id, key) VALUES (?1, ?2)",
+                    )?
+                    .execute(params![task_id, key])?;
+                if fresh == 0 {
+                    let error = json!({
+                        "code": crate::protocol::error::code::INTERNAL_ERROR,
+                        "message": "The tool reused an input request key",
+                    });
+                    set_terminal(conn, task_id, "failed", None, Some(&error.to_string()), now)?;
+                    return Ok(true);
+                }
+            }
+            conn.prepare_cached(&format!(
+                "UPDATE tasks SET status = 'input_required', input_requests = ?2, tool_state = ?3, \
+                 updated_at = ?4, version = version + 1 WHERE id = ?1 AND {LIVE}"
+            ))?
+            .execute(params![
+                task_id,
+                Value::Object(requests).to_string(),
+                state,
+                now
+            ])?;
+            conn.prepare_cached(
+                "UPDATE jobs SET state = 'waiting', lease_token = NULL, lease_expires = NULL, \
+                 deadline = NULL WHERE task_id = ?1",
+            )?
+            .execute([task_id])?;
+            append_outbox(conn, task_id, now)?;
+        }
+        Finish::Retry { reason } => {
+            let exponent = (attempt - 1).clamp(0, 20) as u32;
+            let delay = backoff_ms.saturating_mul(1 << exponent).min(600_000);
+            conn.prepare_cached(
+                "UPDATE jobs SET state = 'queued', run_after = ?2, lease_token = NULL, \
+                 lease_expires = NULL, deadline = NULL, last_error = ?3 WHERE task_id = ?1",
+            )?
+            .execute(params![task_id, now + delay, reason])?;
+            let message = format!("Attempt {attempt} of {max_attempts} failed; retrying");
+            conn.prepare_cached(&format!(
+                "UPDATE tasks SET status_message = ?2, updated_at = ?3, version = version + 1 \
+                 WHERE id = ?1 AND {LIVE}"
+            ))?
+            .execute(params![task_id, message, now])?;
+            append_outbox(conn, task_id, now)?;
+        }
+        Finish::Release => {
+            conn.prepare_cached(
+                "UPDATE jobs SET state = 'queued', attempt = attempt - 1, run_after = ?2, \
+                 lease_token = NULL, lease_expires = NULL, deadline = NULL WHERE task_id = ?1",
+            )?
+            .execute(params![task_id, now])?;
+        }
+    }
+    Ok(true)
+}
+
+/// A fenced status-message update from a running attempt.
+pub fn set_status_message(
+    conn: &Connection,
+    task_id: &str,
+    token: &str,
+    message: &str,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE tasks SET status_message = ?3, updated_at = ?4, version = version + 1 \
+             WHERE id = ?1 AND status = 'working' AND EXISTS (SELECT 1 FROM jobs \
+             WHERE task_id = ?1 AND lease_token = ?2 AND state = 'running')",
+        )?
+        .execute(params![task_id, token, message, now])?;
+    if changed > 0 {
+        append_outbox(conn, task_id, now)?;
+    }
+    Ok(changed > 0)
+}
+
+/// Extends a lease; `false` when the lease is no longer this holder's.
+pub fn renew_lease(
+    conn: &Connection,
+    task_id: &str,
+    token: &str,
+    expires: i64,
+) -> Result<bool, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE jobs SET lease_expires = ?3 WHERE task_id = ?1 AND lease_token = ?2 \
+             AND state = 'running'",
+        )?
+        .execute(params![task_id, token, expires])?
+        > 0)
+}
+
+/// Leased jobs whose lease ended before `before` (all leased jobs with `None`).
+pub fn expired_leases(
+    conn: &Connection,
+    before: Option<i64>,
+    limit: usize,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let mut statement = conn.prepare_cached(
+        "SELECT task_id, lease_token FROM jobs WHERE state = 'running' \
+         AND (?1 IS NULL OR lease_expires < ?1) LIMIT ?2",
+    )?;
+    let rows = statement.query_map(params![before, limit as i64], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Deletes up to `limit` tasks past their TTL; returns their ids.
+pub fn delete_expired(
+    conn: &Connection,
+    now: i64,
+    limit: usize,
+) -> Result<Vec<String>, StoreError> {
+    let mut statement = conn.prepare_cached(
+        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE expires_at <= ?1 LIMIT ?2) \
+         RETURNING id",
+    )?;
+    let rows = statement.query_map(params![now, limit as i64], |row| row.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Outbox rows after `after`, oldest first.
+pub fn outbox_after(
+    conn: &Connection,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<(i64, String)>, StoreError> {
+    let mut statement = conn
+        .prepare_cached("SELECT seq, task_id FROM outbox WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+    let rows = statement.query_map(params![after, limit as i64], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Deletes up to `limit` delivered outbox rows (`seq <= upto`); returns how many.
+pub fn prune_outbox(conn: &Connection, upto: i64, limit: usize) -> Result<usize, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE seq <= ?1 LIMIT ?2)",
+        )?
+        .execute(params![upto, limit as i64])?)
+}
+
+pub fn max_outbox_seq(conn: &Connection) -> Result<i64, StoreError> {
+    Ok(
+        conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM outbox", [], |row| {
+            row.get(0)
+        })?,
+    )
+}
