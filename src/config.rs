@@ -166,7 +166,9 @@ impl Default for WorkerConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaskDefaults {
+    /// How long a task is kept after creation; it is deleted once this passes.
     pub ttl_ms: u64,
+    /// `pollIntervalMs` suggested to clients.
     pub poll_interval_ms: u64,
 }
 
@@ -200,7 +202,8 @@ pub struct TokenConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BuiltinConfig {
-    /// `demo` (example tools) and/or `conformance` (the official suite's fixtures).
+    /// `demo` (example tools), `conformance` (the official suite's fixtures) and
+    /// `testing` (fault-injection tools for the test suite).
     pub sets: Vec<String>,
 }
 
@@ -250,6 +253,12 @@ impl Config {
         if self.workers.lease_ms < 300 {
             return Err("workers.lease_ms must be at least 300".into());
         }
+        if self.tasks.ttl_ms == 0 || self.tasks.poll_interval_ms == 0 {
+            return Err("tasks.ttl_ms and tasks.poll_interval_ms must be positive".into());
+        }
+        if self.workers.janitor_interval_ms == 0 {
+            return Err("workers.janitor_interval_ms must be positive".into());
+        }
         for (index, token) in self.auth.tokens.iter().enumerate() {
             let digest_ok =
                 token.sha256.len() == 64 && token.sha256.bytes().all(|b| b.is_ascii_hexdigit());
@@ -263,9 +272,9 @@ impl Config {
             }
         }
         for set in &self.builtin.sets {
-            if !matches!(set.as_str(), "demo" | "conformance") {
+            if !matches!(set.as_str(), "demo" | "conformance" | "testing") {
                 return Err(format!(
-                    "builtin.sets: unknown set \"{set}\" (known: demo, conformance)"
+                    "builtin.sets: unknown set \"{set}\" (known: demo, conformance, testing)"
                 ));
             }
         }

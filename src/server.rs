@@ -56,6 +56,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let inflight = Arc::new(Inflight::default());
     let (wake, woken) = crossbeam_channel::bounded(1);
     let tasks = Arc::new(TaskService::new(
+        config.tasks.clone(),
         Arc::clone(&store),
         Arc::clone(&tools),
         Arc::clone(&inflight),

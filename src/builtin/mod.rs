@@ -3,10 +3,13 @@
 //!
 //! - `demo`: what `mcp-taskd serve` shows with no config;
 //! - `conformance`: the fixtures the official MCP conformance suite calls
-//!   (`../shared/conformance/fixtures.md` §2).
+//!   (`../shared/conformance/fixtures.md` §2);
+//! - `testing`: fault-injection tools (panics, tools that ignore cancellation) used by
+//!   the test suite to exercise retries, leases and fencing through the real binary.
 
 mod conformance;
 mod demo;
+mod testing;
 
 use crate::catalog::Catalog;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ pub fn register(
         match set.as_str() {
             "conformance" => conformance::register(tools, catalog, hub)?,
             "demo" => demo::register(tools, catalog)?,
+            "testing" => testing::register(tools)?,
             other => return Err(format!("unknown built-in set \"{other}\"")),
         }
     }

@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 
 use crate::auth::Identity;
 use crate::clock::{now_ms, rfc3339};
+use crate::config::TaskDefaults;
 use crate::protocol::envelope::ClientCapabilities;
 use crate::protocol::error::RpcError;
 use crate::tools::{Registered, Registry};
@@ -50,6 +51,7 @@ pub struct Submission<'a> {
 }
 
 pub struct TaskService {
+    defaults: TaskDefaults,
     store: Arc<Store>,
     tools: Arc<Registry>,
     inflight: Arc<Inflight>,
@@ -65,12 +67,14 @@ fn internal(error: StoreError) -> RpcError {
 
 impl TaskService {
     pub fn new(
+        defaults: TaskDefaults,
         store: Arc<Store>,
         tools: Arc<Registry>,
         inflight: Arc<Inflight>,
         wake: Sender<()>,
     ) -> TaskService {
         TaskService {
+            defaults,
             store,
             tools,
             inflight,
@@ -99,6 +103,14 @@ impl TaskService {
         };
         let origin = serde_json::to_vec(&origin).map_err(|_| RpcError::internal())?;
         let execution = tool.spec.execution.clone();
+        let ttl_ms = execution
+            .ttl
+            .map_or(self.defaults.ttl_ms, |ttl| ttl.as_millis() as u64);
+        let poll_interval_ms = execution
+            .poll_interval
+            .map_or(self.defaults.poll_interval_ms, |poll| {
+                poll.as_millis() as u64
+            });
         let identity = identity.clone();
         let tool_name = tool.spec.name.clone();
         let responses = Value::Object(input_responses.clone()).to_string();
@@ -115,8 +127,8 @@ impl TaskService {
                         origin: &origin,
                         input_responses: &responses,
                         now: now_ms(),
-                        ttl_ms: Some(execution.ttl.as_millis() as i64),
-                        poll_interval_ms: execution.poll_interval.as_millis() as i64,
+                        ttl_ms: Some(ttl_ms as i64),
+                        poll_interval_ms: poll_interval_ms as i64,
                         max_attempts: i64::from(execution.max_attempts),
                         backoff_ms: execution.backoff.as_millis() as i64,
                         timeout_ms: execution.timeout.as_millis() as i64,

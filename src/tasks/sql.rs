@@ -655,3 +655,126 @@ pub fn max_outbox_seq(conn: &Connection) -> Result<i64, StoreError> {
         })?,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::StoreConfig;
+    use crate::tasks::store::Store;
+
+    fn identity() -> Identity {
+        Identity {
+            endpoint: "/mcp".into(),
+            tenant: "t".into(),
+            principal: "p".into(),
+        }
+    }
+
+    fn new_task(conn: &Connection, id: &str) -> Result<TaskRow, StoreError> {
+        create_task(
+            conn,
+            &NewTask {
+                id,
+                identity: &identity(),
+                tool: "tool",
+                origin: b"{}",
+                input_responses: "{}",
+                now: 0,
+                ttl_ms: None,
+                poll_interval_ms: 1000,
+                max_attempts: 3,
+                backoff_ms: 0,
+                timeout_ms: 60_000,
+                idempotency_key: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_stale_lease_holder_cannot_write_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreConfig::default())
+            .unwrap()
+            .store;
+        let mut tokens = ["first", "second"].into_iter().map(str::to_owned);
+        let (first, second) = store
+            .write(move |conn| {
+                new_task(conn, "task")?;
+                let first = claim(conn, 1, 10, 100, || tokens.next().unwrap())?.remove(0);
+                // The lease runs out; the janitor hands the job back to the queue.
+                assert!(finish(
+                    conn,
+                    "task",
+                    &first.token,
+                    Finish::Retry {
+                        reason: "lost".into()
+                    },
+                    200
+                )?);
+                let second = claim(conn, 1, 300, 100, || "second".into())?.remove(0);
+                Ok((first, second))
+            })
+            .unwrap();
+        assert_eq!((first.attempt, second.attempt), (1, 2));
+        let stale = first.token.clone();
+        let written = store
+            .write(move |conn| {
+                Ok((
+                    set_status_message(conn, "task", &stale, "stale", 400)?,
+                    renew_lease(conn, "task", &stale, 9999)?,
+                    finish(
+                        conn,
+                        "task",
+                        &stale,
+                        Finish::Completed {
+                            result: "{}".into(),
+                        },
+                        400,
+                    )?,
+                ))
+            })
+            .unwrap();
+        assert_eq!(written, (false, false, false));
+        let task = find_authorized(&store.read().unwrap(), &identity(), "task", 500)
+            .unwrap()
+            .unwrap();
+        assert_eq!(task.status, "working");
+        assert_eq!(task.result, None);
+        // The current holder's outcome lands, and then nothing changes it.
+        let current = second.token;
+        store
+            .write(move |conn| {
+                assert!(finish(
+                    conn,
+                    "task",
+                    &current,
+                    Finish::Completed {
+                        result: "{\"content\":[]}".into()
+                    },
+                    500
+                )?);
+                assert_eq!(cancel(conn, &identity(), "task", 600)?, CancelEffect::Done);
+                Ok(())
+            })
+            .unwrap();
+        let task = find_authorized(&store.read().unwrap(), &identity(), "task", 700)
+            .unwrap()
+            .unwrap();
+        assert_eq!(task.status, "completed");
+    }
+
+    #[test]
+    fn updates_accept_only_outstanding_keys_of_the_right_kind() {
+        let request = json!({"method": "elicitation/create", "params": {}});
+        assert!(response_matches(
+            &request,
+            &json!({"action": "accept", "content": {"a": 1}})
+        ));
+        assert!(response_matches(&request, &json!({"action": "decline"})));
+        assert!(!response_matches(&request, &json!({"roots": []})));
+        assert!(!response_matches(&request, &json!(12345)));
+        let roots = json!({"method": "roots/list", "params": {}});
+        assert!(response_matches(&roots, &json!({"roots": []})));
+        assert!(!response_matches(&roots, &json!({"action": "accept"})));
+    }
+}

@@ -39,10 +39,10 @@ pub struct ExecutionPolicy {
     pub timeout: Duration,
     /// First retry delay; doubles per attempt (capped at 10 minutes).
     pub backoff: Duration,
-    /// How long a task is kept after creation.
-    pub ttl: Duration,
-    /// Polling interval suggested to clients.
-    pub poll_interval: Duration,
+    /// How long a task is kept after creation (`None`: the server's `[tasks]` default).
+    pub ttl: Option<Duration>,
+    /// Polling interval suggested to clients (`None`: the server's `[tasks]` default).
+    pub poll_interval: Option<Duration>,
 }
 
 impl Default for ExecutionPolicy {
@@ -51,8 +51,8 @@ impl Default for ExecutionPolicy {
             max_attempts: 3,
             timeout: Duration::from_secs(15 * 60),
             backoff: Duration::from_secs(1),
-            ttl: Duration::from_secs(3600),
-            poll_interval: Duration::from_millis(1000),
+            ttl: None,
+            poll_interval: None,
         }
     }
 }

@@ -1,0 +1,61 @@
+//! Fault-injection tools for the test suite: they misbehave on purpose, so that retries,
+//! deadlines, lease expiry and fencing can be exercised through the real binary. Only
+//! served when a configuration asks for the `testing` set.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::tools::{
+    text_result, ExecutionPolicy, Invocation, Outcome, Registry, TaskPolicy, ToolSpec,
+};
+
+pub fn register(tools: &mut Registry) -> Result<(), String> {
+    // Sleeps without ever checking for cancellation or its deadline, like a hung
+    // program: only lease expiry and fencing can stop its late result from landing.
+    tools.register(
+        ToolSpec::new(
+            "stubborn_sleep",
+            "Sleeps, ignoring cancellation and deadlines, then claims success",
+            json!({"type": "object", "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 60}}, "required": ["seconds"]}),
+        )
+        .task_policy(TaskPolicy::Required)
+        .execution(ExecutionPolicy {
+            max_attempts: 2,
+            timeout: Duration::from_millis(500),
+            backoff: Duration::from_millis(50),
+            ..ExecutionPolicy::default()
+        }),
+        Arc::new(|call: &mut Invocation<'_>| {
+            let seconds = call.arguments.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
+            std::thread::sleep(Duration::from_secs_f64(seconds));
+            Outcome::Complete(text_result("finished (too late, if the lease was lost)"))
+        }),
+    )?;
+    // Panics on every attempt: retried with backoff, then failed.
+    tools.register(
+        ToolSpec::new(
+            "always_panics",
+            "Panics on every attempt",
+            json!({"type": "object"}),
+        )
+        .task_policy(TaskPolicy::Required)
+        .execution(ExecutionPolicy {
+            max_attempts: 3,
+            backoff: Duration::from_millis(20),
+            ..ExecutionPolicy::default()
+        }),
+        Arc::new(|_: &mut Invocation<'_>| -> Outcome { panic!("injected fault") }),
+    )?;
+    // Returns structured content that breaks its own output schema.
+    tools.register(
+        ToolSpec::new("breaks_contract", "Returns output that violates its outputSchema", json!({"type": "object"}))
+            .task_policy(TaskPolicy::Optional)
+            .output_schema(json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]})),
+        Arc::new(|_: &mut Invocation<'_>| {
+            Outcome::Complete(json!({"content": [{"type": "text", "text": "oops"}], "structuredContent": {"count": "many"}}))
+        }),
+    )?;
+    Ok(())
+}
