@@ -57,5 +57,68 @@ pub fn register(tools: &mut Registry) -> Result<(), String> {
             Outcome::Complete(json!({"content": [{"type": "text", "text": "oops"}], "structuredContent": {"count": "many"}}))
         }),
     )?;
+    // Asks for approval, then works for a while: a resumed run long enough to be
+    // interrupted by a crash.
+    tools.register(
+        ToolSpec::new(
+            "approval_then_work",
+            "Asks for approval, then works for work_seconds",
+            json!({"type": "object", "properties": {"work_seconds": {"type": "number", "minimum": 0, "maximum": 60}}}),
+        )
+        .task_policy(TaskPolicy::Required),
+        Arc::new(|call: &mut Invocation<'_>| {
+            let Some(approval) = call.input_responses.get("approval") else {
+                return Outcome::InputRequired {
+                    requests: input_requests(&[("approval", form("Approve?", "approved", "boolean"))]),
+                    state: Some(json!({"asked": 1})),
+                };
+            };
+            let approved = approval["action"] == "accept" && approval["content"]["approved"] == true;
+            let seconds = call.arguments.get("work_seconds").and_then(Value::as_f64).unwrap_or(0.0);
+            if !call.host.sleep(Duration::from_secs_f64(seconds)) {
+                return Outcome::Cancelled;
+            }
+            let state = call.state.cloned().unwrap_or(Value::Null);
+            Outcome::Complete(text_result(format!("approved={approved} state={state}")))
+        }),
+    )?;
+    // Needs both elicitation modes: exercises the capability check at poll time.
+    tools.register(
+        ToolSpec::new(
+            "asks_url_and_form",
+            "Asks through a URL and a form at once",
+            json!({"type": "object"}),
+        )
+        .task_policy(TaskPolicy::Required),
+        Arc::new(|call: &mut Invocation<'_>| {
+            if call.input_responses.contains_key("visit")
+                && call.input_responses.contains_key("fill")
+            {
+                return Outcome::Complete(text_result("both answered"));
+            }
+            let visit = json!({"method": "elicitation/create", "params": {
+                "mode": "url", "message": "Sign in", "url": "https://example.com/login",
+                "elicitationId": "login-1"}});
+            Outcome::InputRequired {
+                requests: input_requests(&[
+                    ("visit", visit),
+                    ("fill", form("Your name?", "name", "string")),
+                ]),
+                state: None,
+            }
+        }),
+    )?;
     Ok(())
+}
+
+fn form(message: &str, property: &str, kind: &str) -> Value {
+    json!({"method": "elicitation/create", "params": {"message": message, "requestedSchema": {
+        "type": "object", "properties": {property: {"type": kind}}, "required": [property]}}})
+}
+
+fn input_requests(entries: &[(&str, Value)]) -> serde_json::Map<String, Value> {
+    entries
+        .iter()
+        .map(|(key, request)| ((*key).to_owned(), request.clone()))
+        .collect()
 }

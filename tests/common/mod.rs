@@ -200,7 +200,7 @@ impl Drop for Server {
 
 /// Capabilities that declare the Tasks extension.
 pub fn tasks_caps() -> Value {
-    json!({"elicitation": {}, "sampling": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
+    json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
 }
 
 pub struct HttpResponse {
