@@ -27,6 +27,8 @@ pub struct Config {
     #[serde(default)]
     pub tasks: TaskDefaults,
     #[serde(default)]
+    pub notifications: NotificationLimits,
+    #[serde(default)]
     pub auth: AuthConfig,
     #[serde(default)]
     pub builtin: BuiltinConfig,
@@ -181,6 +183,37 @@ impl Default for TaskDefaults {
     }
 }
 
+/// Bounds on `subscriptions/listen` streams.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotificationLimits {
+    /// Streams open at once, server-wide.
+    pub max_subscriptions: usize,
+    /// Streams open at once per identity (endpoint, tenant, principal).
+    pub max_subscriptions_per_identity: usize,
+    /// Task ids one stream may name.
+    pub max_task_ids: usize,
+    /// Frames queued per stream; a subscriber that falls this far behind is cut off.
+    pub queue_len: usize,
+    /// Quiet time before a keep-alive comment.
+    pub keep_alive_ms: u64,
+    /// Longest life of a stream; it then ends gracefully and the client reconnects.
+    pub max_stream_lifetime_ms: u64,
+}
+
+impl Default for NotificationLimits {
+    fn default() -> Self {
+        NotificationLimits {
+            max_subscriptions: 8192,
+            max_subscriptions_per_identity: 32,
+            max_task_ids: 256,
+            queue_len: 128,
+            keep_alive_ms: 15_000,
+            max_stream_lifetime_ms: 24 * 3600 * 1000,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
@@ -255,6 +288,15 @@ impl Config {
         }
         if self.tasks.ttl_ms == 0 || self.tasks.poll_interval_ms == 0 {
             return Err("tasks.ttl_ms and tasks.poll_interval_ms must be positive".into());
+        }
+        let n = &self.notifications;
+        if n.max_subscriptions == 0
+            || n.max_subscriptions_per_identity == 0
+            || n.queue_len == 0
+            || n.keep_alive_ms == 0
+            || n.max_stream_lifetime_ms == 0
+        {
+            return Err("[notifications] limits must be positive".into());
         }
         if self.workers.janitor_interval_ms == 0 {
             return Err("workers.janitor_interval_ms must be positive".into());

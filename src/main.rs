@@ -60,7 +60,9 @@ fn main() -> ExitCode {
             .and_then(mcp_taskd::server::run),
         Command::CheckConfig { config } => Config::load(config.as_deref())
             .and_then(|config| {
-                let hub = std::sync::Arc::new(mcp_taskd::notifications::Hub::new(1, 1));
+                let hub = std::sync::Arc::new(mcp_taskd::notifications::Hub::new(
+                    config.notifications.clone(),
+                ));
                 mcp_taskd::server::build_catalog(&config, &hub).map(|_| ())
             })
             .map(|()| println!("configuration is valid")),

@@ -11,7 +11,9 @@ use std::sync::Mutex;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use serde_json::{Map, Value};
 
-use crate::protocol::error::RpcError;
+use crate::auth::Identity;
+use crate::config::NotificationLimits;
+use crate::protocol::error::{code, RpcError};
 
 /// What a subscription asked for and the server agreed to send.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,19 +66,22 @@ pub enum Frame {
         method: String,
         params: Map<String, Value>,
     },
-    /// A task the subscriber listens to changed (committed); re-read it.
-    TaskChanged(String),
+    /// A task the subscriber listens to changed; `seq` is the outbox row of the
+    /// (committed) change, so a stream can ignore changes from before it opened.
+    TaskChanged { task_id: String, seq: i64 },
     /// The server is shutting down: answer the listen request and close.
     Close,
 }
 
 /// The receiving half handed to a listen stream.
+#[derive(Debug)]
 pub struct Subscription {
     pub key: u64,
     pub frames: Receiver<Frame>,
 }
 
 struct Subscriber {
+    owner: Identity,
     filter: Filter,
     task_ids: HashSet<String>,
     sender: Sender<Frame>,
@@ -90,21 +95,23 @@ struct HubState {
 
 pub struct Hub {
     state: Mutex<HubState>,
-    max_subscriptions: usize,
-    queue_len: usize,
+    limits: NotificationLimits,
 }
 
 impl Hub {
-    pub fn new(max_subscriptions: usize, queue_len: usize) -> Hub {
+    pub fn new(limits: NotificationLimits) -> Hub {
         Hub {
             state: Mutex::new(HubState {
                 next_key: 1,
                 subscribers: HashMap::new(),
                 closed: false,
             }),
-            max_subscriptions,
-            queue_len,
+            limits,
         }
+    }
+
+    pub fn limits(&self) -> &NotificationLimits {
+        &self.limits
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HubState> {
@@ -115,29 +122,36 @@ impl Hub {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn subscribe(&self, filter: Filter) -> Result<Subscription, RpcError> {
+    /// Opens a subscription for `owner`, within the server-wide and per-identity caps.
+    pub fn subscribe(&self, owner: &Identity, filter: Filter) -> Result<Subscription, RpcError> {
+        let unavailable = |why: &str| RpcError::new(code::INTERNAL_ERROR, why).with_status(503);
         let mut state = self.lock();
         if state.closed {
-            return Err(RpcError::new(
-                crate::protocol::error::code::INTERNAL_ERROR,
-                "Server is shutting down",
-            )
-            .with_status(503));
+            return Err(unavailable("Server is shutting down"));
         }
-        if state.subscribers.len() >= self.max_subscriptions {
+        if state.subscribers.len() >= self.limits.max_subscriptions {
+            return Err(unavailable("Too many open subscriptions"));
+        }
+        let owned = state
+            .subscribers
+            .values()
+            .filter(|subscriber| subscriber.owner == *owner)
+            .count();
+        if owned >= self.limits.max_subscriptions_per_identity {
             return Err(RpcError::new(
-                crate::protocol::error::code::INTERNAL_ERROR,
-                "Too many open subscriptions",
+                code::INTERNAL_ERROR,
+                "Too many open subscriptions for this client",
             )
-            .with_status(503));
+            .with_status(429));
         }
         let key = state.next_key;
         state.next_key += 1;
-        let (sender, frames) = crossbeam_channel::bounded(self.queue_len);
+        let (sender, frames) = crossbeam_channel::bounded(self.limits.queue_len);
         let task_ids = filter.task_ids.iter().cloned().collect();
         state.subscribers.insert(
             key,
             Subscriber {
+                owner: owner.clone(),
                 filter,
                 task_ids,
                 sender,
@@ -166,11 +180,14 @@ impl Hub {
         });
     }
 
-    /// Hints that a task changed (after its commit) to every subscription naming it.
-    pub fn publish_task_changed(&self, task_id: &str) {
-        self.publish(Frame::TaskChanged(task_id.to_owned()), |subscriber| {
-            subscriber.task_ids.contains(task_id)
-        });
+    /// Hints that a task changed (after its commit, outbox row `seq`) to every
+    /// subscription naming it.
+    pub fn publish_task_changed(&self, task_id: &str, seq: i64) {
+        let frame = Frame::TaskChanged {
+            task_id: task_id.to_owned(),
+            seq,
+        };
+        self.publish(frame, |subscriber| subscriber.task_ids.contains(task_id));
     }
 
     fn publish(&self, frame: Frame, wants: impl Fn(&Subscriber) -> bool) {
@@ -209,20 +226,37 @@ impl Hub {
 mod tests {
     use super::*;
 
+    fn someone() -> Identity {
+        Identity {
+            endpoint: "/mcp".into(),
+            tenant: String::new(),
+            principal: "someone".into(),
+        }
+    }
+
     #[test]
     fn filters_and_cuts_off_full_queues() {
-        let hub = Hub::new(10, 1);
+        let hub = Hub::new(NotificationLimits {
+            queue_len: 1,
+            ..NotificationLimits::default()
+        });
         let tools = hub
-            .subscribe(Filter {
-                tools_list_changed: true,
-                ..Filter::default()
-            })
+            .subscribe(
+                &someone(),
+                Filter {
+                    tools_list_changed: true,
+                    ..Filter::default()
+                },
+            )
             .unwrap();
         let prompts = hub
-            .subscribe(Filter {
-                prompts_list_changed: true,
-                ..Filter::default()
-            })
+            .subscribe(
+                &someone(),
+                Filter {
+                    prompts_list_changed: true,
+                    ..Filter::default()
+                },
+            )
             .unwrap();
         hub.publish_list_changed(ListKind::Tools);
         assert!(matches!(tools.frames.try_recv(), Ok(Frame::Notify { .. })));
@@ -232,6 +266,29 @@ mod tests {
         assert_eq!(hub.open_subscriptions(), 1);
         hub.close_all();
         assert_eq!(prompts.frames.try_recv(), Ok(Frame::Close));
-        assert!(hub.subscribe(Filter::default()).is_err());
+        assert!(hub.subscribe(&someone(), Filter::default()).is_err());
+    }
+
+    #[test]
+    fn caps_subscriptions_per_identity() {
+        let hub = Hub::new(NotificationLimits {
+            max_subscriptions_per_identity: 2,
+            ..NotificationLimits::default()
+        });
+        let _first = hub.subscribe(&someone(), Filter::default()).unwrap();
+        let second = hub.subscribe(&someone(), Filter::default()).unwrap();
+        assert_eq!(
+            hub.subscribe(&someone(), Filter::default())
+                .unwrap_err()
+                .http_status,
+            429
+        );
+        let other = Identity {
+            principal: "other".into(),
+            ..someone()
+        };
+        assert!(hub.subscribe(&other, Filter::default()).is_ok());
+        hub.unsubscribe(second.key);
+        assert!(hub.subscribe(&someone(), Filter::default()).is_ok());
     }
 }

@@ -161,8 +161,8 @@ fn relay(
             let Some(&(last, _)) = rows.last() else {
                 break;
             };
-            for (_, task_id) in &rows {
-                hub.publish_task_changed(task_id);
+            for (seq, task_id) in &rows {
+                hub.publish_task_changed(task_id, *seq);
             }
             delivered.store(last, Ordering::Release);
             if rows.len() < BATCH {

@@ -22,11 +22,6 @@ use crate::tools::Registry;
 use crate::transport::{Frontend, OriginPolicy};
 use crate::workers::{Inflight, WorkerPool};
 
-/// Most `subscriptions/listen` streams open at once.
-const MAX_SUBSCRIPTIONS: usize = 8192;
-/// Frames queued per stream before a slow subscriber is cut off.
-const STREAM_QUEUE: usize = 128;
-
 /// Registers every tool, resource and prompt the configuration asks for. This is all
 /// `check-config` needs to validate a configuration.
 pub fn build_catalog(config: &Config, hub: &Arc<Hub>) -> Result<(Registry, Catalog), String> {
@@ -41,7 +36,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let data_dir = &config.server.data_dir;
     std::fs::create_dir_all(data_dir)
         .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
-    let hub = Arc::new(Hub::new(MAX_SUBSCRIPTIONS, STREAM_QUEUE));
+    let hub = Arc::new(Hub::new(config.notifications.clone()));
     let (tools, catalog) = build_catalog(&config, &hub)?;
     let tools = Arc::new(tools);
     let signer = StateSigner::open(data_dir, config.limits.request_state_ttl_ms)

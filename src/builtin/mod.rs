@@ -28,7 +28,7 @@ pub fn register(
         match set.as_str() {
             "conformance" => conformance::register(tools, catalog, hub)?,
             "demo" => demo::register(tools, catalog)?,
-            "testing" => testing::register(tools)?,
+            "testing" => testing::register(tools, hub)?,
             other => return Err(format!("unknown built-in set \"{other}\"")),
         }
     }

@@ -7,11 +7,29 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::notifications::{Hub, ListKind};
 use crate::tools::{
     text_result, ExecutionPolicy, Invocation, Outcome, Registry, TaskPolicy, ToolSpec,
 };
 
-pub fn register(tools: &mut Registry) -> Result<(), String> {
+pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
+    // Announces `count` tools-list changes at once: traffic to overrun a subscriber
+    // that stops reading.
+    let flood_hub = Arc::clone(hub);
+    tools.register(
+        ToolSpec::new(
+            "flood_list_changed",
+            "Publishes count tools/list_changed notifications",
+            json!({"type": "object", "properties": {"count": {"type": "integer", "minimum": 1, "maximum": 1000000}}, "required": ["count"]}),
+        ),
+        Arc::new(move |call: &mut Invocation<'_>| {
+            let count = call.arguments.get("count").and_then(Value::as_u64).unwrap_or(0);
+            for _ in 0..count {
+                flood_hub.publish_list_changed(ListKind::Tools);
+            }
+            Outcome::Complete(text_result(format!("published {count}")))
+        }),
+    )?;
     // Sleeps without ever checking for cancellation or its deadline, like a hung
     // program: only lease expiry and fencing can stop its late result from landing.
     tools.register(
@@ -63,18 +81,40 @@ pub fn register(tools: &mut Registry) -> Result<(), String> {
         ToolSpec::new(
             "approval_then_work",
             "Asks for approval, then works for work_seconds",
-            json!({"type": "object", "properties": {"work_seconds": {"type": "number", "minimum": 0, "maximum": 60}}}),
+            json!({"type": "object", "properties": {
+                "prepare_seconds": {"type": "number", "minimum": 0, "maximum": 60},
+                "work_seconds": {"type": "number", "minimum": 0, "maximum": 60}}}),
         )
         .task_policy(TaskPolicy::Required),
         Arc::new(|call: &mut Invocation<'_>| {
             let Some(approval) = call.input_responses.get("approval") else {
+                let prepare = call
+                    .arguments
+                    .get("prepare_seconds")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0);
+                if prepare > 0.0 {
+                    if !call.host.sleep(Duration::from_secs_f64(prepare)) {
+                        return Outcome::Cancelled;
+                    }
+                    call.host
+                        .progress(1.0, Some(2.0), Some("prepared; asking for approval"));
+                }
                 return Outcome::InputRequired {
-                    requests: input_requests(&[("approval", form("Approve?", "approved", "boolean"))]),
+                    requests: input_requests(&[(
+                        "approval",
+                        form("Approve?", "approved", "boolean"),
+                    )]),
                     state: Some(json!({"asked": 1})),
                 };
             };
-            let approved = approval["action"] == "accept" && approval["content"]["approved"] == true;
-            let seconds = call.arguments.get("work_seconds").and_then(Value::as_f64).unwrap_or(0.0);
+            let approved =
+                approval["action"] == "accept" && approval["content"]["approved"] == true;
+            let seconds = call
+                .arguments
+                .get("work_seconds")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
             if !call.host.sleep(Duration::from_secs_f64(seconds)) {
                 return Outcome::Cancelled;
             }

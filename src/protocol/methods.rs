@@ -22,8 +22,6 @@ use crate::tools::{Admission, Invocation, InvocationHost, Outcome, Registry, Tas
 
 /// `_meta` key a client may set on `tools/call` to make task submission idempotent.
 pub const META_IDEMPOTENCY_KEY: &str = "dev.mcp-taskd/idempotencyKey";
-/// Most task ids one `subscriptions/listen` may name.
-pub const MAX_LISTEN_TASK_IDS: usize = 256;
 /// Longest idempotency key accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 256;
 
@@ -275,9 +273,10 @@ impl Service {
         if !requested_tasks.is_empty() && !request.meta.capabilities.tasks() {
             return Reply::Error(tasks_required());
         }
-        if requested_tasks.len() > MAX_LISTEN_TASK_IDS {
+        let max_task_ids = self.hub.limits().max_task_ids;
+        if requested_tasks.len() > max_task_ids {
             return Reply::Error(RpcError::invalid_params(format!(
-                "at most {MAX_LISTEN_TASK_IDS} taskIds per subscription"
+                "at most {max_task_ids} taskIds per subscription"
             )));
         }
         let mut filter = Filter {
@@ -285,22 +284,28 @@ impl Service {
             prompts_list_changed: flag("promptsListChanged"),
             task_ids: requested_tasks,
         };
-        // Subscribe before authorizing, so that a change committed meanwhile is queued
-        // rather than lost; the acknowledgement then names only the caller's tasks.
-        let subscription = match self.hub.subscribe(filter.clone()) {
+        // Note where the outbox stands, then subscribe, then authorize: a change
+        // committed meanwhile is queued rather than lost, nothing older is replayed, and
+        // the acknowledgement names only the caller's tasks.
+        let changes_after = match self.tasks.outbox_position() {
+            Ok(position) => position,
+            Err(error) => return Reply::Error(error),
+        };
+        let subscription = match self.hub.subscribe(request.identity, filter.clone()) {
             Ok(subscription) => subscription,
             Err(error) => return Reply::Error(error),
         };
         filter
             .task_ids
             .retain(|id| self.tasks.is_visible(request.identity, id));
-        Reply::Listen(Listen {
+        Reply::Listen(Box::new(Listen {
             subscription_id: request.envelope.id.clone().unwrap_or(Value::Null),
             filter,
             subscription,
             identity: request.identity.clone(),
             capabilities: request.meta.capabilities.clone(),
-        })
+            changes_after,
+        }))
     }
 
     /// The `notifications/tasks` params for a task, read now with the subscriber's

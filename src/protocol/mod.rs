@@ -62,13 +62,16 @@ pub struct Listen {
     /// capabilities, never taken from the hint.
     pub identity: Identity,
     pub capabilities: envelope::ClientCapabilities,
+    /// The outbox position when the listen arrived: changes at or before it are not
+    /// replayed.
+    pub changes_after: i64,
 }
 
 /// What a handler answers.
 pub enum Reply {
     Result(Value),
     Error(RpcError),
-    Listen(Listen),
+    Listen(Box<Listen>),
 }
 
 impl From<Result<Value, RpcError>> for Reply {

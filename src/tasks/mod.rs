@@ -154,6 +154,12 @@ impl TaskService {
         self.detailed(&task, capabilities)
     }
 
+    /// The newest committed outbox row.
+    pub fn outbox_position(&self) -> Result<i64, RpcError> {
+        let conn = self.store.read().map_err(internal)?;
+        sql::max_outbox_seq(&conn).map_err(internal)
+    }
+
     /// Whether `identity` may see the task (exists, not expired, bound to it).
     pub fn is_visible(&self, identity: &Identity, task_id: &str) -> bool {
         self.find(identity, task_id).is_ok()

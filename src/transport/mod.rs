@@ -31,11 +31,6 @@ use headers::{check_param_headers, header};
 pub use headers::{decode_header_value, OriginPolicy};
 use sse::SseWriter;
 
-/// How long a listen stream may stay quiet before a keep-alive comment.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// Longest life of one listen stream; clients reconnect after the graceful close.
-const MAX_STREAM_LIFETIME: Duration = Duration::from_secs(24 * 3600);
-
 pub struct Frontend {
     pub service: Arc<Service>,
     pub hub: Arc<Hub>,
@@ -399,7 +394,7 @@ impl Frontend {
 
     /// Serves a `subscriptions/listen` stream on its own thread, so long-lived streams
     /// never occupy request threads.
-    fn spawn_listen(self: &Arc<Self>, request: tiny_http::Request, listen: Listen) {
+    fn spawn_listen(self: &Arc<Self>, request: tiny_http::Request, listen: Box<Listen>) {
         let hub = Arc::clone(&self.hub);
         let service = Arc::clone(&self.service);
         let key = listen.subscription.key;
@@ -435,6 +430,9 @@ fn run_listen(
         "method": "notifications/subscriptions/acknowledged",
         "params": { "notifications": listen.filter.to_json(), "_meta": { META_SUBSCRIPTION_ID: id } },
     }))?;
+    let limits = service.hub.limits();
+    let keep_alive = Duration::from_millis(limits.keep_alive_ms);
+    let lifetime = Duration::from_millis(limits.max_stream_lifetime_ms);
     let opened = Instant::now();
     let frames = &listen.subscription.frames;
     let mut backlog: VecDeque<Frame> = VecDeque::new();
@@ -442,21 +440,24 @@ fn run_listen(
     loop {
         let next = match backlog.pop_front() {
             Some(frame) => Ok(frame),
-            None => frames.recv_timeout(KEEP_ALIVE),
+            None => frames.recv_timeout(keep_alive.min(lifetime.saturating_sub(opened.elapsed()))),
         };
         match next {
             Ok(Frame::Notify { method, params }) => {
                 stream
                     .send(&json!({ "jsonrpc": "2.0", "method": method, "params": tag(params) }))?;
             }
-            Ok(Frame::TaskChanged(task_id)) => {
-                if !listen.filter.task_ids.contains(&task_id) || finished_tasks.contains(&task_id) {
+            Ok(Frame::TaskChanged { task_id, seq }) => {
+                let wanted = listen.filter.task_ids.contains(&task_id)
+                    && seq > listen.changes_after
+                    && !finished_tasks.contains(&task_id);
+                if !wanted {
                     continue;
                 }
                 // Coalesce: one fresh read covers every queued hint for this task.
                 backlog.extend(frames.try_iter());
                 backlog.retain(
-                    |frame| !matches!(frame, Frame::TaskChanged(other) if *other == task_id),
+                    |frame| !matches!(frame, Frame::TaskChanged { task_id: other, .. } if *other == task_id),
                 );
                 let Some(task) =
                     service.task_notification(&listen.identity, &listen.capabilities, &task_id)
@@ -479,7 +480,7 @@ fn run_listen(
             // Cut off by the hub (queue overflow): end without the graceful answer.
             Err(RecvTimeoutError::Disconnected) => return stream.finish(),
         }
-        if opened.elapsed() > MAX_STREAM_LIFETIME {
+        if opened.elapsed() >= lifetime {
             break;
         }
     }

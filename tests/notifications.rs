@@ -1,0 +1,258 @@
+//! `subscriptions/listen` with task ids: hints from the outbox, re-read with the
+//! subscriber's identity, bounded streams, graceful closing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::tasks::{self, wait_terminal};
+use common::{tasks_caps, Listen, Server};
+use serde_json::{json, Value};
+
+const CONFIG: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
+    [workers]\nthreads = 4\njanitor_interval_ms = 50\nshutdown_grace_ms = 200\n";
+const SECOND: Duration = Duration::from_secs(1);
+
+fn accept(content: Value) -> Value {
+    json!({"action": "accept", "content": content})
+}
+
+/// The params of a `notifications/tasks` message, without the subscription `_meta`.
+fn task_params(message: &Value) -> Value {
+    assert_eq!(message["method"], "notifications/tasks", "{message}");
+    assert_eq!(
+        message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        77
+    );
+    let mut params = message["params"].clone();
+    params.as_object_mut().unwrap().remove("_meta");
+    params
+}
+
+/// `tasks/get` as a notification carries it (no `resultType`).
+fn snapshot(server: &Server, id: &str) -> Value {
+    let mut task = tasks::get(server, id);
+    task.as_object_mut().unwrap().remove("resultType");
+    task
+}
+
+#[test]
+fn a_subscriber_follows_a_task_through_input_to_completion_with_tasks_get_payloads() {
+    let server = Server::start(CONFIG);
+    let id = tasks::create(
+        &server,
+        "approval_then_work",
+        json!({"prepare_seconds": 0.5, "work_seconds": 0.2}),
+        &[],
+    );
+    let mut listen = Listen::open(&server, json!({"taskIds": [id]}), tasks_caps(), &[]);
+    assert_eq!(listen.status, 200);
+    let ack = listen.next_message(5 * SECOND).unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([id]));
+
+    let working = task_params(&listen.next_message(5 * SECOND).unwrap());
+    assert_eq!(working["status"], "working");
+    assert_eq!(working["statusMessage"], "prepared; asking for approval");
+
+    let asking = task_params(&listen.next_message(5 * SECOND).unwrap());
+    assert_eq!(asking["status"], "input_required");
+    assert_eq!(asking, snapshot(&server, &id), "identical to tasks/get");
+
+    tasks::update(
+        &server,
+        &id,
+        json!({"approval": accept(json!({"approved": true}))}),
+        &[],
+    )
+    .result();
+    let resumed = task_params(&listen.next_message(5 * SECOND).unwrap());
+    assert_eq!(resumed["status"], "working");
+    let done = task_params(&listen.next_message(5 * SECOND).unwrap());
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["result"]["resultType"], "complete");
+    assert_eq!(done, snapshot(&server, &id), "identical to tasks/get");
+}
+
+const KEYS: &str = "[[auth.tokens]]\nprincipal = \"alice\"\n\
+    sha256 = \"9c220f200955d76c0a38d308225e0ef10c5f971acaf2f8d1d8f732affa5bd1dc\"\n\
+    [[auth.tokens]]\nprincipal = \"bob\"\n\
+    sha256 = \"97dd3707015dcf069cf73022ed7173b1165db6eff24b441cb57fd069a8c4e525\"\n";
+
+#[test]
+fn a_foreign_task_is_left_out_of_the_acknowledgement_and_never_notified() {
+    let server = Server::start(&format!("{CONFIG}{KEYS}"));
+    let as_alice = [("Authorization", "Bearer alice-token")];
+    let as_bob = [("Authorization", "Bearer bob-token")];
+    let bobs = tasks::create(&server, "slow_compute", json!({"seconds": 0.3}), &as_bob);
+    let alices = tasks::create(&server, "slow_compute", json!({"seconds": 60}), &as_alice);
+    let mut alice = Listen::open(
+        &server,
+        json!({"taskIds": [bobs, alices, "no-such-task"], "toolsListChanged": true}),
+        tasks_caps(),
+        &as_alice,
+    );
+    let ack = alice.next_message(5 * SECOND).unwrap();
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([alices]),
+        "only her own task"
+    );
+    // Bob hears about his task completing; by then the hint has been published to
+    // every stream, so anything Alice got would already be queued before the next
+    // list change.
+    let mut bob = Listen::open(&server, json!({"taskIds": [bobs]}), tasks_caps(), &as_bob);
+    bob.next_message(5 * SECOND).unwrap();
+    let completed = bob.next_message(5 * SECOND).unwrap();
+    assert_eq!(completed["params"]["status"], "completed");
+    server
+        .request_with(
+            "tools/call",
+            json!({"name": "test_trigger_tool_change"}),
+            json!({}),
+            &as_alice,
+        )
+        .result();
+    let next = alice.next_message(5 * SECOND).unwrap();
+    assert_eq!(
+        next["method"], "notifications/tools/list_changed",
+        "not Bob's task: {next}"
+    );
+    tasks::cancel(&server, &alices, &as_alice).result();
+}
+
+#[test]
+fn listening_for_tasks_requires_the_extension() {
+    let server = Server::start(CONFIG);
+    let response = server.request(
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": ["x"]}}),
+        json!({}),
+    );
+    let error = response.expect_error(400, -32021);
+    assert_eq!(
+        error["data"]["requiredCapabilities"],
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    );
+}
+
+#[test]
+fn a_slow_subscriber_is_cut_off_while_others_keep_receiving() {
+    let server = Server::start(&format!("{CONFIG}[notifications]\nqueue_len = 64\n"));
+    let mut reader = Listen::open(&server, json!({"toolsListChanged": true}), json!({}), &[]);
+    let mut stalled = Listen::open_small_buffer(&server, json!({"toolsListChanged": true}));
+    reader.next_message(5 * SECOND).unwrap();
+    stalled.next_message(5 * SECOND).unwrap();
+    // Rounds smaller than the queue, each read in full before the next: the reading
+    // subscriber can never fall behind, whatever the scheduling. The stalled one reads
+    // nothing; ~6 MB of frames exceed what the kernel buffers for it (tcp_wmem max
+    // 4 MiB), so its stream blocks, its queue fills, and the hub cuts it off.
+    const ROUND: usize = 60;
+    const ROUNDS: usize = 700;
+    for _ in 0..ROUNDS {
+        server
+            .call_tool("flood_list_changed", json!({"count": ROUND}), json!({}))
+            .result();
+        for _ in 0..ROUND {
+            let message = reader
+                .next_message(5 * SECOND)
+                .expect("the reader keeps receiving");
+            assert_eq!(message["method"], "notifications/tools/list_changed");
+        }
+    }
+    let late = stalled.drain(30 * SECOND);
+    assert!(
+        late.len() < ROUND * ROUNDS,
+        "cut off after {} messages",
+        late.len()
+    );
+    assert!(
+        late.iter().all(|m| m.get("id").is_none()),
+        "no graceful answer"
+    );
+    // The reader is still subscribed and served.
+    server
+        .call_tool("test_trigger_tool_change", json!({}), json!({}))
+        .result();
+    assert!(reader.next_message(5 * SECOND).is_some());
+}
+
+#[test]
+fn a_task_finishing_between_listen_and_acknowledgement_is_not_lost() {
+    // The seed's recipe: subscribe first, then poll. Whichever way the race goes, the
+    // client learns the terminal state.
+    let server = Server::start(CONFIG);
+    for _ in 0..10 {
+        let id = tasks::create(&server, "slow_compute", json!({"seconds": 0.01}), &[]);
+        let mut listen = Listen::open(&server, json!({"taskIds": [id]}), tasks_caps(), &[]);
+        listen.next_message(5 * SECOND).unwrap();
+        let polled = tasks::get(&server, &id);
+        if tasks::is_terminal(&polled) {
+            continue;
+        }
+        let terminal = (0..5)
+            .filter_map(|_| listen.next_message(5 * SECOND))
+            .map(|message| task_params(&message))
+            .find(tasks::is_terminal);
+        assert!(
+            terminal.is_some(),
+            "a terminal notification follows a working poll"
+        );
+        wait_terminal(&server, &id, 5 * SECOND);
+    }
+}
+
+#[test]
+fn streams_get_keep_alives_and_end_gracefully_at_their_lifetime() {
+    let server = Server::start(&format!(
+        "{CONFIG}[notifications]\nkeep_alive_ms = 100\nmax_stream_lifetime_ms = 700\n"
+    ));
+    let mut listen = Listen::open(&server, json!({"toolsListChanged": true}), json!({}), &[]);
+    listen.next_message(5 * SECOND).unwrap();
+    let comment = (0..20)
+        .filter_map(|_| listen.next_line(SECOND))
+        .find(|line| line.starts_with(':'));
+    assert!(comment.is_some(), "a keep-alive comment arrives");
+    let rest = listen.drain(5 * SECOND);
+    let last = rest.last().expect("the graceful answer");
+    assert_eq!(last["id"], 77);
+    assert_eq!(last["result"]["resultType"], "complete");
+    assert_eq!(
+        last["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        77
+    );
+}
+
+#[test]
+fn subscriptions_per_identity_are_capped() {
+    let server = Server::start(&format!(
+        "{CONFIG}[notifications]\nmax_subscriptions_per_identity = 2\n"
+    ));
+    let mut first = Listen::open(&server, json!({"toolsListChanged": true}), json!({}), &[]);
+    let mut second = Listen::open(&server, json!({"toolsListChanged": true}), json!({}), &[]);
+    first.next_message(5 * SECOND).unwrap();
+    second.next_message(5 * SECOND).unwrap();
+    let third = server.request(
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+        json!({}),
+    );
+    assert_eq!(third.status, 429);
+}
+
+#[test]
+fn shutdown_ends_every_stream_with_its_graceful_answer() {
+    let mut server = Server::start(CONFIG);
+    let mut streams: Vec<Listen> = (0..3)
+        .map(|_| Listen::open(&server, json!({"promptsListChanged": true}), json!({}), &[]))
+        .collect();
+    for stream in &mut streams {
+        stream.next_message(5 * SECOND).unwrap();
+    }
+    assert!(server.terminate(10 * SECOND));
+    for stream in &mut streams {
+        let rest = stream.drain(5 * SECOND);
+        let last = rest.last().expect("a final message");
+        assert_eq!(last["result"]["resultType"], "complete", "{last}");
+    }
+}
