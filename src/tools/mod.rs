@@ -3,9 +3,11 @@
 //! A tool is a [`ToolSpec`] (what `tools/list` shows plus the server-side policy: inline
 //! or task, retries, limits) and a [`Tool`] implementation. The same implementation runs
 //! inline inside a `tools/call` or as a durable task on a worker; the difference is the
-//! [`InvocationHost`] it is given. Built-in tools and (later) command tools register
-//! through [`Registry::register`] — there are no special cases in the protocol layer.
+//! [`InvocationHost`] it is given. Built-in tools and command tools ([`command`]: any
+//! executable declared in `[[tools]]`) register through [`Registry::register`] — there
+//! are no special cases in the protocol layer.
 
+pub mod command;
 mod registry;
 pub mod schema;
 
