@@ -28,5 +28,6 @@ while [ "$i" -le "$sections" ]; do
     i=$((i + 1))
 done
 
+printf '{"progress": %d, "total": %d, "message": "Report complete"}\n' "$sections" "$sections"
 printf '{"result": {"content": [{"type": "text", "text": "Report on %s%s"}], "structuredContent": {"topic": "%s", "sections": %d}}}\n' \
     "$topic" "$body" "$topic" "$sections"
