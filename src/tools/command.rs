@@ -22,9 +22,10 @@
 //!   so far (task runs: every round's; inline runs: the client's latest round); and the
 //!   opaque `state` the program returned with its last `inputRequired`.
 //! - **stdout** carries JSON lines. While running, progress lines
-//!   `{"progress": n, "total": m, "message": "…"}` (`total` and `message` optional)
-//!   become the task's `statusMessage` (or `notifications/progress` inline, when the
-//!   client sent a progress token). The last non-blank line is the **final message**,
+//!   `{"progress": n, "total": m, "message": "…"}` (`total` and `message` optional;
+//!   lines over 16 KiB are never progress; messages are cut to 1 KiB) become the task's
+//!   `statusMessage` (or `notifications/progress` inline, when the client sent a
+//!   progress token). The last non-blank line is the **final message**,
 //!   exactly one of:
 //!   - `{"result": <CallToolResult>}` — `content` and/or `structuredContent`, optional
 //!     `isError` (a tool error is `{"result": {"isError": true, "content": […]}}`);
@@ -70,7 +71,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -98,6 +99,8 @@ const PIPE_GRACE: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(20);
 /// Longest progress message kept.
 const MAX_MESSAGE: usize = 1024;
+/// Longer lines are never progress lines (so a large result is not parsed twice).
+const MAX_PROGRESS_LINE: usize = 16 * 1024;
 
 /// A declared program, ready to run.
 pub struct CommandTool {
@@ -515,7 +518,7 @@ fn forward(host: &mut dyn InvocationHost, progress: &Progress) {
 /// A progress line: an object with a numeric `progress`, optional numeric `total` and
 /// string `message`, and nothing else.
 fn parse_progress(line: &[u8]) -> Option<Progress> {
-    if line.trim_ascii_start().first() != Some(&b'{') {
+    if line.len() > MAX_PROGRESS_LINE || line.trim_ascii_start().first() != Some(&b'{') {
         return None;
     }
     let object: Map<String, Value> = serde_json::from_slice(line).ok()?;
@@ -589,9 +592,9 @@ fn start_helpers(
 
 /// Reads stdout to EOF, keeping at most `limit` bytes and reporting progress lines as
 /// they complete. Past the limit it reports the overflow once and discards the rest.
-fn read_stdout(mut pipe: ChildStdout, limit: usize, events: &Sender<Event>) -> Captured {
+fn read_stdout(mut pipe: impl Read, limit: usize, events: &Sender<Event>) -> Captured {
     let mut bytes = Vec::new();
-    let mut scanned = 0;
+    let mut line_start = 0;
     let mut overflowed = false;
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
@@ -609,19 +612,24 @@ fn read_stdout(mut pipe: ChildStdout, limit: usize, events: &Sender<Event>) -> C
             let _ = events.send(Event::Overflow);
             continue;
         }
+        let fresh = bytes.len();
         bytes.extend_from_slice(&chunk[..read]);
-        while let Some(end) = bytes[scanned..].iter().position(|&b| b == b'\n') {
-            if let Some(progress) = parse_progress(&bytes[scanned..scanned + end]) {
+        // Only the new bytes are searched: a long line costs one pass, not one per read.
+        let mut from = fresh;
+        while let Some(offset) = bytes[from..].iter().position(|&b| b == b'\n') {
+            let end = from + offset;
+            if let Some(progress) = parse_progress(&bytes[line_start..end]) {
                 let _ = events.send(Event::Progress(progress));
             }
-            scanned += end + 1;
+            line_start = end + 1;
+            from = line_start;
         }
     }
     Captured { bytes }
 }
 
 /// Reads stderr to EOF, keeping the last [`STDERR_TAIL`] bytes.
-fn read_stderr(mut pipe: ChildStderr) -> Vec<u8> {
+fn read_stderr(mut pipe: impl Read) -> Vec<u8> {
     let mut tail = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
@@ -886,6 +894,39 @@ mod tests {
         assert!(parse_progress(br#"{"progress": "2"}"#).is_none());
         assert!(parse_progress(br#"{"progress": 1, "extra": true}"#).is_none());
         assert!(parse_progress(b"progress 1").is_none());
+    }
+
+    /// Hands out a few bytes per read, so lines straddle reads.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.len().min(buf.len()).min(3);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn stdout_is_scanned_for_progress_across_reads_and_bounded() {
+        let out = b"text\n{\"progress\": 1, \"message\": \"one\"}\n{\"progress\": 2}\ntail";
+        let (events, received) = crossbeam_channel::unbounded();
+        let captured = read_stdout(Trickle(out), 1000, &events);
+        assert_eq!(captured.bytes, out);
+        let seen: Vec<f64> = received
+            .try_iter()
+            .map(|event| match event {
+                Event::Progress(progress) => progress.progress,
+                Event::Overflow => panic!("no overflow expected"),
+            })
+            .collect();
+        assert_eq!(seen, vec![1.0, 2.0]);
+
+        let captured = read_stdout(Trickle(out), 10, &events);
+        assert!(captured.bytes.len() <= 10);
+        assert!(matches!(received.try_recv(), Ok(Event::Overflow)));
+        assert!(received.try_recv().is_err(), "overflow is reported once");
     }
 
     #[test]
