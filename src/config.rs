@@ -4,11 +4,19 @@
 //! (`examples/default.toml`): loopback only, a data dir under the working directory and
 //! the built-in demo tools. Unknown keys are errors, so a typo never silently falls back
 //! to a default.
+//!
+//! `[[tools]]` entries declare command tools (see [`crate::tools::command`]); each is
+//! checked here — with errors naming the tool and the field — and built into a tool by
+//! [`crate::server::build_catalog`]. Relative paths in them resolve against the
+//! directory of the configuration file (the working directory for the embedded default).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use crate::tools::TaskPolicy;
 
 /// The configuration used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../examples/default.toml");
@@ -32,6 +40,16 @@ pub struct Config {
     pub auth: AuthConfig,
     #[serde(default)]
     pub builtin: BuiltinConfig,
+    /// `[[tools]]`, kept raw until [`Config::parse_in`] types each entry, so that errors
+    /// can name the tool.
+    #[serde(default, rename = "tools")]
+    raw_tools: Vec<toml::Table>,
+    /// Command tools, in declaration order.
+    #[serde(skip)]
+    pub tools: Vec<CommandToolConfig>,
+    /// The directory relative paths in `[[tools]]` resolve against.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -248,20 +266,97 @@ impl Default for BuiltinConfig {
     }
 }
 
+/// One `[[tools]]` entry: an executable served as an MCP tool. See
+/// [`crate::tools::command`] for how it runs and README.md for every key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandToolConfig {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: String,
+    /// A TOML table or a string holding JSON; `{"type": "object"}` when absent.
+    pub input_schema: Option<toml::Value>,
+    /// A TOML table or a string holding JSON.
+    pub output_schema: Option<toml::Value>,
+    /// `ToolAnnotations`, as a TOML table or a string holding JSON.
+    pub annotations: Option<toml::Value>,
+    /// `inline`, `optional` (the default) or `required`.
+    #[serde(default = "default_task_policy")]
+    pub task_policy: TaskPolicy,
+    /// The program and its arguments; no shell is involved.
+    pub command: Vec<String>,
+    /// The program's working directory; the configuration file's directory by default.
+    pub working_dir: Option<PathBuf>,
+    /// The program's whole environment besides `PATH` (which has a safe default) and
+    /// the `MCP_TASK_*` variables. Nothing is inherited from the server.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Hard limit for one run of the program.
+    pub timeout_ms: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub backoff_ms: Option<u64>,
+    /// Most runs of this tool at once (task attempts and inline calls together).
+    pub max_concurrency: Option<usize>,
+    pub ttl_ms: Option<u64>,
+    pub poll_interval_ms: Option<u64>,
+    /// The argument whose value makes task submission idempotent.
+    pub idempotency_argument: Option<String>,
+    /// Most bytes the program may write to stdout in one run.
+    pub max_output_bytes: Option<usize>,
+}
+
+/// Only the `[[tools]]` of a configuration, typed: used to locate a bad entry's error.
+#[derive(Deserialize)]
+struct TypedTools {
+    #[serde(default)]
+    #[allow(dead_code)]
+    tools: Vec<CommandToolConfig>,
+}
+
+fn default_task_policy() -> TaskPolicy {
+    TaskPolicy::Optional
+}
+
 impl Config {
+    /// Parses a configuration whose relative tool paths resolve against the working
+    /// directory.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        Config::parse_in(text, Path::new("."))
+    }
+
+    /// Parses a configuration whose relative tool paths resolve against `base_dir`.
+    pub fn parse_in(text: &str, base_dir: &Path) -> Result<Config, String> {
+        let mut config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.base_dir =
+            std::path::absolute(base_dir).map_err(|e| format!("{}: {e}", base_dir.display()))?;
+        for (index, table) in std::mem::take(&mut config.raw_tools)
+            .into_iter()
+            .enumerate()
+        {
+            let label = tool_label(index, table.get("name").and_then(toml::Value::as_str));
+            let tool = CommandToolConfig::deserialize(toml::Value::Table(table)).map_err(|e| {
+                // Parse the text again, typed, for an error that shows the offending line.
+                let located = toml::from_str::<TypedTools>(text).err();
+                let detail = located.map_or_else(|| e.message().to_owned(), |e| e.to_string());
+                format!("{label}: {}", detail.trim_end())
+            })?;
+            config.tools.push(tool);
+        }
         config.check()?;
         Ok(config)
     }
 
-    pub fn load(path: Option<&std::path::Path>) -> Result<Config, String> {
+    pub fn load(path: Option<&Path>) -> Result<Config, String> {
         match path {
             None => Config::parse(EMBEDDED_DEFAULT).map_err(|e| format!("embedded default: {e}")),
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
-                Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+                let base_dir = match path.parent() {
+                    Some(parent) if !parent.as_os_str().is_empty() => parent,
+                    _ => Path::new("."),
+                };
+                Config::parse_in(&text, base_dir).map_err(|e| format!("{}: {e}", path.display()))
             }
         }
     }
@@ -320,6 +415,10 @@ impl Config {
                 ));
             }
         }
+        for (index, tool) in self.tools.iter().enumerate() {
+            crate::tools::command::CommandTool::build(tool, &self.base_dir)
+                .map_err(|e| format!("{}: {e}", tool_label(index, Some(&tool.name))))?;
+        }
         if !s.listen.ip().is_loopback() {
             if self.auth.tokens.is_empty() && !s.allow_unauthenticated_remote {
                 return Err(format!(
@@ -340,6 +439,14 @@ impl Config {
     }
 }
 
+/// How errors name the `index`th `[[tools]]` entry.
+pub fn tool_label(index: usize, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("tools[{index}] (\"{name}\")"),
+        None => format!("tools[{index}]"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +461,58 @@ mod tests {
     fn unknown_keys_are_errors() {
         let error = Config::parse("[server]\nlisten_addr = \"127.0.0.1:1\"\n").unwrap_err();
         assert!(error.contains("listen_addr"), "{error}");
+    }
+
+    #[test]
+    fn tools_take_table_or_json_schemas_in_declared_order() {
+        let config = Config::parse(
+            r#"
+[[tools]]
+name = "a"
+description = "d"
+command = ["/bin/sh"]
+input_schema = { type = "object", properties = { zeta = { type = "string" }, alpha = { type = "integer" } } }
+
+[[tools]]
+name = "b"
+description = "d"
+command = ["/bin/sh"]
+input_schema = '{"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}}}'
+"#,
+        )
+        .unwrap();
+        let schema = |index: usize| {
+            crate::tools::command::CommandTool::build(&config.tools[index], &config.base_dir)
+                .unwrap()
+                .0
+                .input_schema
+        };
+        assert_eq!(schema(0), schema(1));
+        let keys: Vec<String> = schema(0)["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(keys, ["zeta", "alpha"]);
+    }
+
+    #[test]
+    fn relative_commands_resolve_against_the_config_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        let program = dir.path().join("bin/tool.sh");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let text = "[[tools]]\nname = \"t\"\ndescription = \"d\"\ncommand = [\"bin/tool.sh\"]\n";
+        let config = Config::parse_in(text, dir.path()).unwrap();
+        assert_eq!(config.base_dir, dir.path());
+        let error = Config::parse_in(text, Path::new("/")).unwrap_err();
+        assert!(
+            error.contains("tools[0] (\"t\")") && error.contains("command"),
+            "{error}"
+        );
     }
 
     #[test]

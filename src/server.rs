@@ -28,6 +28,13 @@ pub fn build_catalog(config: &Config, hub: &Arc<Hub>) -> Result<(Registry, Catal
     let mut tools = Registry::default();
     let mut catalog = Catalog::default();
     crate::builtin::register(&config.builtin.sets, &mut tools, &mut catalog, hub)?;
+    for (index, declared) in config.tools.iter().enumerate() {
+        let label = crate::config::tool_label(index, Some(&declared.name));
+        let (spec, tool) = crate::tools::command::CommandTool::build(declared, &config.base_dir)
+            .map_err(|e| format!("{label}: {e}"))?;
+        // Registry errors already name the tool.
+        tools.register(spec, Arc::new(tool))?;
+    }
     Ok((tools, catalog))
 }
 

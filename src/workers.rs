@@ -394,6 +394,7 @@ fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Fin
     let mut host = TaskHost {
         store: &shared.store,
         task_id: &claim.task_id,
+        attempt: claim.attempt,
         token: &claim.token,
         control,
         last_status: None,
@@ -436,10 +437,21 @@ fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Fin
             }
         }
         Ok(Outcome::Error(error)) => failed(error),
+        Ok(Outcome::Retry(reason)) => {
+            log::warn!(
+                "tool {} failed attempt {}: {reason}",
+                claim.tool,
+                claim.attempt
+            );
+            Finish::Retry { reason }
+        }
         Ok(Outcome::Cancelled) => match control.reason() {
             Stop::Shutdown => Finish::Release,
             Stop::Deadline => Finish::Retry {
-                reason: "the attempt exceeded its deadline".into(),
+                reason: format!(
+                    "the attempt exceeded its deadline (timeout {} ms)",
+                    tool.spec.execution.timeout.as_millis()
+                ),
             },
             Stop::LeaseLost | Stop::Expired => Finish::Retry {
                 reason: "the attempt lost its lease".into(),
@@ -461,6 +473,7 @@ fn is_input_request(request: &Value) -> bool {
 struct TaskHost<'a> {
     store: &'a Arc<Store>,
     task_id: &'a str,
+    attempt: i64,
     token: &'a str,
     control: &'a Arc<AttemptControl>,
     last_status: Option<Instant>,
@@ -518,5 +531,9 @@ impl InvocationHost for TaskHost<'_> {
             return false;
         }
         !self.cancelled()
+    }
+
+    fn task_attempt(&self) -> Option<(&str, i64)> {
+        Some((self.task_id, self.attempt))
     }
 }

@@ -205,6 +205,10 @@ impl Service {
             }
             Outcome::Error(error) => Err(error),
             Outcome::Cancelled => Err(RpcError::internal()),
+            Outcome::Retry(reason) => {
+                log::error!("prompt {name} failed: {reason}");
+                Err(RpcError::internal())
+            }
         }
     }
 
@@ -458,6 +462,12 @@ impl Service {
             }
             Outcome::Error(error) => Err(error),
             Outcome::Cancelled => Err(RpcError::internal()),
+            // Inline there is no retry: the client sees a generic internal error, the
+            // reason (which never holds arguments or results) goes to the log.
+            Outcome::Retry(reason) => {
+                log::error!("tool {} failed during tools/call: {reason}", tool.spec.name);
+                Err(RpcError::internal())
+            }
         }
     }
 

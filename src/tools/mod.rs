@@ -3,9 +3,11 @@
 //! A tool is a [`ToolSpec`] (what `tools/list` shows plus the server-side policy: inline
 //! or task, retries, limits) and a [`Tool`] implementation. The same implementation runs
 //! inline inside a `tools/call` or as a durable task on a worker; the difference is the
-//! [`InvocationHost`] it is given. Built-in tools and (later) command tools register
-//! through [`Registry::register`] — there are no special cases in the protocol layer.
+//! [`InvocationHost`] it is given. Built-in tools and command tools ([`command`]: any
+//! executable declared in `[[tools]]`) register through [`Registry::register`] — there
+//! are no special cases in the protocol layer.
 
+pub mod command;
 mod registry;
 pub mod schema;
 
@@ -150,6 +152,12 @@ pub enum Outcome {
     Error(RpcError),
     /// The run stopped because cancellation was requested.
     Cancelled,
+    /// The run failed in a way worth retrying (a crashed or timed-out program, malformed
+    /// output). On a worker the attempt is retried with backoff, and the task fails after
+    /// the last attempt with this reason in its error message; inline, the client gets
+    /// `-32603` and the reason goes to the log only. The reason must not contain
+    /// arguments or results.
+    Retry(String),
 }
 
 /// What a task tool decides synchronously, inside `tools/call`, before a task exists.
@@ -174,6 +182,11 @@ pub trait InvocationHost {
     fn cancelled(&self) -> bool;
     /// Sleeps up to `duration`; returns `false` early when the run should stop.
     fn sleep(&mut self, duration: Duration) -> bool;
+    /// The task id and attempt number (1-based) when this run is a task attempt; `None`
+    /// inline.
+    fn task_attempt(&self) -> Option<(&str, i64)> {
+        None
+    }
 }
 
 /// One call of a tool: its validated inputs plus the host it runs in.
