@@ -18,6 +18,14 @@ fn config_with(threads: usize, lease_ms: u64, extra: &str) -> String {
     )
 }
 
+/// Waits until a worker runs the `slow_compute` task (it then says "computing").
+fn wait_until_running(server: &Server, id: &str) {
+    poll_until(Duration::from_secs(5), || {
+        (tasks::get(server, id)["statusMessage"] == "computing").then_some(())
+    })
+    .expect("a worker claims the task");
+}
+
 fn config(extra: &str) -> String {
     config_with(2, 1000, extra)
 }
@@ -106,12 +114,7 @@ fn cancel_racing_completion_ends_in_exactly_one_terminal_state() {
 fn a_running_task_is_cancelled_within_a_second() {
     let server = Server::start(&config(""));
     let id = tasks::create(&server, "slow_compute", json!({"seconds": 60}), &[]);
-    poll_until(Duration::from_secs(5), || {
-        (tasks::get(&server, &id)["status"] == "working").then_some(())
-    })
-    .unwrap();
-    // Wait for it to be claimed (a queued task would be cancelled at once anyway).
-    std::thread::sleep(Duration::from_millis(100));
+    wait_until_running(&server, &id);
     let asked = Instant::now();
     tasks::cancel(&server, &id, &[]).result();
     let task = wait_terminal(&server, &id, Duration::from_secs(5));
@@ -227,7 +230,7 @@ fn graceful_shutdown_releases_running_tasks_without_failing_them() {
     let config = config("");
     let mut server = Server::start_in(dir.path(), &config);
     let id = tasks::create(&server, "slow_compute", json!({"seconds": 2}), &[]);
-    std::thread::sleep(Duration::from_millis(200)); // let a worker claim it
+    wait_until_running(&server, &id);
     assert!(
         server.terminate(Duration::from_secs(5)),
         "exits within its grace period"

@@ -42,7 +42,7 @@ fn a_subscriber_follows_a_task_through_input_to_completion_with_tasks_get_payloa
     let id = tasks::create(
         &server,
         "approval_then_work",
-        json!({"prepare_seconds": 0.5, "work_seconds": 0.2}),
+        json!({"prepare_seconds": 0.5, "work_seconds": 0.5}),
         &[],
     );
     let mut listen = Listen::open(&server, json!({"taskIds": [id]}), tasks_caps(), &[]);

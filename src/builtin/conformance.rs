@@ -510,6 +510,7 @@ fn register_task_tools(tools: &mut Registry) -> Result<(), String> {
                 .and_then(Value::as_f64)
                 .unwrap_or(0.0);
             let label = call.str_arg("label").unwrap_or("computation").to_owned();
+            call.host.progress(0.0, Some(seconds), Some("computing"));
             if !call.host.sleep(Duration::from_secs_f64(seconds)) {
                 return Outcome::Cancelled;
             }

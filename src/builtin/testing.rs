@@ -99,6 +99,11 @@ pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
                     }
                     call.host
                         .progress(1.0, Some(2.0), Some("prepared; asking for approval"));
+                    // A second phase as long as the first, so a subscriber re-reading the
+                    // task after the status message still finds it working.
+                    if !call.host.sleep(Duration::from_secs_f64(prepare)) {
+                        return Outcome::Cancelled;
+                    }
                 }
                 return Outcome::InputRequired {
                     requests: input_requests(&[(

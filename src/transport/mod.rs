@@ -170,6 +170,14 @@ impl Frontend {
         let admitted = self.admit(&mut request);
         match admitted {
             Admitted::Respond(response) => {
+                // tiny_http neither skips an unread chunked body nor lets us close the
+                // connection (it drops a `Connection: close` response header), so the
+                // rest of such a body would be parsed as the next request on this
+                // connection. Read it to its end first. (Bodies with a Content-Length
+                // are skipped by tiny_http itself.)
+                if request.body_length().is_none() {
+                    let _ = std::io::copy(request.as_reader(), &mut std::io::sink());
+                }
                 let _ = request.respond(response);
             }
             Admitted::Mcp(admitted) => {
@@ -354,7 +362,7 @@ impl Frontend {
             let error =
                 RpcError::invalid_request(format!("request body larger than {limit} bytes"))
                     .with_status(413);
-            with_header(error_response(&Value::Null, &error), "Connection", "close")
+            error_response(&Value::Null, &error)
         };
         if request.body_length().is_some_and(|length| length > limit) {
             return Err(too_large());

@@ -104,23 +104,91 @@ impl Server {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Sends raw bytes as a POST to `path` with exactly the given headers.
+    /// Sends raw bytes as a POST to `path` with the given headers. `Host`,
+    /// `Connection: close` and a correct `Content-Length` are added unless `headers`
+    /// already names them (so a test can send a foreign `Host` or a lying length).
     pub fn post_raw(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
-        let mut request = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.addr,
-            body.len()
-        )
-        .into_bytes();
+        self.exchange(&self.raw_request("POST", path, headers, body))
+    }
+
+    /// The bytes of an HTTP/1.1 request as [`Server::post_raw`] sends it.
+    pub fn raw_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Vec<u8> {
+        let has = |name: &str| headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(name));
+        let mut request = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+        if !has("Host") {
+            request.extend_from_slice(format!("Host: {}\r\n", self.addr).as_bytes());
+        }
+        if !has("Connection") {
+            request.extend_from_slice(b"Connection: close\r\n");
+        }
+        if !has("Content-Length") && !has("Transfer-Encoding") {
+            request.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+        }
         for (name, value) in headers {
             request.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
         }
         request.extend_from_slice(b"\r\n");
         request.extend_from_slice(body);
-        self.exchange(&request)
+        request
     }
 
-    /// Sends a complete raw HTTP request and reads the whole response.
+    /// POSTs `body` with `Transfer-Encoding: chunked` (no `Content-Length`), in chunks of
+    /// `chunk` bytes.
+    pub fn post_chunked(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        chunk: usize,
+    ) -> HttpResponse {
+        let mut encoded = Vec::new();
+        for piece in body.chunks(chunk.max(1)) {
+            encoded.extend_from_slice(format!("{:X}\r\n", piece.len()).as_bytes());
+            encoded.extend_from_slice(piece);
+            encoded.extend_from_slice(b"\r\n");
+        }
+        encoded.extend_from_slice(b"0\r\n\r\n");
+        let mut all: Vec<(&str, &str)> = vec![("Transfer-Encoding", "chunked")];
+        all.extend_from_slice(headers);
+        self.post_raw(path, &all, &encoded)
+    }
+
+    /// Sends `bytes` as they are, half-closes the connection and reads whatever comes
+    /// back within `limit`. Never panics: write errors are ignored (the server may close
+    /// early) and `None` means no parseable HTTP response arrived.
+    pub fn try_exchange(&self, bytes: &[u8], limit: Duration) -> Option<HttpResponse> {
+        HttpResponse::try_parse(&self.try_exchange_raw(bytes, limit)?)
+    }
+
+    /// Like [`Server::try_exchange`], returning every byte the server sent (possibly
+    /// several responses); `None` only when the connection could not be made.
+    pub fn try_exchange_raw(&self, bytes: &[u8], limit: Duration) -> Option<Vec<u8>> {
+        let mut stream = TcpStream::connect(self.addr).ok()?;
+        stream.set_read_timeout(Some(limit)).ok()?;
+        stream.set_write_timeout(Some(limit)).ok()?;
+        let _ = stream.write_all(bytes);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let deadline = Instant::now() + limit;
+        let mut raw = Vec::new();
+        let mut buffer = [0u8; 16 * 1024];
+        while Instant::now() < deadline {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => raw.extend_from_slice(&buffer[..n]),
+            }
+        }
+        Some(raw)
+    }
+
+    /// Sends a complete raw HTTP request and reads the whole response: up to its
+    /// `Content-Length` when it has one (the server may keep reading an unfinished
+    /// request body), otherwise to the end of the connection.
     pub fn exchange(&self, request: &[u8]) -> HttpResponse {
         let mut stream = TcpStream::connect(self.addr).expect("connect");
         stream
@@ -128,7 +196,13 @@ impl Server {
             .expect("timeout");
         stream.write_all(request).expect("write request");
         let mut raw = Vec::new();
-        let _ = stream.read_to_end(&mut raw);
+        let mut buffer = [0u8; 16 * 1024];
+        while !response_complete(&raw) {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => raw.extend_from_slice(&buffer[..n]),
+            }
+        }
         HttpResponse::parse(&raw)
     }
 
@@ -215,17 +289,24 @@ pub struct HttpResponse {
 
 impl HttpResponse {
     fn parse(raw: &[u8]) -> HttpResponse {
-        let split = raw
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(raw)));
+        HttpResponse::try_parse(raw).unwrap_or_else(|| {
+            panic!(
+                "not an HTTP response: {:?}",
+                String::from_utf8_lossy(&raw[..raw.len().min(2000)])
+            )
+        })
+    }
+
+    /// Parses one HTTP response (status line, headers, body to the end of `raw`).
+    pub fn try_parse(raw: &[u8]) -> Option<HttpResponse> {
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
         let head = String::from_utf8_lossy(&raw[..split]).to_string();
         let mut lines = head.split("\r\n");
         let status = lines
             .next()
+            .filter(|line| line.starts_with("HTTP/"))
             .and_then(|line| line.split(' ').nth(1))
-            .and_then(|code| code.parse().ok())
-            .expect("status line");
+            .and_then(|code| code.parse().ok())?;
         let headers: Vec<(String, String)> = lines
             .filter_map(|line| line.split_once(':'))
             .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
@@ -239,11 +320,11 @@ impl HttpResponse {
         } else {
             rest.to_vec()
         };
-        HttpResponse {
+        Some(HttpResponse {
             status,
             headers,
             body,
-        }
+        })
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -297,6 +378,18 @@ impl HttpResponse {
     }
 }
 
+/// Whether `raw` holds a whole response with a `Content-Length` body.
+fn response_complete(raw: &[u8]) -> bool {
+    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    head.lines()
+        .filter_map(|line| line.strip_prefix("content-length:"))
+        .find_map(|value| value.trim().parse::<usize>().ok())
+        .is_some_and(|length| raw.len() >= split + 4 + length)
+}
+
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
@@ -330,6 +423,163 @@ pub fn poll_until<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> O
 }
 
 pub const CONFORMANCE: &str = "[builtin]\nsets = [\"conformance\"]\n";
+
+/// Both built-in sets: the conformance fixtures first (so `tools[0]` stays
+/// `test_simple_text`), then the demo `echo` tool, `summarize` prompt and `about` resource.
+pub const ALL_SETS: &str = "[builtin]\nsets = [\"conformance\", \"demo\"]\n";
+
+/// A well-formed MCP request that a test then breaks in exactly one place.
+///
+/// By default: id 7, `params._meta` with the protocol version and `{}` capabilities, and
+/// the headers the conformance harness sends (`Mcp-Name` mirrored from `params.name` /
+/// `params.uri` / `params.taskId` for the methods that need it).
+#[derive(Clone, Debug)]
+pub struct Rpc {
+    pub body: Value,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Rpc {
+    pub fn new(method: &str, mut params: Value) -> Rpc {
+        let object = params.as_object_mut().expect("params object");
+        let meta = object.entry("_meta").or_insert_with(|| json!({}));
+        meta["io.modelcontextprotocol/protocolVersion"] = json!(VERSION);
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+        let mut headers = vec![
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+            (
+                "Accept".to_owned(),
+                "application/json, text/event-stream".to_owned(),
+            ),
+            ("MCP-Protocol-Version".to_owned(), VERSION.to_owned()),
+            ("Mcp-Method".to_owned(), method.to_owned()),
+        ];
+        let source = match method {
+            "tools/call" | "prompts/get" => Some("name"),
+            "resources/read" => Some("uri"),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+            _ => None,
+        };
+        if let Some(value) = source.and_then(|key| params[key].as_str()) {
+            headers.push(("Mcp-Name".to_owned(), value.to_owned()));
+        }
+        Rpc {
+            body: json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}),
+            headers,
+        }
+    }
+
+    /// `tools/call` of `name` with `arguments`.
+    pub fn tool(name: &str, arguments: Value) -> Rpc {
+        Rpc::new("tools/call", json!({"name": name, "arguments": arguments}))
+    }
+
+    pub fn id(mut self, id: Value) -> Rpc {
+        self.body["id"] = id;
+        self
+    }
+
+    /// Sets a header, replacing any of the same name (names compared case-insensitively).
+    pub fn header(self, name: &str, value: &str) -> Rpc {
+        let mut rpc = self.without_header(name);
+        rpc.headers.push((name.to_owned(), value.to_owned()));
+        rpc
+    }
+
+    pub fn without_header(mut self, name: &str) -> Rpc {
+        self.headers.retain(|(h, _)| !h.eq_ignore_ascii_case(name));
+        self
+    }
+
+    /// Sets `params._meta[key]`.
+    pub fn meta(mut self, key: &str, value: Value) -> Rpc {
+        self.body["params"]["_meta"][key] = value;
+        self
+    }
+
+    /// The request's client capabilities.
+    pub fn caps(self, capabilities: Value) -> Rpc {
+        self.meta("io.modelcontextprotocol/clientCapabilities", capabilities)
+    }
+
+    pub fn without_meta(mut self, key: &str) -> Rpc {
+        if let Some(meta) = self.body["params"]["_meta"].as_object_mut() {
+            meta.remove(key);
+        }
+        self
+    }
+
+    /// Sets `params[key]`.
+    pub fn param(mut self, key: &str, value: Value) -> Rpc {
+        self.body["params"][key] = value;
+        self
+    }
+
+    /// Arbitrary edits of the JSON body.
+    pub fn edit(mut self, edit: impl FnOnce(&mut Value)) -> Rpc {
+        edit(&mut self.body);
+        self
+    }
+
+    pub fn header_pairs(&self) -> Vec<(&str, &str)> {
+        self.headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect()
+    }
+
+    pub fn send(&self, server: &Server) -> HttpResponse {
+        self.send_bytes(server, self.body.to_string().as_bytes())
+    }
+
+    /// Sends these headers with `body` instead of the JSON body.
+    pub fn send_bytes(&self, server: &Server, body: &[u8]) -> HttpResponse {
+        server.post_raw("/mcp", &self.header_pairs(), body)
+    }
+
+    /// The full HTTP request as bytes.
+    pub fn to_bytes(&self, server: &Server) -> Vec<u8> {
+        server.raw_request(
+            "POST",
+            "/mcp",
+            &self.header_pairs(),
+            self.body.to_string().as_bytes(),
+        )
+    }
+}
+
+impl HttpResponse {
+    /// Asserts an `application/json` JSON-RPC error with this HTTP status and code that
+    /// echoes `id`; returns the `error` member.
+    pub fn expect_rpc_error(&self, status: u16, code: i64, id: &Value) -> Value {
+        assert_eq!(self.status, status, "HTTP status of {}", self.text());
+        assert!(
+            self.header("content-type")
+                .is_some_and(|t| t.starts_with("application/json")),
+            "error content type: {:?}",
+            self.header("content-type")
+        );
+        let message = self.json();
+        assert_eq!(message["jsonrpc"], "2.0", "jsonrpc in {message}");
+        assert_eq!(message["error"]["code"], code, "error code in {message}");
+        assert!(
+            message["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "error message in {message}"
+        );
+        assert_eq!(
+            message.get("id"),
+            Some(id),
+            "the error must echo id {id}: {message}"
+        );
+        assert!(
+            message.get("result").is_none(),
+            "error with a result: {message}"
+        );
+        message["error"].clone()
+    }
+}
 
 /// Task helpers over the harness, for a client declaring the Tasks extension.
 pub mod tasks {
