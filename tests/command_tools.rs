@@ -314,13 +314,14 @@ fn an_inline_input_round_uses_request_state() {
 #[test]
 fn a_timeout_kills_the_attempt_which_is_retried_then_fails() {
     let (_temp, work) = temp();
-    let extra = "timeout_ms = 600\nmax_attempts = 2";
+    // Long enough for the script to record itself even on a loaded machine.
+    let extra = "timeout_ms = 2000\nmax_attempts = 2";
     let server = Server::start(&config(&shell_tool("slow", "linger.sh", &work, extra)));
     let task = start_task(&server, "slow", json!({}));
     let failed = wait_for(&server, &task, "failed");
     let message = failed["error"]["message"].as_str().expect("message");
     assert!(
-        message.contains("Task failed after 2 attempts") && message.contains("timeout 600 ms"),
+        message.contains("Task failed after 2 attempts") && message.contains("timeout 2000 ms"),
         "{failed}"
     );
     let runs = lines(&work.join("runs"));
