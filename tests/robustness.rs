@@ -592,10 +592,9 @@ fn unread_chunked_bodies_are_never_parsed_as_requests() {
 /// tiny_http 0.12 drains an unread Content-Length body on drop with
 /// `vec![0; remaining]`, so one request declaring more bytes than the machine has
 /// (sending none) makes the allocation fail and aborts the whole server, whatever the
-/// handler answered (tiny-http/tiny-http PR #290, not released). Not fixable from
-/// src/ without patching the dependency; run with `--ignored` to reproduce.
+/// handler answered (tiny-http/tiny-http PR #290, not released). Fixed by patch 1 of
+/// vendor/tiny_http/PATCHES.md.
 #[test]
-#[ignore = "aborts the server: tiny_http 0.12 EqualReader::drop allocates the declared Content-Length"]
 fn a_huge_declared_content_length_does_not_kill_the_server() {
     let mut server = Server::start(ALL_SETS);
     for length in ["1000000000000000", "9223372036854775807"] {
@@ -621,9 +620,8 @@ fn a_huge_declared_content_length_does_not_kill_the_server() {
 /// waits forever: the client never gets an answer and the connection's thread and
 /// sockets are never released, even after the client has gone (a thread and two file
 /// descriptors leaked per request). Happens inside tiny_http before any request
-/// reaches the server's code; run with `--ignored` to reproduce.
+/// reaches the server's code; fixed by patch 2 of vendor/tiny_http/PATCHES.md.
 #[test]
-#[ignore = "tiny_http 0.12 deadlocks the connection on an HTTP/2.0 request line (leaks a thread and its sockets)"]
 fn unsupported_http_versions_are_answered_and_closed() {
     let server = Server::start(ALL_SETS);
     for request in [
@@ -649,9 +647,8 @@ fn unsupported_http_versions_are_answered_and_closed() {
 /// the client likes (no read timeout). So a burst of stalled connections on a fresh
 /// server can leave the next, well-formed request unanswered indefinitely. Observed on
 /// about 4 of 10 fresh servers; each attempt below uses a fresh one. Happens before any
-/// request reaches the server's code; run with `--ignored` to reproduce.
+/// request reaches the server's code; fixed by patches 3 and 4 of vendor/tiny_http/PATCHES.md.
 #[test]
-#[ignore = "tiny_http 0.12 TaskPool: a burst of stalled connections can starve later ones"]
 fn stalled_connections_do_not_starve_new_requests() {
     for attempt in 0..10 {
         let server = Server::start(ALL_SETS);
