@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{HttpResponse, Listen, Rpc, Server, ALL_SETS};
+use mcp_taskd::protocol::METHODS;
 use serde_json::{json, Value};
 
 /// xorshift64: a tiny deterministic PRNG (fixed seed, so every run sends the same bytes).
@@ -31,23 +32,6 @@ impl XorShift {
         (0..len).map(|_| self.next() as u8).collect()
     }
 }
-
-/// The methods the server implements (anything else must be 404 / -32601).
-const KNOWN_METHODS: &[&str] = &[
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "subscriptions/listen",
-    "tasks/get",
-    "tasks/update",
-    "tasks/cancel",
-];
 
 /// Bytes that tend to matter to JSON and HTTP parsers.
 const INTERESTING: &[u8] = b"{}[]\",:\\0123456789-.eE \t\r\n\x00\x7f\x80\xc3\xff";
@@ -380,7 +364,7 @@ fn one_server_survives_a_barrage_of_hostile_input() {
         let method: String = (0..len)
             .map(|_| b"abcdefghijklmnopqrstuvwxyz/_.-ABCXYZ0189"[rng.below(40)] as char)
             .collect();
-        if KNOWN_METHODS.contains(&method.as_str()) {
+        if METHODS.contains(&method.as_str()) {
             continue;
         }
         let response = Rpc::new(&method, json!({})).id(json!(i)).send(&server);
