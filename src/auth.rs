@@ -44,10 +44,6 @@ impl Authenticator {
         }
     }
 
-    pub fn is_anonymous(&self) -> bool {
-        self.tokens.is_empty()
-    }
-
     /// Resolves the `Authorization` header value (if any).
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, Unauthorized> {
         if self.tokens.is_empty() {

@@ -80,8 +80,6 @@ pub struct Store {
     path: std::path::PathBuf,
     writes: Sender<WriteOp>,
     reads: Pool<SqliteConnectionManager>,
-    /// Pinged after every commit that may have added outbox rows.
-    committed: Sender<()>,
     _lock: File,
 }
 
@@ -212,8 +210,7 @@ impl Store {
             .map_err(|e| format!("opening read connections: {e}"))?;
 
         let (writes, queue) = crossbeam_channel::unbounded::<WriteOp>();
-        let (committed, pings) = crossbeam_channel::bounded(1);
-        let ping = committed.clone();
+        let (ping, pings) = crossbeam_channel::bounded(1);
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || run_writer(writer, queue, ping))
@@ -223,7 +220,6 @@ impl Store {
                 path,
                 writes,
                 reads,
-                committed,
                 _lock: lock,
             }),
             writer: thread,
@@ -278,10 +274,6 @@ impl Store {
         Ok(())
     }
 
-    /// Wakes the outbox relay (used after writes that add outbox rows).
-    pub fn ping_outbox(&self) {
-        let _ = self.committed.try_send(());
-    }
 }
 
 fn run_in_savepoint<R>(

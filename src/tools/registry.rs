@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::schema::{header_params, Compiled, HeaderParam};
 use serde_json::Value;
 
-use super::{TaskPolicy, Tool, ToolSpec};
+use super::{Tool, ToolSpec};
 use crate::protocol::error::RpcError;
 
 /// A tool as the server holds it: spec, implementation and compiled contracts.
@@ -20,10 +20,6 @@ pub struct Registered {
 }
 
 impl Registered {
-    pub fn is_task_tool(&self) -> bool {
-        self.spec.task_policy != TaskPolicy::Inline
-    }
-
     /// Checks that a result is a `CallToolResult` honouring the output schema. A tool
     /// that breaks its own contract is a server fault: the client gets `-32603` and the
     /// cause goes to the log (without the result itself).
