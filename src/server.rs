@@ -105,6 +105,7 @@ pub fn run(config: Config) -> Result<(), String> {
         endpoint: config.server.endpoint.clone(),
         limits: config.limits.clone(),
         draining: Default::default(),
+        open_streams: Default::default(),
     });
     let threads = frontend.spawn(&http, config.server.handler_threads);
     let address = http
@@ -129,6 +130,7 @@ pub fn run(config: Config) -> Result<(), String> {
     for thread in threads {
         let _ = thread.join();
     }
+    frontend.wait_for_streams(Duration::from_secs(5));
     workers.shutdown(Duration::from_millis(config.workers.shutdown_grace_ms));
     upkeep.stop();
     drop(frontend);

@@ -273,7 +273,6 @@ impl Store {
         }
         Ok(())
     }
-
 }
 
 fn run_in_savepoint<R>(

@@ -11,7 +11,7 @@ mod sse;
 
 use std::collections::{HashSet, VecDeque};
 use std::io::{Cursor, Read};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,6 +40,8 @@ pub struct Frontend {
     pub limits: Limits,
     /// Set when shutdown starts: `/healthz` turns 503 and new work is refused.
     pub draining: AtomicBool,
+    /// Listen streams still writing (each runs on its own thread).
+    pub open_streams: Arc<AtomicUsize>,
 }
 
 type Body = Cursor<Vec<u8>>;
@@ -405,7 +407,9 @@ impl Frontend {
     fn spawn_listen(self: &Arc<Self>, request: tiny_http::Request, listen: Box<Listen>) {
         let hub = Arc::clone(&self.hub);
         let service = Arc::clone(&self.service);
+        let open_streams = Arc::clone(&self.open_streams);
         let key = listen.subscription.key;
+        open_streams.fetch_add(1, Ordering::AcqRel);
         let spawned = std::thread::Builder::new()
             .name("listen".into())
             .stack_size(256 * 1024)
@@ -414,10 +418,21 @@ impl Frontend {
                     log::debug!("listen stream ended: {error}");
                 }
                 hub.unsubscribe(listen.subscription.key);
+                open_streams.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {
             log::error!("could not start a listen stream thread");
             self.hub.unsubscribe(key);
+            self.open_streams.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Waits (up to `limit`) for every listen stream to finish writing — after
+    /// [`Hub::close_all`] each one is sending its graceful answer.
+    pub fn wait_for_streams(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.open_streams.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }
