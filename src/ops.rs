@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::clock::now_ms;
+use crate::metrics::Metrics;
 use crate::notifications::Hub;
 use crate::tasks::sql::{self, Finish};
 use crate::tasks::store::Store;
@@ -95,6 +96,7 @@ impl Upkeep {
         store: Arc<Store>,
         hub: Arc<Hub>,
         inflight: Arc<Inflight>,
+        metrics: Arc<Metrics>,
         commits: Receiver<()>,
         interval: Duration,
     ) -> Result<Upkeep, String> {
@@ -120,7 +122,9 @@ impl Upkeep {
             let stopping = Arc::clone(&stopping);
             std::thread::Builder::new()
                 .name("janitor".into())
-                .spawn(move || janitor(&store, &inflight, &delivered, interval, &stopping))
+                .spawn(move || {
+                    janitor(&store, &inflight, &metrics, &delivered, interval, &stopping)
+                })
                 .map_err(|e| e.to_string())?
         };
         Ok(Upkeep {
@@ -175,6 +179,7 @@ fn relay(
 fn janitor(
     store: &Store,
     inflight: &Inflight,
+    metrics: &Metrics,
     delivered: &AtomicI64,
     interval: Duration,
     stopping: &AtomicBool,
@@ -183,11 +188,13 @@ fn janitor(
     while !stopping.load(Ordering::Acquire) {
         std::thread::sleep(interval);
         let reclaimed = reclaim(store, Some(now_ms()));
+        metrics.add_reclaimed(reclaimed);
         if reclaimed > 0 {
             log::warn!("reclaimed {reclaimed} job(s) whose lease expired");
         }
         match store.write(|conn| sql::delete_expired(conn, now_ms(), BATCH)) {
             Ok(expired) => {
+                metrics.add_expired(expired.len());
                 for task_id in &expired {
                     inflight.stop(task_id, Stop::Expired);
                 }

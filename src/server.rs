@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::notifications::Hub;
 use crate::ops::{self, Upkeep};
 use crate::protocol::request_state::StateSigner;
@@ -64,10 +65,12 @@ pub fn run(config: Config) -> Result<(), String> {
         Arc::clone(&inflight),
         wake.clone(),
     ));
+    let metrics = Arc::new(Metrics::default());
     let upkeep = Upkeep::start(
         Arc::clone(&store),
         Arc::clone(&hub),
         Arc::clone(&inflight),
+        Arc::clone(&metrics),
         commits,
         Duration::from_millis(config.workers.janitor_interval_ms),
     )?;
@@ -106,6 +109,7 @@ pub fn run(config: Config) -> Result<(), String> {
         limits: config.limits.clone(),
         draining: Default::default(),
         open_streams: Default::default(),
+        metrics,
     });
     let threads = frontend.spawn(&http, config.server.handler_threads);
     let address = http

@@ -71,3 +71,40 @@ fn progress_notifications_stream_before_the_result() {
     assert_eq!(messages[3]["id"], 1);
     assert_eq!(messages[3]["result"]["resultType"], "complete");
 }
+
+#[test]
+fn metrics_count_requests_and_tasks_without_revealing_contents() {
+    let server = Server::start(CONFORMANCE);
+    let created = server
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "secret-label"}}),
+            common::tasks_caps(),
+        )
+        .result();
+    let task_id = created["taskId"].as_str().unwrap().to_owned();
+    common::tasks::wait_terminal(&server, &task_id, std::time::Duration::from_secs(5));
+    server.request("no/such-method", json!({}), json!({}));
+    let page = server.get("/metrics");
+    assert_eq!(page.status, 200);
+    let text = page.text();
+    assert!(
+        text.contains("mcp_taskd_requests_total{method=\"tools/call\",outcome=\"result\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mcp_taskd_requests_answered_early_total{status=\"404\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mcp_taskd_tasks{status=\"completed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mcp_taskd_jobs{state=\"queued\"} 0"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&task_id) && !text.contains("secret-label") && !text.contains("no/such")
+    );
+}

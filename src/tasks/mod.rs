@@ -154,6 +154,22 @@ impl TaskService {
         self.detailed(&task, capabilities)
     }
 
+    /// Counts for the metrics page.
+    pub fn stats(&self) -> Result<sql::Stats, RpcError> {
+        let conn = self.store.read().map_err(internal)?;
+        sql::stats(&conn, now_ms()).map_err(internal)
+    }
+
+    /// Attempts running in this process.
+    pub fn running_attempts(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Size of the write-ahead log, if it can be read.
+    pub fn wal_bytes(&self) -> Option<u64> {
+        self.store.wal_bytes()
+    }
+
     /// The newest committed outbox row.
     pub fn outbox_position(&self) -> Result<i64, RpcError> {
         let conn = self.store.read().map_err(internal)?;

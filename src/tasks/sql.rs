@@ -648,6 +648,59 @@ pub fn prune_outbox(conn: &Connection, upto: i64, limit: usize) -> Result<usize,
         .execute(params![upto, limit as i64])?)
 }
 
+/// Counts for the metrics page.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub tasks: Vec<(String, u64)>,
+    pub jobs: Vec<(String, u64)>,
+    pub oldest_ready_age_ms: u64,
+    pub outbox_rows: u64,
+}
+
+/// Every status and state with its count (zero included, so series never vanish).
+pub fn stats(conn: &Connection, now: i64) -> Result<Stats, StoreError> {
+    let count_by = |sql: &str, names: &[&str]| -> Result<Vec<(String, u64)>, StoreError> {
+        let mut counts: Vec<(String, u64)> = names.iter().map(|n| ((*n).to_owned(), 0)).collect();
+        let mut statement = conn.prepare_cached(sql)?;
+        let rows = statement.query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })?;
+        for row in rows {
+            let (name, count) = row?;
+            if let Some(entry) = counts.iter_mut().find(|(known, _)| *known == name) {
+                entry.1 = count.max(0) as u64;
+            }
+        }
+        Ok(counts)
+    };
+    let tasks = count_by(
+        "SELECT status, COUNT(*) FROM tasks GROUP BY status",
+        &[
+            "working",
+            "input_required",
+            "completed",
+            "failed",
+            "cancelled",
+        ],
+    )?;
+    let jobs = count_by(
+        "SELECT state, COUNT(*) FROM jobs GROUP BY state",
+        &["queued", "running", "waiting"],
+    )?;
+    let oldest: Option<i64> = conn.query_row(
+        "SELECT MIN(run_after) FROM jobs WHERE state = 'queued' AND run_after <= ?1",
+        [now],
+        |row| row.get(0),
+    )?;
+    let outbox_rows: i64 = conn.query_row("SELECT COUNT(*) FROM outbox", [], |row| row.get(0))?;
+    Ok(Stats {
+        tasks,
+        jobs,
+        oldest_ready_age_ms: oldest.map_or(0, |at| (now - at).max(0) as u64),
+        outbox_rows: outbox_rows.max(0) as u64,
+    })
+}
+
 pub fn max_outbox_seq(conn: &Connection) -> Result<i64, StoreError> {
     Ok(
         conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM outbox", [], |row| {

@@ -258,6 +258,13 @@ impl Store {
         Ok(self.reads.get()?)
     }
 
+    /// Size of the write-ahead log file.
+    pub fn wal_bytes(&self) -> Option<u64> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        std::fs::metadata(wal).ok().map(|meta| meta.len())
+    }
+
     /// Checkpoints the WAL into the database and truncates it. Runs on its own short-lived
     /// connection (a checkpoint cannot run inside the writer's transactions); gives up
     /// after a second if readers hold old snapshots, to try again next time.

@@ -22,6 +22,7 @@ use tiny_http::{Header, Method, Response, StatusCode};
 
 use crate::auth::Authenticator;
 use crate::config::Limits;
+use crate::metrics::{Metrics, Snapshot};
 use crate::notifications::{Frame, Hub};
 use crate::protocol::envelope::{Envelope, RequestMeta, META_SUBSCRIPTION_ID};
 use crate::protocol::{
@@ -42,6 +43,7 @@ pub struct Frontend {
     pub draining: AtomicBool,
     /// Listen streams still writing (each runs on its own thread).
     pub open_streams: Arc<AtomicUsize>,
+    pub metrics: Arc<Metrics>,
 }
 
 type Body = Cursor<Vec<u8>>;
@@ -172,6 +174,7 @@ impl Frontend {
         let admitted = self.admit(&mut request);
         match admitted {
             Admitted::Respond(response) => {
+                self.metrics.record_rejection(response.status_code().0);
                 // tiny_http neither skips an unread chunked body nor lets us close the
                 // connection (it drops a `Connection: close` response header), so the
                 // rest of such a body would be parsed as the next request on this
@@ -198,6 +201,8 @@ impl Frontend {
                     },
                     &mut sink,
                 );
+                let ok = !matches!(reply, Reply::Error(_));
+                self.metrics.record_request(&envelope.method, ok);
                 match reply {
                     Reply::Result(result) => sink.finish(
                         json_response(200, &json!({"jsonrpc":"2.0","id":id,"result":result})),
@@ -222,6 +227,9 @@ impl Frontend {
         let path = request.url().split('?').next().unwrap_or("").to_owned();
         if path == "/healthz" {
             return Respond(self.health(request.method()));
+        }
+        if path == "/metrics" {
+            return Respond(self.metrics_page(request.method()));
         }
         if path != self.endpoint {
             return Respond(json_response(404, &json!({"error": "not found"})));
@@ -385,6 +393,31 @@ impl Frontend {
             return Err(too_large());
         }
         Ok(body)
+    }
+
+    fn metrics_page(&self, method: &Method) -> Response<Body> {
+        if !matches!(method, Method::Get | Method::Head) {
+            return with_header(
+                json_response(405, &json!({"error": "method not allowed"})),
+                "Allow",
+                "GET",
+            );
+        }
+        let tasks = &self.service.tasks;
+        let page = self.metrics.render(&Snapshot {
+            stats: tasks.stats().ok(),
+            running_attempts: tasks.running_attempts(),
+            open_subscriptions: self.hub.open_subscriptions(),
+            wal_bytes: tasks.wal_bytes(),
+        });
+        let length = page.len();
+        Response::new(
+            StatusCode(200),
+            base_headers("text/plain; version=0.0.4"),
+            Cursor::new(page.into_bytes()),
+            Some(length),
+            None,
+        )
     }
 
     fn health(&self, method: &Method) -> Response<Body> {

@@ -1,0 +1,199 @@
+//! Operational metrics, served as Prometheus text on `GET /metrics`.
+//!
+//! Labels are bounded by construction: a method label is one of the methods the server
+//! implements (anything else counts as `other`), statuses and states are the fixed sets
+//! of the schema. Never a task id, a principal, a tool argument or any other content.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::protocol::METHODS;
+use crate::tasks::sql::Stats;
+
+/// The HTTP statuses a request can be refused with before it reaches a handler; any
+/// other status is counted under the last entry.
+const REJECTIONS: [u16; 10] = [202, 400, 401, 403, 404, 405, 413, 429, 503, 500];
+
+/// Counters updated on the request path and by the janitor.
+pub struct Metrics {
+    /// Per method (in [`METHODS`] order, then `other`): answered with a result, with an error.
+    requests: Vec<[AtomicU64; 2]>,
+    /// Requests refused before reaching a handler, by HTTP status (index in [`REJECTIONS`]).
+    rejected: [AtomicU64; REJECTIONS.len()],
+    reclaimed: AtomicU64,
+    expired: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            requests: (0..=METHODS.len()).map(|_| Default::default()).collect(),
+            rejected: Default::default(),
+            reclaimed: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+        }
+    }
+}
+
+/// What the metrics page shows besides the counters, read at scrape time.
+pub struct Snapshot {
+    pub stats: Option<Stats>,
+    pub running_attempts: usize,
+    pub open_subscriptions: usize,
+    pub wal_bytes: Option<u64>,
+}
+
+impl Metrics {
+    pub fn record_request(&self, method: &str, ok: bool) {
+        let index = METHODS
+            .iter()
+            .position(|known| *known == method)
+            .unwrap_or(METHODS.len());
+        self.requests[index][usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request answered before any handler ran (notifications' 202 included).
+    pub fn record_rejection(&self, status: u16) {
+        let index = REJECTIONS
+            .iter()
+            .position(|known| *known == status)
+            .unwrap_or(REJECTIONS.len() - 1);
+        self.rejected[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn add_reclaimed(&self, count: usize) {
+        self.reclaimed.fetch_add(count as u64, Ordering::Relaxed);
+    }
+
+    pub fn add_expired(&self, count: usize) {
+        self.expired.fetch_add(count as u64, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, snapshot: &Snapshot) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP mcp_taskd_requests_total MCP requests answered, by method and outcome."
+        );
+        let _ = writeln!(out, "# TYPE mcp_taskd_requests_total counter");
+        let names = METHODS.iter().copied().chain(["other"]);
+        for (name, counts) in names.zip(&self.requests) {
+            for (outcome, count) in ["result", "error"].iter().zip(counts) {
+                let _ = writeln!(
+                    out,
+                    "mcp_taskd_requests_total{{method=\"{name}\",outcome=\"{outcome}\"}} {}",
+                    count.load(Ordering::Relaxed)
+                );
+            }
+        }
+        let _ = writeln!(out, "# HELP mcp_taskd_requests_answered_early_total Requests answered before a handler ran, by HTTP status.");
+        let _ = writeln!(
+            out,
+            "# TYPE mcp_taskd_requests_answered_early_total counter"
+        );
+        for (status, count) in REJECTIONS.iter().zip(&self.rejected) {
+            let _ = writeln!(
+                out,
+                "mcp_taskd_requests_answered_early_total{{status=\"{status}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        };
+        let gauge = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        };
+        counter(
+            &mut out,
+            "mcp_taskd_leases_reclaimed_total",
+            "Jobs whose lease expired and were retried or failed by the janitor.",
+            self.reclaimed.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "mcp_taskd_tasks_expired_total",
+            "Tasks deleted after their TTL.",
+            self.expired.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "mcp_taskd_attempts_running",
+            "Task attempts running in this process.",
+            snapshot.running_attempts as u64,
+        );
+        gauge(
+            &mut out,
+            "mcp_taskd_subscriptions_open",
+            "Open subscriptions/listen streams.",
+            snapshot.open_subscriptions as u64,
+        );
+        if let Some(bytes) = snapshot.wal_bytes {
+            gauge(
+                &mut out,
+                "mcp_taskd_wal_bytes",
+                "Size of the SQLite write-ahead log.",
+                bytes,
+            );
+        }
+        if let Some(stats) = &snapshot.stats {
+            let _ = writeln!(
+                out,
+                "# HELP mcp_taskd_tasks Stored tasks, by status.\n# TYPE mcp_taskd_tasks gauge"
+            );
+            for (status, count) in &stats.tasks {
+                let _ = writeln!(out, "mcp_taskd_tasks{{status=\"{status}\"}} {count}");
+            }
+            let _ = writeln!(
+                out,
+                "# HELP mcp_taskd_jobs Dispatch records, by state.\n# TYPE mcp_taskd_jobs gauge"
+            );
+            for (state, count) in &stats.jobs {
+                let _ = writeln!(out, "mcp_taskd_jobs{{state=\"{state}\"}} {count}");
+            }
+            gauge(
+                &mut out,
+                "mcp_taskd_oldest_ready_job_age_ms",
+                "How long the oldest job ready to run has waited.",
+                stats.oldest_ready_age_ms,
+            );
+            gauge(
+                &mut out,
+                "mcp_taskd_outbox_rows",
+                "Outbox rows not yet pruned.",
+                stats.outbox_rows,
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_methods_share_one_label() {
+        let metrics = Metrics::default();
+        metrics.record_request("tools/call", true);
+        metrics.record_request("anything/at-all", false);
+        let page = metrics.render(&Snapshot {
+            stats: None,
+            running_attempts: 0,
+            open_subscriptions: 0,
+            wal_bytes: None,
+        });
+        assert!(
+            page.contains("mcp_taskd_requests_total{method=\"tools/call\",outcome=\"result\"} 1")
+        );
+        assert!(page.contains("mcp_taskd_requests_total{method=\"other\",outcome=\"error\"} 1"));
+        assert!(!page.contains("anything/at-all"));
+    }
+}
