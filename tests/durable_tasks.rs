@@ -212,6 +212,10 @@ fn a_panicking_tool_is_retried_then_fails_with_a_clear_message() {
         "{message}"
     );
     assert!(task.get("result").is_none());
+    assert!(
+        task.get("statusMessage").is_none(),
+        "no stale 'retrying': {task}"
+    );
 }
 
 #[test]

@@ -222,7 +222,9 @@ pub fn cancel(
     Ok(CancelEffect::Done)
 }
 
-/// Moves a live task to a terminal status and drops its job.
+/// Moves a live task to a terminal status and drops its job. A completed task keeps
+/// its last status message; a failed or cancelled one drops it (a stale "retrying"
+/// would contradict the outcome).
 fn set_terminal(
     conn: &Connection,
     task_id: &str,
@@ -234,6 +236,7 @@ fn set_terminal(
     let changed = conn
         .prepare_cached(&format!(
             "UPDATE tasks SET status = ?2, result = ?3, error = ?4, input_requests = NULL, \
+             status_message = CASE WHEN ?2 = 'completed' THEN status_message END, \
              updated_at = ?5, version = version + 1 WHERE id = ?1 AND {LIVE}"
         ))?
         .execute(params![task_id, status, result, error, now])?;
