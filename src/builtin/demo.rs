@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::catalog::{Catalog, Prompt, PromptArgument, Resource};
-use crate::tools::{text_result, Invocation, Outcome, Registry, ToolSpec};
+use crate::tools::{text_result, Invocation, Outcome, Registry, TaskPolicy, ToolSpec};
 
 pub fn register(tools: &mut Registry, catalog: &mut Catalog) -> Result<(), String> {
     tools.register(
@@ -17,6 +17,17 @@ pub fn register(tools: &mut Registry, catalog: &mut Catalog) -> Result<(), Strin
         Arc::new(|call: &mut Invocation<'_>| {
             Outcome::Complete(text_result(call.str_arg("text").unwrap_or_default()))
         }),
+    )?;
+    // A task tool whose attempts do nothing: what a durable task costs on its own
+    // (creation, claim, completion, outbox), as benches/tasks.sh measures it.
+    tools.register(
+        ToolSpec::new(
+            "noop_task",
+            "Does nothing, as a durable task that completes at once.",
+            json!({"type":"object","properties":{},"additionalProperties":false}),
+        )
+        .task_policy(TaskPolicy::Required),
+        Arc::new(|_: &mut Invocation<'_>| Outcome::Complete(text_result("done"))),
     )?;
     catalog.resources.push(Resource {
         uri: "mcp-taskd://about".into(),
