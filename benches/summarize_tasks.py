@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Summarise a benches/tasks.sh results folder: medians over rounds, per-round ratios.
+
+Reads r<round>-<step>.json (oha), r<round>-e2e.e2e (taskload), .probe (fsync probe taken
+right before the step), .load (load averages before the step) and r<round>-create.drain.
+"""
+import glob
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+out = sys.argv[1]
+STEPS = ["inline", "create", "get", "e2e"]
+rounds = {}  # round -> step -> dict
+for f in glob.glob(os.path.join(out, "r*-*.probe")):
+    m = re.match(r"r(\d+)-(\w+)\.probe$", os.path.basename(f))
+    if not m:
+        continue
+    rnd, step = int(m.group(1)), m.group(2)
+    base = f[: -len(".probe")]
+    row = {"probe": json.load(open(f))["commits_per_s"]}
+    try:
+        row["load1"] = float(open(base + ".load").read().split(",")[0])
+    except (OSError, ValueError):
+        row["load1"] = math.nan
+    if step == "e2e":
+        try:
+            d = json.loads(open(base + ".e2e").read())
+            row.update(rps=d["tasks_per_s"], creations=d["creations_per_s"],
+                       complete_s=d["complete_s"], polls=d["polls"], errors=0)
+        except (OSError, ValueError, KeyError):
+            row.update(rps=0.0, errors=1)
+    else:
+        try:
+            d = json.load(open(base + ".json"))
+            codes = d.get("statusCodeDistribution") or {}
+            lp = d.get("latencyPercentiles") or {}
+            row.update(
+                rps=d["summary"]["requestsPerSec"],
+                p50=(lp.get("p50") or math.nan) * 1000,
+                p99=(lp.get("p99") or math.nan) * 1000,
+                ok=int(codes.get("200", 0)),
+                errors=sum(int(v) for k, v in codes.items() if k != "200")
+                + sum(int(v) for v in (d.get("errorDistribution") or {}).values()),
+            )
+        except (OSError, ValueError, KeyError):
+            row.update(rps=0.0, p50=math.nan, p99=math.nan, ok=0, errors=-1)
+        if step == "create":
+            try:
+                drain = dict(l.strip().split("=") for l in open(base + ".drain") if "=" in l)
+                row["backlog"] = int(drain["backlog"])
+                row["drain_s"] = int(drain["drain_ms"]) / 1000
+            except (OSError, ValueError, KeyError):
+                pass
+    rounds.setdefault(rnd, {})[step] = row
+
+if not rounds:
+    sys.exit("no results in " + out)
+
+
+def med(values):
+    values = [v for v in values if not (isinstance(v, float) and math.isnan(v))]
+    return statistics.median(values) if values else math.nan
+
+
+def span(values):
+    return f"{min(values):,.0f}-{max(values):,.0f}" if values else "-"
+
+
+print(f"{'step':8} {'runs':>4} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6}  "
+      f"{'fsync probe commits/s (median; min-max)':>40}  {'load1':>5}")
+for step in STEPS:
+    rows = [r[step] for r in rounds.values() if step in r]
+    if not rows:
+        continue
+    probes = [x["probe"] for x in rows]
+    unit = "tasks/s" if step == "e2e" else ""
+    print(
+        f"{step:8} {len(rows):>4} {med([x['rps'] for x in rows]):>9,.0f} "
+        f"{med([x.get('p50', math.nan) for x in rows]):>7.2f} {med([x.get('p99', math.nan) for x in rows]):>7.2f} "
+        f"{sum(x['errors'] for x in rows):>6}  {med(probes):>24,.0f} ({span(probes):>13})  "
+        f"{med([x['load1'] for x in rows]):>5.2f} {unit}"
+    )
+e2e = [r["e2e"] for r in rounds.values() if "e2e" in r and r["e2e"].get("errors") == 0]
+if e2e:
+    print(f"e2e detail (median): creation {med([x['creations'] for x in e2e]):,.0f}/s, last completion "
+          f"seen after {med([x['complete_s'] for x in e2e]):.2f} s, {med([x['polls'] for x in e2e]):,.0f} polls")
+creates = [r["create"] for r in rounds.values() if "create" in r and "backlog" in r["create"]]
+if creates:
+    print(f"create step left a backlog of {med([x['backlog'] for x in creates]):,.0f} jobs (median), drained in "
+          f"{med([x['drain_s'] for x in creates]):.1f} s after the step")
+
+print()
+print("per round: req/s (fsync probe commits/s before the step)")
+for rnd in sorted(rounds):
+    r = rounds[rnd]
+    cells = "  ".join(f"{s} {r[s]['rps']:,.0f} ({r[s]['probe']:,.0f})" for s in STEPS if s in r)
+    print(f"  round {rnd}: {cells}")
+for num, target in (("create", 0.7), ("get", 0.9)):
+    ratios = [r[num]["rps"] / r["inline"]["rps"] for r in rounds.values()
+              if num in r and "inline" in r and r["inline"]["rps"]]
+    if ratios:
+        verdict = "meets" if med(ratios) >= target else "misses"
+        print(f"ratio {num}/inline: median {med(ratios):.2f} over {len(ratios)} rounds "
+              f"(rounds: {', '.join(f'{x:.2f}' for x in ratios)}); target >= {target}: {verdict}")
+try:
+    print(open(os.path.join(out, "peak-rss.txt")).read().strip())
+except OSError:
+    pass
