@@ -38,6 +38,8 @@ use crate::config::{StoreConfig, Synchronous};
 pub const SCHEMA: &str = include_str!("../../schema.sql");
 /// Most writes committed together in one transaction.
 pub const MAX_BATCH: usize = 256;
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE: usize = 64;
 
 /// A store failure. Details go to the log; clients see a generic internal error.
 #[derive(Debug)]
@@ -97,6 +99,9 @@ fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), String> {
         config.busy_timeout_ms
     ))
     .map_err(|e| format!("setting pragmas: {e}"))?;
+    // Room for every statement of src/tasks/sql.rs plus the writer's transaction
+    // control, so the hot ones are never evicted and parsed again (rusqlite keeps 16).
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     let read = |pragma: &str| -> Result<String, String> {
         conn.query_row(&format!("PRAGMA {pragma}"), [], |row| {
             row.get::<_, rusqlite::types::Value>(0)
@@ -369,10 +374,10 @@ fn run_in_savepoint<R>(
     conn: &Connection,
     op: impl FnOnce(&Connection) -> Result<R, StoreError>,
 ) -> Result<R, StoreError> {
-    conn.execute_batch("SAVEPOINT op")?;
+    conn.prepare_cached("SAVEPOINT op")?.execute([])?;
     match op(conn) {
         Ok(value) => {
-            conn.execute_batch("RELEASE op")?;
+            conn.prepare_cached("RELEASE op")?.execute([])?;
             Ok(value)
         }
         Err(error) => {
@@ -380,6 +385,12 @@ fn run_in_savepoint<R>(
             Err(error)
         }
     }
+}
+
+/// Runs one statement through the connection's statement cache (the writer runs the
+/// same few transaction-control statements thousands of times a second).
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 /// The writer loop: batch, commit, answer. Ends when every [`Store`] handle is gone.
@@ -392,10 +403,10 @@ fn run_writer(conn: Connection, queue: Receiver<WriteOp>, ping: Sender<()>) {
                 Err(_) => break,
             }
         }
-        let began = conn.execute_batch("BEGIN IMMEDIATE");
+        let began = run_cached(&conn, "BEGIN IMMEDIATE");
         let finishers: Vec<_> = batch.into_iter().map(|op| op(&conn)).collect();
         let committed = began.is_ok()
-            && match conn.execute_batch("COMMIT") {
+            && match run_cached(&conn, "COMMIT") {
                 Ok(()) => true,
                 Err(error) => {
                     log::error!("commit failed: {error}");
