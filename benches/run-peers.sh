@@ -46,5 +46,6 @@ export OURS_CMD="$OUT/taskd-bench serve --config $CONFIG --listen 127.0.0.1:$OUR
   sed 's/^/  | /' "$CONFIG"
 } | tee "$OUT/run.log"
 "$PEERS_SCRIPT" 2>&1 | tee -a "$OUT/run.log"
+python3 "$HERE/peer_ratios.py" "$OUT" | tee -a "$OUT/run.log" "$OUT/summary.txt"
 echo "load after: $(uptime)" | tee -a "$OUT/run.log"
 echo "results: $OUT (run.log, summary.txt)"

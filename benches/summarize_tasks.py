@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Summarise a benches/tasks.sh results folder: medians over rounds, per-round ratios.
 
+max ms is the slowest request of any round (a stall of the box shows there first);
+load1 and busy% are the load average and the box's CPU busy share just before a step.
+
 Reads r<round>-<step>.json (oha), r<round>-e2e.e2e (taskload), .probe (fsync probe taken
 right before the step), .load (load averages before the step) and r<round>-create.drain.
 """
@@ -23,9 +26,11 @@ for f in glob.glob(os.path.join(out, "r*-*.probe")):
     base = f[: -len(".probe")]
     row = {"probe": json.load(open(f))["commits_per_s"]}
     try:
-        row["load1"] = float(open(base + ".load").read().split(",")[0])
-    except (OSError, ValueError):
-        row["load1"] = math.nan
+        lines = open(base + ".load").read().split("\n")
+        row["load1"] = float(lines[0].split(",")[0])
+        row["busy"] = float(lines[1].strip().removeprefix("busy=").rstrip("%"))
+    except (OSError, ValueError, IndexError):
+        row["load1"], row["busy"] = math.nan, math.nan
     if step == "e2e":
         try:
             d = json.loads(open(base + ".e2e").read())
@@ -42,6 +47,7 @@ for f in glob.glob(os.path.join(out, "r*-*.probe")):
                 rps=d["summary"]["requestsPerSec"],
                 p50=(lp.get("p50") or math.nan) * 1000,
                 p99=(lp.get("p99") or math.nan) * 1000,
+                slowest=(d["summary"].get("slowest") or math.nan) * 1000,
                 ok=int(codes.get("200", 0)),
                 errors=sum(int(v) for k, v in codes.items() if k != "200")
                 + sum(int(v) for v in (d.get("errorDistribution") or {}).values()),
@@ -70,10 +76,10 @@ def span(values):
     return f"{min(values):,.0f}-{max(values):,.0f}" if values else "-"
 
 
-print(f"{'step':8} {'runs':>4} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6}  "
-      f"{'fsync probe commits/s (median; min-max)':>40}  {'load1':>5}")
+print(f"{'step':8} {'runs':>4} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'errors':>6}  "
+      f"{'fsync probe commits/s (median; min-max)':>40}  {'load1':>5} {'busy%':>5}")
 for step in STEPS:
-    rows = [r[step] for r in rounds.values() if step in r]
+    rows = [rounds[k][step] for k in sorted(rounds) if step in rounds[k]]
     if not rows:
         continue
     probes = [x["probe"] for x in rows]
@@ -81,8 +87,9 @@ for step in STEPS:
     print(
         f"{step:8} {len(rows):>4} {med([x['rps'] for x in rows]):>9,.0f} "
         f"{med([x.get('p50', math.nan) for x in rows]):>7.2f} {med([x.get('p99', math.nan) for x in rows]):>7.2f} "
+        f"{max([x.get('slowest', math.nan) for x in rows]):>7.0f} "
         f"{sum(x['errors'] for x in rows):>6}  {med(probes):>24,.0f} ({span(probes):>13})  "
-        f"{med([x['load1'] for x in rows]):>5.2f} {unit}"
+        f"{med([x['load1'] for x in rows]):>5.2f} {med([x['busy'] for x in rows]):>5.0f} {unit}"
     )
 e2e = [r["e2e"] for r in rounds.values() if "e2e" in r and r["e2e"].get("errors") == 0]
 if e2e:
@@ -94,14 +101,14 @@ if creates:
           f"{med([x['drain_s'] for x in creates]):.1f} s after the step")
 
 print()
-print("per round: req/s (fsync probe commits/s before the step)")
+print("per round: req/s (fsync probe commits/s; box CPU busy% before the step)")
 for rnd in sorted(rounds):
     r = rounds[rnd]
-    cells = "  ".join(f"{s} {r[s]['rps']:,.0f} ({r[s]['probe']:,.0f})" for s in STEPS if s in r)
+    cells = "  ".join(f"{s} {r[s]['rps']:,.0f} ({r[s]['probe']:,.0f}; {r[s]['busy']:.0f}%)" for s in STEPS if s in r)
     print(f"  round {rnd}: {cells}")
 for num, target in (("create", 0.7), ("get", 0.9)):
-    ratios = [r[num]["rps"] / r["inline"]["rps"] for r in rounds.values()
-              if num in r and "inline" in r and r["inline"]["rps"]]
+    ratios = [rounds[k][num]["rps"] / rounds[k]["inline"]["rps"] for k in sorted(rounds)
+              if num in rounds[k] and "inline" in rounds[k] and rounds[k]["inline"]["rps"]]
     if ratios:
         verdict = "meets" if med(ratios) >= target else "misses"
         print(f"ratio {num}/inline: median {med(ratios):.2f} over {len(ratios)} rounds "

@@ -91,7 +91,18 @@ done
 grep -q '"status":"completed"' "$OUT/get-check.json" || { echo "task $TASK_ID did not complete" >&2; exit 1; }
 
 probe() { python3 "$HERE/fsync_probe.py" "$OUT" "$PROBE_S" >"$1.probe"; }
-load() { uptime | sed 's/.*load average: //' >"$1.load"; }
+# Load averages, and the box's CPU busy share over one second while our server is idle
+# (other users of the machine).
+load() {
+  { uptime | sed 's/.*load average: //'
+    python3 -c 'import time
+def t():
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return sum(f), f[3] + f[4]
+a = t(); time.sleep(1); b = t()
+print("busy=%.0f%%" % (100 * (1 - (b[1] - a[1]) / max(1, b[0] - a[0]))))'
+  } >"$1.load"
+}
 jobs_left() {
   python3 - "$OUT/data/tasks.db" <<'EOF'
 import sqlite3, sys
