@@ -59,6 +59,7 @@ for f in glob.glob(os.path.join(out, "r*-*.probe")):
                 drain = dict(l.strip().split("=") for l in open(base + ".drain") if "=" in l)
                 row["backlog"] = int(drain["backlog"])
                 row["drain_s"] = int(drain["drain_ms"]) / 1000
+                row["settle_s"] = int(drain["settle_ms"]) / 1000
             except (OSError, ValueError, KeyError):
                 pass
     rounds.setdefault(rnd, {})[step] = row
@@ -98,7 +99,8 @@ if e2e:
 creates = [r["create"] for r in rounds.values() if "create" in r and "backlog" in r["create"]]
 if creates:
     print(f"create step left a backlog of {med([x['backlog'] for x in creates]):,.0f} jobs (median), drained in "
-          f"{med([x['drain_s'] for x in creates]):.1f} s after the step")
+          f"{med([x['drain_s'] for x in creates]):.1f} s after the step (outbox pruned after "
+          f"{med([x.get('settle_s', math.nan) for x in creates]):.1f} s)")
 
 print()
 print("per round: req/s (fsync probe commits/s; box CPU busy% before the step)")

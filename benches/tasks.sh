@@ -8,9 +8,9 @@
 #
 # Each round runs the four steps back to back at concurrency CONC, with a raw fsync probe
 # (benches/fsync_probe.py: SQLite WAL+FULL single-row commits for PROBE_S seconds) right
-# before each step, and the load average noted. After the create step the script waits
-# until the workers have drained the backlog it left, so that it cannot slow the next
-# step. Ratios create/inline and get/inline are taken within each round, then the median
+# before each step, and the load average and the box's CPU busy share noted. After the
+# create and e2e steps the script waits until the workers have drained the backlog and
+# the janitor has pruned the outbox, so that neither can slow the next step. Ratios create/inline and get/inline are taken within each round, then the median
 # over rounds is reported.
 #
 #   benches/tasks.sh                                   # 3 rounds of 10 s steps at c=64
@@ -103,20 +103,34 @@ a = t(); time.sleep(1); b = t()
 print("busy=%.0f%%" % (100 * (1 - (b[1] - a[1]) / max(1, b[0] - a[0]))))'
   } >"$1.load"
 }
-jobs_left() {
+# Jobs not yet completed, and outbox rows the janitor has not pruned yet (read-only).
+backlog() {
   python3 - "$OUT/data/tasks.db" <<'EOF'
 import sqlite3, sys
 conn = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True, timeout=10)
-print(conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
+print(conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0],
+      conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
 EOF
 }
-# Waits for the workers to drain what a create step queued; records backlog and time.
-drain() { # file
-  local start left
-  start=$(date +%s%N); left=$(jobs_left)
-  echo "backlog=$left" >"$1.drain"
-  while [ "$left" != 0 ]; do sleep 0.2; left=$(jobs_left); done
-  echo "drain_ms=$(( ($(date +%s%N) - start) / 1000000 ))" >>"$1.drain"
+# After a step that created tasks: waits until the workers have completed them all and
+# the janitor has pruned the outbox rows they left (it prunes 5,000 a second), so that
+# neither can slow the next step. Records the backlog and how long each took.
+settle() { # file
+  local start jobs outbox drained=""
+  start=$(date +%s%N)
+  read -r jobs outbox < <(backlog)
+  echo "backlog=$jobs" >"$1.drain"
+  echo "outbox=$outbox" >>"$1.drain"
+  while :; do
+    if [ -z "$drained" ] && [ "$jobs" = 0 ]; then
+      drained=$(( ($(date +%s%N) - start) / 1000000 ))
+      echo "drain_ms=$drained" >>"$1.drain"
+    fi
+    [ "$jobs" = 0 ] && [ "$outbox" -le 5000 ] && break
+    sleep 0.2
+    read -r jobs outbox < <(backlog)
+  done
+  echo "settle_ms=$(( ($(date +%s%N) - start) / 1000000 ))" >>"$1.drain"
 }
 oha_step() { # file duration headers-array-name body
   local -n hdrs=$3
@@ -137,7 +151,7 @@ oha_step() { # file duration headers-array-name body
 # Warm-up (not recorded): page cache, statement caches, connections.
 oha_step "$OUT/warmup-inline" 3s H_INLINE "$OUT/inline.json" >/dev/null
 oha_step "$OUT/warmup-create" 3s H_CREATE "$OUT/create.json" >/dev/null
-drain "$OUT/warmup-create"
+settle "$OUT/warmup-create"
 oha_step "$OUT/warmup-get" 3s H_GET "$OUT/get.json" >/dev/null
 
 for r in $(seq "$ROUNDS"); do
@@ -146,13 +160,14 @@ for r in $(seq "$ROUNDS"); do
   echo "round $r inline: $(oha_step "$f-inline" "${DURATION}s" H_INLINE "$OUT/inline.json")" | tee -a "$OUT/run.log"
   load "$f-create"; probe "$f-create"
   echo "round $r create: $(oha_step "$f-create" "${DURATION}s" H_CREATE "$OUT/create.json")" | tee -a "$OUT/run.log"
-  drain "$f-create"
-  echo "round $r drain:  $(tr '\n' ' ' <"$f-create.drain")" | tee -a "$OUT/run.log"
+  settle "$f-create"
+  echo "round $r settle: $(tr '\n' ' ' <"$f-create.drain")" | tee -a "$OUT/run.log"
   load "$f-get"; probe "$f-get"
   echo "round $r get:    $(oha_step "$f-get" "${DURATION}s" H_GET "$OUT/get.json")" | tee -a "$OUT/run.log"
   load "$f-e2e"; probe "$f-e2e"
   "$TASKLOAD" "127.0.0.1:$PORT" e2e "$E2E_N" "$CONC" noop_task "$POLL_MS" >"$f-e2e.e2e" 2>"$f-e2e.err" || true
   echo "round $r e2e:    $(cat "$f-e2e.e2e" "$f-e2e.err")" | tee -a "$OUT/run.log"
+  settle "$f-e2e"
 done
 
 awk '/^VmHWM:/{print "server peak RSS (VmHWM): " $2 " kB"}' "/proc/$SERVER/status" | tee "$OUT/peak-rss.txt"
