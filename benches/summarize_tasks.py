@@ -2,7 +2,9 @@
 """Summarise a benches/tasks.sh results folder: medians over rounds, per-round ratios.
 
 max ms is the slowest request of any round (a stall of the box shows there first);
-load1 and busy% are the load average and the box's CPU busy share just before a step.
+load1 and busy% are the load average and the box's CPU busy share just before a step;
+srv us/req is the server's CPU time per request (per task for e2e: creation, polls and
+completion), others the cores used by other processes during the step (stepcpu.py).
 
 Reads r<round>-<step>.json (oha), r<round>-e2e.e2e (taskload), .probe (fsync probe taken
 right before the step), .load (load averages before the step) and r<round>-create.drain.
@@ -34,7 +36,7 @@ for f in glob.glob(os.path.join(out, "r*-*.probe")):
     if step == "e2e":
         try:
             d = json.loads(open(base + ".e2e").read())
-            row.update(rps=d["tasks_per_s"], creations=d["creations_per_s"],
+            row.update(rps=d["tasks_per_s"], creations=d["creations_per_s"], n=d["n"],
                        complete_s=d["complete_s"], polls=d["polls"], errors=0)
         except (OSError, ValueError, KeyError):
             row.update(rps=0.0, errors=1)
@@ -62,6 +64,13 @@ for f in glob.glob(os.path.join(out, "r*-*.probe")):
                 row["settle_s"] = int(drain["settle_ms"]) / 1000
             except (OSError, ValueError, KeyError):
                 pass
+    try:
+        cpu = json.load(open(base + ".cpu"))
+        row["others"] = cpu["cores"]["others"]
+        done = row.get("ok") if step != "e2e" else row.get("n")
+        row["us_per"] = cpu["server_cpu_s"] / done * 1e6 if done else math.nan
+    except (OSError, ValueError, KeyError, TypeError):
+        row["others"], row["us_per"] = math.nan, math.nan
     rounds.setdefault(rnd, {})[step] = row
 
 if not rounds:
@@ -77,8 +86,8 @@ def span(values):
     return f"{min(values):,.0f}-{max(values):,.0f}" if values else "-"
 
 
-print(f"{'step':8} {'runs':>4} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'errors':>6}  "
-      f"{'fsync probe commits/s (median; min-max)':>40}  {'load1':>5} {'busy%':>5}")
+print(f"{'step':8} {'runs':>4} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'errors':>6} "
+      f"{'srv us/req':>10} {'others':>6}  {'fsync probe commits/s (median; min-max)':>40}  {'load1':>5} {'busy%':>5}")
 for step in STEPS:
     rows = [rounds[k][step] for k in sorted(rounds) if step in rounds[k]]
     if not rows:
@@ -89,7 +98,8 @@ for step in STEPS:
         f"{step:8} {len(rows):>4} {med([x['rps'] for x in rows]):>9,.0f} "
         f"{med([x.get('p50', math.nan) for x in rows]):>7.2f} {med([x.get('p99', math.nan) for x in rows]):>7.2f} "
         f"{max([x.get('slowest', math.nan) for x in rows]):>7.0f} "
-        f"{sum(x['errors'] for x in rows):>6}  {med(probes):>24,.0f} ({span(probes):>13})  "
+        f"{sum(x['errors'] for x in rows):>6} {med([x['us_per'] for x in rows]):>10.1f} "
+        f"{med([x['others'] for x in rows]):>6.2f}  {med(probes):>24,.0f} ({span(probes):>13})  "
         f"{med([x['load1'] for x in rows]):>5.2f} {med([x['busy'] for x in rows]):>5.0f} {unit}"
     )
 e2e = [r["e2e"] for r in rounds.values() if "e2e" in r and r["e2e"].get("errors") == 0]
@@ -103,10 +113,11 @@ if creates:
           f"{med([x.get('settle_s', math.nan) for x in creates]):.1f} s)")
 
 print()
-print("per round: req/s (fsync probe commits/s; box CPU busy% before the step)")
+print("per round: req/s (server us/req; other processes' cores during the step; fsync probe commits/s)")
 for rnd in sorted(rounds):
     r = rounds[rnd]
-    cells = "  ".join(f"{s} {r[s]['rps']:,.0f} ({r[s]['probe']:,.0f}; {r[s]['busy']:.0f}%)" for s in STEPS if s in r)
+    cells = "  ".join(f"{s} {r[s]['rps']:,.0f} ({r[s]['us_per']:.0f}us; {r[s]['others']:.2f}; {r[s]['probe']:,.0f})"
+                      for s in STEPS if s in r)
     print(f"  round {rnd}: {cells}")
 for num, target in (("create", 0.7), ("get", 0.9)):
     ratios = [rounds[k][num]["rps"] / rounds[k]["inline"]["rps"] for k in sorted(rounds)

@@ -6,6 +6,9 @@
 #   get     tasks/get of one existing (completed) task, oha         req/s
 #   e2e     taskload: create E2E_N noop tasks, then poll each until completed  tasks/s
 #
+# Each step also records where the box's CPU went (benches/stepcpu.py: server, load
+# generator, others) and so the server's CPU time per request.
+#
 # Each round runs the four steps back to back at concurrency CONC, with a raw fsync probe
 # (benches/fsync_probe.py: SQLite WAL+FULL single-row commits for PROBE_S seconds) right
 # before each step, and the load average and the box's CPU busy share noted. After the
@@ -134,7 +137,8 @@ settle() { # file
 }
 oha_step() { # file duration headers-array-name body
   local -n hdrs=$3
-  "$OHA" --no-tui -z "$2" -c "$CONC" -m POST "${hdrs[@]}" -D "$4" -w --output-format json "$URL" \
+  python3 "$HERE/stepcpu.py" "$SERVER" "$1.cpu" -- \
+    "$OHA" --no-tui -z "$2" -c "$CONC" -m POST "${hdrs[@]}" -D "$4" -w --output-format json "$URL" \
     >"$1.json" 2>"$1.err" || true
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print("%.0f req/s, p99 %.2f ms, codes %s" % (d["summary"]["requestsPerSec"], d["latencyPercentiles"]["p99"] * 1000, d["statusCodeDistribution"]))' "$1.json" 2>/dev/null || echo '?'
 }
@@ -165,7 +169,8 @@ for r in $(seq "$ROUNDS"); do
   load "$f-get"; probe "$f-get"
   echo "round $r get:    $(oha_step "$f-get" "${DURATION}s" H_GET "$OUT/get.json")" | tee -a "$OUT/run.log"
   load "$f-e2e"; probe "$f-e2e"
-  "$TASKLOAD" "127.0.0.1:$PORT" e2e "$E2E_N" "$CONC" noop_task "$POLL_MS" >"$f-e2e.e2e" 2>"$f-e2e.err" || true
+  python3 "$HERE/stepcpu.py" "$SERVER" "$f-e2e.cpu" -- \
+    "$TASKLOAD" "127.0.0.1:$PORT" e2e "$E2E_N" "$CONC" noop_task "$POLL_MS" >"$f-e2e.e2e" 2>"$f-e2e.err" || true
   echo "round $r e2e:    $(cat "$f-e2e.e2e" "$f-e2e.err")" | tee -a "$OUT/run.log"
   settle "$f-e2e"
 done
