@@ -63,6 +63,17 @@ fn register_tools(tools: &mut Registry) -> Result<(), String> {
         .requires(json!({"elicitation": {}})),
         Arc::new(approve_deployment),
     )?;
+    // A task tool whose attempts do nothing: what a durable task costs on its own
+    // (creation, claim, completion, outbox), as benches/tasks.sh measures it.
+    tools.register(
+        ToolSpec::new(
+            "noop_task",
+            "Does nothing, as a durable task that completes at once.",
+            json!({"type":"object","properties":{},"additionalProperties":false}),
+        )
+        .task_policy(TaskPolicy::Required),
+        Arc::new(|_: &mut Invocation<'_>| Outcome::Complete(text_result("done"))),
+    )?;
     Ok(())
 }
 

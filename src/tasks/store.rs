@@ -23,7 +23,7 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -38,6 +38,8 @@ use crate::config::{StoreConfig, Synchronous};
 pub const SCHEMA: &str = include_str!("../../schema.sql");
 /// Most writes committed together in one transaction.
 pub const MAX_BATCH: usize = 256;
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE: usize = 64;
 
 /// A store failure. Details go to the log; clients see a generic internal error.
 #[derive(Debug)]
@@ -95,6 +97,9 @@ fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), String> {
         config.busy_timeout_ms
     ))
     .map_err(|e| format!("setting pragmas: {e}"))?;
+    // Room for every statement of src/tasks/sql.rs plus the writer's transaction
+    // control, so the hot ones are never evicted and parsed again (rusqlite keeps 16).
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     let read = |pragma: &str| -> Result<String, String> {
         conn.query_row(&format!("PRAGMA {pragma}"), [], |row| {
             row.get::<_, rusqlite::types::Value>(0)
@@ -234,7 +239,7 @@ impl Store {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
-        let (reply, answer) = crossbeam_channel::bounded(1);
+        let (reply, answer) = reply_slot();
         let job: WriteOp = Box::new(move |conn| {
             let outcome = run_in_savepoint(conn, op);
             Box::new(move |committed| {
@@ -242,15 +247,15 @@ impl Store {
                     (true, outcome) => outcome,
                     (false, _) => Err(StoreError::NotCommitted("the batch did not commit".into())),
                 };
-                let _ = reply.send(message);
+                reply.send(message);
             })
         });
         self.writes
             .send(job)
             .map_err(|_| StoreError::NotCommitted("the writer has stopped".into()))?;
         answer
-            .recv()
-            .map_err(|_| StoreError::NotCommitted("the writer dropped the write".into()))?
+            .wait()
+            .ok_or_else(|| StoreError::NotCommitted("the writer dropped the write".into()))?
     }
 
     /// A read-only connection from the pool (a WAL snapshot per statement/transaction).
@@ -282,14 +287,95 @@ impl Store {
     }
 }
 
+/// Where the writer leaves one write's answer for the thread waiting on it.
+///
+/// The waiting thread sleeps on a condition variable straight away. (A channel receive
+/// spins and calls `sched_yield` several times before it sleeps; with dozens of request
+/// threads waiting on one writer, on two cores, those yields took about a fifth of the
+/// server's CPU during a burst of task creations and slowed the writer they waited for.)
+struct Slot<T> {
+    /// `Some(None)`: the writer dropped the write without answering.
+    value: Mutex<Option<Option<T>>>,
+    ready: Condvar,
+}
+
+/// The writer's end of a [`Slot`]; answers `None` if dropped unanswered.
+struct Replier<T> {
+    slot: Arc<Slot<T>>,
+    answered: bool,
+}
+
+/// The waiting end of a [`Slot`].
+struct Answer<T> {
+    slot: Arc<Slot<T>>,
+}
+
+fn reply_slot<T>() -> (Replier<T>, Answer<T>) {
+    let slot = Arc::new(Slot {
+        value: Mutex::new(None),
+        ready: Condvar::new(),
+    });
+    (
+        Replier {
+            slot: Arc::clone(&slot),
+            answered: false,
+        },
+        Answer { slot },
+    )
+}
+
+impl<T> Slot<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Option<T>>> {
+        // The slot holds plain data, written whole: a poisoned lock is still consistent.
+        self.value.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<T> Replier<T> {
+    fn send(mut self, value: T) {
+        self.put(Some(value));
+    }
+
+    fn put(&mut self, value: Option<T>) {
+        *self.slot.lock() = Some(value);
+        self.answered = true;
+        self.slot.ready.notify_one();
+    }
+}
+
+impl<T> Drop for Replier<T> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.put(None);
+        }
+    }
+}
+
+impl<T> Answer<T> {
+    /// Blocks until the writer answers; `None` when it dropped the write.
+    fn wait(self) -> Option<T> {
+        let mut value = self.slot.lock();
+        loop {
+            if let Some(answer) = value.take() {
+                return answer;
+            }
+            value = self
+                .slot
+                .ready
+                .wait(value)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
 fn run_in_savepoint<R>(
     conn: &Connection,
     op: impl FnOnce(&Connection) -> Result<R, StoreError>,
 ) -> Result<R, StoreError> {
-    conn.execute_batch("SAVEPOINT op")?;
+    conn.prepare_cached("SAVEPOINT op")?.execute([])?;
     match op(conn) {
         Ok(value) => {
-            conn.execute_batch("RELEASE op")?;
+            conn.prepare_cached("RELEASE op")?.execute([])?;
             Ok(value)
         }
         Err(error) => {
@@ -297,6 +383,12 @@ fn run_in_savepoint<R>(
             Err(error)
         }
     }
+}
+
+/// Runs one statement through the connection's statement cache (the writer runs the
+/// same few transaction-control statements thousands of times a second).
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 /// The writer loop: batch, commit, answer. Ends when every [`Store`] handle is gone.
@@ -309,10 +401,10 @@ fn run_writer(conn: Connection, queue: Receiver<WriteOp>, ping: Sender<()>) {
                 Err(_) => break,
             }
         }
-        let began = conn.execute_batch("BEGIN IMMEDIATE");
+        let began = run_cached(&conn, "BEGIN IMMEDIATE");
         let finishers: Vec<_> = batch.into_iter().map(|op| op(&conn)).collect();
         let committed = began.is_ok()
-            && match conn.execute_batch("COMMIT") {
+            && match run_cached(&conn, "COMMIT") {
                 Ok(()) => true,
                 Err(error) => {
                     log::error!("commit failed: {error}");
@@ -357,6 +449,17 @@ mod tests {
         let second = Store::open(dir.path(), &config);
         assert!(second.is_err(), "the data dir is locked");
         drop(store);
+    }
+
+    #[test]
+    fn a_reply_slot_answers_once_or_reports_a_dropped_write() {
+        let (reply, answer) = reply_slot();
+        let waiter = std::thread::spawn(move || answer.wait());
+        reply.send(7);
+        assert_eq!(waiter.join().unwrap(), Some(7));
+        let (reply, answer) = reply_slot::<i32>();
+        drop(reply);
+        assert_eq!(answer.wait(), None);
     }
 
     #[test]

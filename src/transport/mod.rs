@@ -74,6 +74,15 @@ fn error_body(id: &Value, error: &RpcError) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() })
 }
 
+/// The response message carrying `result`, which is moved in, not copied.
+fn result_body(id: Value, result: Value) -> Value {
+    let mut message = serde_json::Map::with_capacity(3);
+    message.insert("jsonrpc".into(), Value::from("2.0"));
+    message.insert("id".into(), id);
+    message.insert("result".into(), result);
+    Value::Object(message)
+}
+
 fn error_response(id: &Value, error: &RpcError) -> Response<Body> {
     json_response(error.http_status, &error_body(id, error))
 }
@@ -204,13 +213,8 @@ impl Frontend {
                 let ok = !matches!(reply, Reply::Error(_));
                 self.metrics.record_request(&envelope.method, ok);
                 match reply {
-                    Reply::Result(result) => sink.finish(
-                        json_response(200, &json!({"jsonrpc":"2.0","id":id,"result":result})),
-                        json!({"jsonrpc":"2.0","id":id,"result":result}),
-                    ),
-                    Reply::Error(error) => {
-                        sink.finish(error_response(&id, &error), error_body(&id, &error))
-                    }
+                    Reply::Result(result) => sink.finish(200, result_body(id, result)),
+                    Reply::Error(error) => sink.finish(error.http_status, error_body(&id, &error)),
                     Reply::Listen(listen) => match sink {
                         ResponseSink::Pending(request) => self.spawn_listen(request, listen),
                         // A listen handler never emits before it answers.
@@ -558,10 +562,12 @@ enum ResponseSink {
 }
 
 impl ResponseSink {
-    fn finish(self, response: Response<Body>, message: Value) {
+    /// Sends the final message: as the whole response (with `status`) when nothing was
+    /// streamed yet, else as the last event of the stream.
+    fn finish(self, status: u16, message: Value) {
         match self {
             ResponseSink::Pending(request) => {
-                let _ = request.respond(response);
+                let _ = request.respond(json_response(status, &message));
             }
             ResponseSink::Streaming(mut stream) => {
                 if stream.send(&message).is_ok() {

@@ -1,0 +1,230 @@
+//! Load client for `benches/tasks.sh`: the end-to-end throughput of no-op durable tasks,
+//! which `oha` cannot express (it must read each created task's id and poll it).
+//!
+//! ```text
+//! taskload HOST:PORT e2e N CONC [TOOL [POLL_MS]]
+//! ```
+//!
+//! Opens CONC keep-alive connections. Phase 1: creates N tasks of TOOL (default
+//! `noop_task`) with `tools/call`, declaring the Tasks extension, each connection
+//! creating its share back to back. Phase 2, once every connection has created its
+//! share: each connection polls `tasks/get` for the ids it created, in creation order,
+//! until every one is `completed`, pausing POLL_MS (default 50) whenever the task it
+//! polled was still working (tasks are claimed oldest first, so later ones are unlikely
+//! to be done). The pause bounds polling to CONC * 1000 / POLL_MS requests/s, which
+//! would otherwise take CPU from the server's own workers; it also bounds how late the
+//! last completion is seen. Prints one JSON line: creation time and rate, the time until the
+//! last task was seen completed, end-to-end tasks/s (N over that time, measured from the
+//! first creation) and the number of polls. Any HTTP or JSON-RPC error, or a task that
+//! ends other than `completed`, aborts with exit status 1.
+//!
+//! Plain HTTP/1.1 over `std::net` (the server always answers these requests with a
+//! `Content-Length`), so the client stays small and its cost is a few syscalls a request.
+//! Built by `cargo bench --no-run --bench taskload`; not part of `cargo test`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const VERSION: &str = "2026-07-28";
+const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// Default pause after polling a task that is still working.
+const POLL_PAUSE_MS: u64 = 50;
+
+struct Connection {
+    host: String,
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    next_id: u64,
+}
+
+impl Connection {
+    fn open(host: &str) -> Connection {
+        let stream = TcpStream::connect(host).unwrap_or_else(|e| fail(&format!("connect: {e}")));
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("read timeout");
+        Connection {
+            host: host.to_owned(),
+            reader: BufReader::new(stream.try_clone().expect("clone stream")),
+            writer: stream,
+            next_id: 1,
+        }
+    }
+
+    /// One MCP request with the 2026-07-28 headers; returns the JSON-RPC `result`.
+    fn call(&mut self, method: &str, name: &str, mut params: Value) -> Value {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": VERSION,
+            "io.modelcontextprotocol/clientCapabilities": { "extensions": { TASKS_EXTENSION: {} } },
+        });
+        let id = self.next_id;
+        self.next_id += 1;
+        let body =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\n\
+             Mcp-Method: {method}\r\nMcp-Name: {name}\r\nContent-Length: {}\r\n\r\n{body}",
+            self.host,
+            body.len()
+        );
+        self.writer
+            .write_all(request.as_bytes())
+            .unwrap_or_else(|e| fail(&format!("send: {e}")));
+        let (status, body) = self.read_response();
+        let message: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| fail(&format!("{method}: response is not JSON: {e}")));
+        if status != 200 || message.get("result").is_none() {
+            fail(&format!("{method}: HTTP {status}: {message}"));
+        }
+        message["result"].clone()
+    }
+
+    fn read_response(&mut self) -> (u16, Vec<u8>) {
+        let mut line = String::new();
+        let mut status = 0;
+        let mut length = None;
+        loop {
+            line.clear();
+            let read = self
+                .reader
+                .read_line(&mut line)
+                .unwrap_or_else(|e| fail(&format!("receive: {e}")));
+            if read == 0 {
+                fail("the server closed the connection");
+            }
+            let text = line.trim_end();
+            if text.is_empty() {
+                break;
+            }
+            if status == 0 {
+                status = text
+                    .split(' ')
+                    .nth(1)
+                    .and_then(|code| code.parse().ok())
+                    .unwrap_or_else(|| fail(&format!("bad status line {text:?}")));
+            } else if let Some((name, value)) = text.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse::<usize>().ok();
+                }
+            }
+        }
+        let length = length.unwrap_or_else(|| fail("response without Content-Length"));
+        let mut body = vec![0; length];
+        self.reader
+            .read_exact(&mut body)
+            .unwrap_or_else(|e| fail(&format!("receive body: {e}")));
+        (status, body)
+    }
+}
+
+fn fail(why: &str) -> ! {
+    eprintln!("taskload: {why}");
+    std::process::exit(1)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` passes `--bench`; ignore flags.
+    let args: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let (host, n, conc, tool, poll_pause) = match args.as_slice() {
+        [host, "e2e", n, conc, rest @ ..] => (
+            host.to_string(),
+            n.parse::<usize>()
+                .unwrap_or_else(|_| fail("N must be a number")),
+            conc.parse::<usize>()
+                .unwrap_or_else(|_| fail("CONC must be a number"))
+                .max(1),
+            rest.first().copied().unwrap_or("noop_task").to_owned(),
+            Duration::from_millis(match rest.get(1) {
+                Some(ms) => ms
+                    .parse()
+                    .unwrap_or_else(|_| fail("POLL_MS must be a number")),
+                None => POLL_PAUSE_MS,
+            }),
+        ),
+        _ => fail("usage: taskload HOST:PORT e2e N CONC [TOOL [POLL_MS]]"),
+    };
+    let polls = AtomicU64::new(0);
+    let created_all = Barrier::new(conc);
+    let started = Instant::now();
+    let (created_at, completed_at) = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..conc)
+            .map(|index| {
+                let (host, tool, polls, created_all) = (&host, &tool, &polls, &created_all);
+                let poll_pause = &poll_pause;
+                // Connection `index` creates tasks index, index + conc, …
+                let share = n / conc + usize::from(index < n % conc);
+                scope.spawn(move || {
+                    let mut connection = Connection::open(host);
+                    let mut ids = Vec::with_capacity(share);
+                    for _ in 0..share {
+                        let result = connection.call(
+                            "tools/call",
+                            tool,
+                            json!({"name": tool, "arguments": {}}),
+                        );
+                        match (result["resultType"].as_str(), result["taskId"].as_str()) {
+                            (Some("task"), Some(id)) => ids.push(id.to_owned()),
+                            _ => fail(&format!("tools/call did not create a task: {result}")),
+                        }
+                    }
+                    let created = started.elapsed();
+                    // Poll only once every task exists, so that polling never slows
+                    // creation down.
+                    created_all.wait();
+                    // Tasks are claimed oldest first, so each pass polls in creation
+                    // order and stops at the first task still working: a client polling
+                    // that way costs the server little while it drains the queue.
+                    let mut pending = std::collections::VecDeque::from(ids);
+                    let mut last_done = created;
+                    while let Some(id) = pending.front() {
+                        let task = connection.call("tasks/get", id, json!({"taskId": id}));
+                        polls.fetch_add(1, Ordering::Relaxed);
+                        match task["status"].as_str() {
+                            Some("completed") => {
+                                last_done = started.elapsed();
+                                pending.pop_front();
+                            }
+                            Some("working") => std::thread::sleep(*poll_pause),
+                            other => fail(&format!("task {id} ended as {other:?}: {task}")),
+                        }
+                    }
+                    (created, last_done)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().expect("worker thread"))
+            .fold((Duration::ZERO, Duration::ZERO), |(c, d), (wc, wd)| {
+                (c.max(wc), d.max(wd))
+            })
+    });
+    let create_s = created_at.as_secs_f64();
+    let complete_s = completed_at.as_secs_f64();
+    println!(
+        "{}",
+        json!({
+            "n": n,
+            "conc": conc,
+            "tool": tool,
+            "create_s": create_s,
+            "creations_per_s": n as f64 / create_s,
+            "complete_s": complete_s,
+            "tasks_per_s": n as f64 / complete_s,
+            "poll_ms": poll_pause.as_millis() as u64,
+            "polls": polls.load(Ordering::Relaxed),
+        })
+    );
+}
