@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::PNG_1X1;
+use super::{ask, elicit, PNG_1X1};
 use crate::catalog::{Catalog, Prompt, PromptArgument, PromptCall, Resource, ResourceTemplate};
 use crate::notifications::{Hub, ListKind};
 use crate::protocol::envelope::LogLevel;
@@ -21,20 +21,6 @@ fn no_args() -> Value {
     json!({ "type": "object", "properties": {} })
 }
 
-fn elicit(message: &str, property: &str, kind: &str) -> Value {
-    json!({
-        "method": "elicitation/create",
-        "params": {
-            "message": message,
-            "requestedSchema": {
-                "type": "object",
-                "properties": { property: { "type": kind } },
-                "required": [property],
-            },
-        },
-    })
-}
-
 fn sample(question: &str) -> Value {
     json!({
         "method": "sampling/createMessage",
@@ -47,16 +33,6 @@ fn sample(question: &str) -> Value {
 
 fn roots_request() -> Value {
     json!({ "method": "roots/list", "params": {} })
-}
-
-fn ask(requests: &[(&str, Value)], state: Option<Value>) -> Outcome {
-    Outcome::InputRequired {
-        requests: requests
-            .iter()
-            .map(|(key, request)| ((*key).to_owned(), request.clone()))
-            .collect(),
-        state,
-    }
 }
 
 /// The accepted elicitation's `content[field]` as a string.

@@ -14,8 +14,10 @@ mod testing;
 use crate::catalog::Catalog;
 use std::sync::Arc;
 
+use serde_json::{json, Value};
+
 use crate::notifications::Hub;
-use crate::tools::Registry;
+use crate::tools::{Outcome, Registry};
 
 /// Registers the named sets, in order.
 pub fn register(
@@ -38,3 +40,30 @@ pub fn register(
 /// A 1x1 PNG, used by image fixtures.
 pub const PNG_1X1: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+
+/// An `elicitation/create` input request (form mode) for one required property.
+pub(crate) fn elicit(message: &str, property: &str, kind: &str) -> Value {
+    json!({
+        "method": "elicitation/create",
+        "params": {
+            "message": message,
+            "requestedSchema": {
+                "type": "object",
+                "properties": { property: { "type": kind } },
+                "required": [property],
+            },
+        },
+    })
+}
+
+/// Asks the client for input: `requests` as an MRTR `InputRequests` map, plus the tool's
+/// state for the next round.
+pub(crate) fn ask(requests: &[(&str, Value)], state: Option<Value>) -> Outcome {
+    Outcome::InputRequired {
+        requests: requests
+            .iter()
+            .map(|(key, request)| ((*key).to_owned(), request.clone()))
+            .collect(),
+        state,
+    }
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::{ask, elicit};
 use crate::notifications::{Hub, ListKind};
 use crate::tools::{
     text_result, ExecutionPolicy, Invocation, Outcome, Registry, TaskPolicy, ToolSpec,
@@ -105,13 +106,10 @@ pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
                         return Outcome::Cancelled;
                     }
                 }
-                return Outcome::InputRequired {
-                    requests: input_requests(&[(
-                        "approval",
-                        form("Approve?", "approved", "boolean"),
-                    )]),
-                    state: Some(json!({"asked": 1})),
-                };
+                return ask(
+                    &[("approval", elicit("Approve?", "approved", "boolean"))],
+                    Some(json!({"asked": 1})),
+                );
             };
             let approved =
                 approval["action"] == "accept" && approval["content"]["approved"] == true;
@@ -144,26 +142,14 @@ pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
             let visit = json!({"method": "elicitation/create", "params": {
                 "mode": "url", "message": "Sign in", "url": "https://example.com/login",
                 "elicitationId": "login-1"}});
-            Outcome::InputRequired {
-                requests: input_requests(&[
+            ask(
+                &[
                     ("visit", visit),
-                    ("fill", form("Your name?", "name", "string")),
-                ]),
-                state: None,
-            }
+                    ("fill", elicit("Your name?", "name", "string")),
+                ],
+                None,
+            )
         }),
     )?;
     Ok(())
-}
-
-fn form(message: &str, property: &str, kind: &str) -> Value {
-    json!({"method": "elicitation/create", "params": {"message": message, "requestedSchema": {
-        "type": "object", "properties": {property: {"type": kind}}, "required": [property]}}})
-}
-
-fn input_requests(entries: &[(&str, Value)]) -> serde_json::Map<String, Value> {
-    entries
-        .iter()
-        .map(|(key, request)| ((*key).to_owned(), request.clone()))
-        .collect()
 }
