@@ -394,27 +394,29 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 /// The writer loop: batch, commit, answer. Ends when every [`Store`] handle is gone.
 fn run_writer(conn: Connection, queue: Receiver<WriteOp>, ping: Sender<()>) {
     while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        if let Err(error) = run_cached(&conn, "BEGIN IMMEDIATE") {
+            // Dropping the write answers its caller "not committed".
+            log::error!("could not begin a write transaction: {error}");
+            drop(first);
+            continue;
+        }
+        // Writes that arrive while this transaction runs join it: the batch grows to
+        // what the clients have in flight and they all share the one commit below.
+        let mut finishers = vec![first(&conn)];
+        while finishers.len() < MAX_BATCH {
             match queue.try_recv() {
-                Ok(op) => batch.push(op),
+                Ok(op) => finishers.push(op(&conn)),
                 Err(_) => break,
             }
         }
-        let began = run_cached(&conn, "BEGIN IMMEDIATE");
-        let finishers: Vec<_> = batch.into_iter().map(|op| op(&conn)).collect();
-        let committed = began.is_ok()
-            && match run_cached(&conn, "COMMIT") {
-                Ok(()) => true,
-                Err(error) => {
-                    log::error!("commit failed: {error}");
-                    let _ = conn.execute_batch("ROLLBACK");
-                    false
-                }
-            };
-        if let Err(error) = began {
-            log::error!("could not begin a write transaction: {error}");
-        }
+        let committed = match run_cached(&conn, "COMMIT") {
+            Ok(()) => true,
+            Err(error) => {
+                log::error!("commit failed: {error}");
+                let _ = conn.execute_batch("ROLLBACK");
+                false
+            }
+        };
         for finish in finishers {
             finish(committed);
         }
