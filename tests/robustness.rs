@@ -573,6 +573,66 @@ fn unread_chunked_bodies_are_never_parsed_as_requests() {
     assert_eq!(ok.status, 200);
 }
 
+/// The JSON bodies of the responses in `raw`, in order, framed by Content-Length.
+fn response_bodies(mut raw: &[u8]) -> Vec<Value> {
+    let mut bodies = Vec::new();
+    while let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+        let Some(length) = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length:"))
+            .and_then(|value| value.trim().parse::<usize>().ok())
+        else {
+            break;
+        };
+        let end = (split + 4 + length).min(raw.len());
+        bodies.push(serde_json::from_slice(&raw[split + 4..end]).unwrap_or(Value::Null));
+        raw = &raw[end..];
+    }
+    bodies
+}
+
+/// Requests pipelined on one connection are answered in order, each exactly once —
+/// including task creations, which are answered from a completion thread after their
+/// commit rather than by the request thread. Before patch 5 of
+/// vendor/tiny_http/PATCHES.md, tiny_http handed pipelined requests to several threads
+/// at once and each answer waited for the one before it, so an answer queued behind a
+/// later one on the same completion thread deadlocked the connection.
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let server = Server::start(ALL_SETS);
+    let count = 40;
+    let mut pipelined = Vec::new();
+    for id in 0..count {
+        let rpc = if id % 4 == 3 {
+            Rpc::tool("test_simple_text", json!({}))
+        } else {
+            Rpc::tool("noop_task", json!({})).caps(common::tasks_caps())
+        };
+        let connection = if id + 1 == count {
+            "close"
+        } else {
+            "keep-alive"
+        };
+        pipelined.extend(
+            rpc.id(json!(id))
+                .header("Connection", connection)
+                .to_bytes(&server),
+        );
+    }
+    let raw = server
+        .try_exchange_raw(&pipelined, Duration::from_secs(20))
+        .expect("connection");
+    let bodies = response_bodies(&raw);
+    let ids: Vec<Value> = bodies.iter().map(|body| body["id"].clone()).collect();
+    let expected: Vec<Value> = (0..count).map(|id| json!(id)).collect();
+    assert_eq!(ids, expected, "answers out of order or missing");
+    for (id, body) in bodies.iter().enumerate() {
+        let kind = if id % 4 == 3 { "complete" } else { "task" };
+        assert_eq!(body["result"]["resultType"], kind, "{body}");
+    }
+}
+
 /// tiny_http 0.12 drains an unread Content-Length body on drop with
 /// `vec![0; remaining]`, so one request declaring more bytes than the machine has
 /// (sending none) makes the allocation fail and aborts the whole server, whatever the

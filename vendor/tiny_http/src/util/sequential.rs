@@ -73,6 +73,16 @@ impl<W: Write + Send> SequentialWriterBuilder<W> {
     }
 }
 
+impl<W: Write + Send> SequentialWriterBuilder<W> {
+    /// mcp-taskd patch: blocks until every writer handed out so far has finished.
+    pub fn wait_for_previous(&mut self) {
+        if let Some(trigger) = self.next_trigger.take() {
+            // A writer signals when dropped; a closed channel means the same.
+            let _ = trigger.recv();
+        }
+    }
+}
+
 impl<R: Read + Send> Iterator for SequentialReaderBuilder<R> {
     type Item = SequentialReader<R>;
 
