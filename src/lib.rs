@@ -13,7 +13,7 @@
 //! workers     claim jobs (lease + fencing token), run tools, commit outcomes
 //! ops         outbox relay to notifications; janitor (leases, TTL, outbox, WAL)
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
-//! auth, config, clock, server (assembly and lifecycle)
+//! auth, config, clock, later, server (assembly and lifecycle)
 //! ```
 
 pub mod auth;
@@ -21,6 +21,7 @@ pub mod builtin;
 pub mod catalog;
 pub mod clock;
 pub mod config;
+pub mod later;
 pub mod metrics;
 pub mod notifications;
 pub mod ops;

@@ -134,6 +134,10 @@ pub fn run(config: Config) -> Result<(), String> {
     for thread in threads {
         let _ = thread.join();
     }
+    // Task creations already committed (or committing) are still owed their answer.
+    if !store.wait_for_continuations(Duration::from_secs(5)) {
+        log::warn!("some task creations were not answered before shutdown");
+    }
     frontend.wait_for_streams(Duration::from_secs(5));
     workers.shutdown(Duration::from_millis(config.workers.shutdown_grace_ms));
     upkeep.stop();

@@ -356,7 +356,7 @@ impl Service {
 
     fn tools_call(&self, request: &Request<'_>, emitter: &mut dyn Emitter) -> Reply {
         match self.tools_call_inner(request, emitter) {
-            Ok(result) => Reply::Result(result),
+            Ok(reply) => reply,
             Err(error) => Reply::Error(error),
         }
     }
@@ -365,7 +365,7 @@ impl Service {
         &self,
         request: &Request<'_>,
         emitter: &mut dyn Emitter,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Reply, RpcError> {
         let params = &request.envelope.params;
         let name = request
             .envelope
@@ -398,8 +398,8 @@ impl Service {
                 .input
                 .violations(&Value::Object(arguments.clone()), 5)
                 .join("; ");
-            return Ok(complete(crate::tools::error_result(format!(
-                "Arguments do not match the tool's inputSchema: {violations}"
+            return Ok(Reply::Result(complete(crate::tools::error_result(
+                format!("Arguments do not match the tool's inputSchema: {violations}"),
             ))));
         }
         let input_responses = input_responses(params)?;
@@ -444,7 +444,7 @@ impl Service {
                     &arguments,
                     tool.spec.idempotency_argument.as_deref(),
                 )?;
-                return self.tasks.create(Submission {
+                return Ok(Reply::Later(self.tasks.create(Submission {
                     identity: request.identity,
                     tool,
                     arguments: &arguments,
@@ -452,10 +452,10 @@ impl Service {
                     capabilities,
                     input_responses: &input_responses,
                     idempotency_key: key,
-                });
+                })));
             }
         };
-        match outcome {
+        let answer = match outcome {
             Outcome::Complete(result) => tool.check_result(result).map(complete),
             Outcome::InputRequired { requests, state } => {
                 self.input_required(&binding, capabilities, requests, state)
@@ -468,7 +468,8 @@ impl Service {
                 log::error!("tool {} failed during tools/call: {reason}", tool.spec.name);
                 Err(RpcError::internal())
             }
-        }
+        };
+        answer.map(Reply::Result)
     }
 
     /// Verifies the `requestState` a client echoed, if any.

@@ -13,6 +13,7 @@ pub mod request_state;
 use serde_json::Value;
 
 use crate::auth::Identity;
+use crate::later::Later;
 use crate::notifications::{Filter, Subscription};
 use envelope::{Envelope, RequestMeta};
 pub use error::RpcError;
@@ -72,6 +73,8 @@ pub enum Reply {
     Result(Value),
     Error(RpcError),
     Listen(Box<Listen>),
+    /// Answered later, from another thread (a task creation waiting for its commit).
+    Later(Later<Result<Value, RpcError>>),
 }
 
 impl From<Result<Value, RpcError>> for Reply {

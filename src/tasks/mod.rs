@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::auth::Identity;
 use crate::clock::{now_ms, rfc3339};
 use crate::config::TaskDefaults;
+use crate::later::Later;
 use crate::protocol::envelope::ClientCapabilities;
 use crate::protocol::error::RpcError;
 use crate::tools::{Registered, Registry};
@@ -82,9 +83,9 @@ impl TaskService {
         }
     }
 
-    /// Creates a durable task and returns its `CreateTaskResult` once the task, its job
-    /// and its outbox row are committed.
-    pub fn create(&self, submission: Submission<'_>) -> Result<Value, RpcError> {
+    /// Creates a durable task. Its `CreateTaskResult` arrives once the task, its job and
+    /// its outbox row are committed; the calling thread does not wait for that.
+    pub fn create(&self, submission: Submission<'_>) -> Later<Result<Value, RpcError>> {
         let Submission {
             identity,
             tool,
@@ -101,7 +102,9 @@ impl TaskService {
             protocol_version: protocol_version.to_owned(),
             capabilities: capabilities.0.clone(),
         };
-        let origin = serde_json::to_vec(&origin).map_err(|_| RpcError::internal())?;
+        let Ok(origin) = serde_json::to_vec(&origin) else {
+            return Later::ready(Err(RpcError::internal()));
+        };
         let execution = tool.spec.execution.clone();
         let ttl_ms = execution
             .ttl
@@ -114,13 +117,16 @@ impl TaskService {
         let identity = identity.clone();
         let tool_name = tool.spec.name.clone();
         let responses = Value::Object(input_responses.clone()).to_string();
-        let id = new_task_id(now_ms()).map_err(|error| {
-            log::error!("the OS random source failed: {error}");
-            RpcError::internal()
-        })?;
-        let row = self
-            .store
-            .write(move |conn| {
+        let id = match new_task_id(now_ms()) {
+            Ok(id) => id,
+            Err(error) => {
+                log::error!("the OS random source failed: {error}");
+                return Later::ready(Err(RpcError::internal()));
+            }
+        };
+        let wake = self.wake.clone();
+        self.store
+            .write_later(move |conn| {
                 sql::create_task(
                     conn,
                     &sql::NewTask {
@@ -139,11 +145,13 @@ impl TaskService {
                     },
                 )
             })
-            .map_err(internal)?;
-        let _ = self.wake.try_send(());
-        let mut result = task_fields(&row);
-        result["resultType"] = json!("task");
-        Ok(result)
+            .map(move |row| {
+                let row = row.map_err(internal)?;
+                let _ = wake.try_send(());
+                let mut result = task_fields(&row);
+                result["resultType"] = json!("task");
+                Ok(result)
+            })
     }
 
     /// `tasks/get`: the authoritative snapshot, checked against the caller.
@@ -283,8 +291,6 @@ impl TaskService {
     }
 }
 
-/// Task ids are opaque to clients, but absurd ones are refused before any lookup (with
-/// the same neutral error as an unknown id).
 /// A fresh task id: 12 hex digits of the creation time in Unix milliseconds, then 128
 /// bits from the OS CSPRNG in 32 hex digits (44 characters).
 ///
@@ -301,6 +307,8 @@ fn new_task_id(now_ms: i64) -> Result<String, getrandom::Error> {
     Ok(format!("{millis:012x}{:032x}", u128::from_be_bytes(random)))
 }
 
+/// Task ids are opaque to clients, but absurd ones are refused before any lookup (with
+/// the same neutral error as an unknown id).
 fn check_task_id(task_id: &str) -> Result<(), RpcError> {
     if task_id.is_empty() || task_id.len() > MAX_TASK_ID || task_id.chars().any(char::is_control) {
         return Err(RpcError::task_not_found());

@@ -5,7 +5,9 @@
 //! - **An acknowledged write is on disk.** Every write goes through one writer thread
 //!   that commits in WAL mode with `synchronous = FULL` (the default; `normal` is an
 //!   explicit opt-out that may lose the last commits on power loss, never corrupt). A
-//!   caller of [`Store::write`] gets its answer only after `COMMIT` returned.
+//!   caller of [`Store::write`] gets its answer only after `COMMIT` returned; the
+//!   continuation of a [`Store::write_later`] (which answers a task creation) runs only
+//!   after it, too, and never with a result from a batch that did not commit.
 //! - **Group commit.** The writer takes every write waiting in its queue (up to
 //!   [`MAX_BATCH`]) into one `BEGIN IMMEDIATE` transaction, each under its own savepoint,
 //!   so many task creations share one fsync while each still waits for its own commit,
@@ -22,6 +24,7 @@
 //!   process lifetime, so recovery may treat every leased job it finds as orphaned.
 
 use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -33,11 +36,14 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::config::{StoreConfig, Synchronous};
+use crate::later::{later, Later};
 
 /// The schema, applied by [`migrate`].
 pub const SCHEMA: &str = include_str!("../../schema.sql");
 /// Most writes committed together in one transaction.
 pub const MAX_BATCH: usize = 256;
+/// Threads that run [`Store::write_later`] continuations.
+const COMPLETION_THREADS: usize = 4;
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE: usize = 64;
 
@@ -74,15 +80,57 @@ impl From<r2d2::Error> for StoreError {
     }
 }
 
-/// A write: runs inside the batch transaction and returns what to do once the batch
-/// has committed (`true`) or failed (`false`).
-type WriteOp = Box<dyn FnOnce(&Connection) -> Box<dyn FnOnce(bool) + Send> + Send>;
+/// What to do once a write's batch has committed (`true`) or failed (`false`).
+type Finisher = Box<dyn FnOnce(bool) + Send>;
+
+/// How a write's caller learns the outcome.
+enum Completion {
+    /// A thread is waiting in [`Store::write`]: the writer wakes it directly.
+    Wake(Finisher),
+    /// A continuation from [`Store::write_then`]: it runs on the completion thread, so
+    /// that whatever it does (answering an HTTP request) never holds up the next batch.
+    Continue(Finisher),
+}
+
+/// A write: runs inside the batch transaction and says how to report its outcome.
+type WriteOp = Box<dyn FnOnce(&Connection) -> Completion + Send>;
 
 pub struct Store {
     path: std::path::PathBuf,
     writes: Sender<WriteOp>,
     reads: Pool<SqliteConnectionManager>,
+    /// Continuations of [`Store::write_later`] not run yet.
+    unanswered: Arc<Unanswered>,
     _lock: File,
+}
+
+/// Counts continuations handed to [`Store::write_later`] until they have run, so that
+/// shutdown can wait for every acknowledgement it owes.
+#[derive(Default)]
+struct Unanswered {
+    count: Mutex<usize>,
+    none_left: Condvar,
+}
+
+/// One unanswered continuation; dropping it (after the continuation ran, or with it)
+/// counts it answered.
+struct Owed(Arc<Unanswered>);
+
+impl Unanswered {
+    fn owe(self: &Arc<Self>) -> Owed {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        Owed(Arc::clone(self))
+    }
+}
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock().unwrap_or_else(|p| p.into_inner());
+        *count -= 1;
+        if *count == 0 {
+            self.0.none_left.notify_all();
+        }
+    }
 }
 
 /// Applies the pragmas every connection needs and checks SQLite took them.
@@ -216,15 +264,33 @@ impl Store {
 
         let (writes, queue) = crossbeam_channel::unbounded::<WriteOp>();
         let (ping, pings) = crossbeam_channel::bounded(1);
+        let (continuations, continued) = crossbeam_channel::unbounded();
+        let completers = (0..COMPLETION_THREADS)
+            .map(|index| {
+                let batches = continued.clone();
+                std::thread::Builder::new()
+                    .name(format!("store-answer-{index}"))
+                    .spawn(move || run_continuations(batches))
+                    .map_err(|e| format!("starting the completion threads: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || run_writer(writer, queue, ping))
+            .spawn(move || {
+                run_writer(writer, queue, ping, continuations);
+                // The writer dropped its end: the completion threads finish what is
+                // queued and stop.
+                for completer in completers {
+                    let _ = completer.join();
+                }
+            })
             .map_err(|e| format!("starting the writer thread: {e}"))?;
         Ok(Opened {
             store: Arc::new(Store {
                 path,
                 writes,
                 reads,
+                unanswered: Arc::default(),
                 _lock: lock,
             }),
             writer: thread,
@@ -242,13 +308,9 @@ impl Store {
         let (reply, answer) = reply_slot();
         let job: WriteOp = Box::new(move |conn| {
             let outcome = run_in_savepoint(conn, op);
-            Box::new(move |committed| {
-                let message = match (committed, outcome) {
-                    (true, outcome) => outcome,
-                    (false, _) => Err(StoreError::NotCommitted("the batch did not commit".into())),
-                };
-                reply.send(message);
-            })
+            Completion::Wake(Box::new(move |committed| {
+                reply.send(settle(committed, outcome));
+            }))
         });
         self.writes
             .send(job)
@@ -256,6 +318,49 @@ impl Store {
         answer
             .wait()
             .ok_or_else(|| StoreError::NotCommitted("the writer dropped the write".into()))?
+    }
+
+    /// Runs `op` in the writer's next transaction without blocking the caller. The
+    /// result — once the batch has committed, or failed — arrives as a [`Later`] whose
+    /// callback runs on a completion thread (so a slow callback never delays a commit).
+    pub fn write_later<R, F>(&self, op: F) -> Later<Result<R, StoreError>>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        // Dropped unanswered (the writer stopped): the caller gets "not committed".
+        let (fulfil, result) = later(|| {
+            Err(StoreError::NotCommitted(
+                "the writer dropped the write".into(),
+            ))
+        });
+        let owed = self.unanswered.owe();
+        let job: WriteOp = Box::new(move |conn| {
+            let outcome = run_in_savepoint(conn, op);
+            Completion::Continue(Box::new(move |committed| {
+                fulfil.fulfil(settle(committed, outcome));
+                drop(owed);
+            }))
+        });
+        // A failed send drops the job, and with it `fulfil` and `owed`.
+        let _ = self.writes.send(job);
+        result
+    }
+
+    /// Waits up to `limit` until every [`Store::write_later`] continuation has run;
+    /// `false` if some are still outstanding.
+    pub fn wait_for_continuations(&self, limit: Duration) -> bool {
+        let count = self
+            .unanswered
+            .count
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (count, _) = self
+            .unanswered
+            .none_left
+            .wait_timeout_while(count, limit, |count| *count > 0)
+            .unwrap_or_else(|p| p.into_inner());
+        *count == 0
     }
 
     /// A read-only connection from the pool (a WAL snapshot per statement/transaction).
@@ -368,6 +473,15 @@ impl<T> Answer<T> {
     }
 }
 
+/// A write's result as its caller sees it: only a committed batch makes it true.
+fn settle<R>(committed: bool, outcome: Result<R, StoreError>) -> Result<R, StoreError> {
+    if committed {
+        outcome
+    } else {
+        Err(StoreError::NotCommitted("the batch did not commit".into()))
+    }
+}
+
 fn run_in_savepoint<R>(
     conn: &Connection,
     op: impl FnOnce(&Connection) -> Result<R, StoreError>,
@@ -392,7 +506,28 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 /// The writer loop: batch, commit, answer. Ends when every [`Store`] handle is gone.
-fn run_writer(conn: Connection, queue: Receiver<WriteOp>, ping: Sender<()>) {
+/// A committed (or failed) batch's continuations, for a completion thread.
+type Continuations = (Vec<Finisher>, bool);
+
+/// A completion thread: runs continuations batch by batch until the writer is gone.
+/// Several share the queue, so one continuation stuck on a slow client (at worst until
+/// the socket's write timeout) holds up only the rest of its own batch.
+fn run_continuations(batches: Receiver<Continuations>) {
+    for (batch, committed) in batches {
+        for finish in batch {
+            if catch_unwind(AssertUnwindSafe(|| finish(committed))).is_err() {
+                log::error!("a write's continuation panicked");
+            }
+        }
+    }
+}
+
+fn run_writer(
+    conn: Connection,
+    queue: Receiver<WriteOp>,
+    ping: Sender<()>,
+    continuations: Sender<Continuations>,
+) {
     while let Ok(first) = queue.recv() {
         if let Err(error) = run_cached(&conn, "BEGIN IMMEDIATE") {
             // Dropping the write answers its caller "not committed".
@@ -417,8 +552,16 @@ fn run_writer(conn: Connection, queue: Receiver<WriteOp>, ping: Sender<()>) {
                 false
             }
         };
-        for finish in finishers {
-            finish(committed);
+        let mut later = Vec::new();
+        for completion in finishers {
+            match completion {
+                Completion::Wake(finish) => finish(committed),
+                Completion::Continue(finish) => later.push(finish),
+            }
+        }
+        if !later.is_empty() {
+            // One message (one wake-up) per batch, however many it answers.
+            let _ = continuations.send((later, committed));
         }
         if committed {
             let _ = ping.try_send(());

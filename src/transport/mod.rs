@@ -210,16 +210,38 @@ impl Frontend {
                     },
                     &mut sink,
                 );
-                let ok = !matches!(reply, Reply::Error(_));
-                self.metrics.record_request(&envelope.method, ok);
                 match reply {
-                    Reply::Result(result) => sink.finish(200, result_body(id, result)),
-                    Reply::Error(error) => sink.finish(error.http_status, error_body(&id, &error)),
-                    Reply::Listen(listen) => match sink {
-                        ResponseSink::Pending(request) => self.spawn_listen(request, listen),
-                        // A listen handler never emits before it answers.
-                        _ => self.hub.unsubscribe(listen.subscription.key),
-                    },
+                    Reply::Result(result) => {
+                        self.metrics.record_request(&envelope.method, true);
+                        sink.finish(200, result_body(id, result));
+                    }
+                    Reply::Error(error) => {
+                        self.metrics.record_request(&envelope.method, false);
+                        sink.finish(error.http_status, error_body(&id, &error));
+                    }
+                    // This thread goes back to serving requests; the answer is written
+                    // by whichever thread produces it.
+                    Reply::Later(later) => {
+                        let metrics = Arc::clone(&self.metrics);
+                        let method = envelope.method;
+                        later.then(move |answer| {
+                            metrics.record_request(&method, answer.is_ok());
+                            match answer {
+                                Ok(result) => sink.finish(200, result_body(id, result)),
+                                Err(error) => {
+                                    sink.finish(error.http_status, error_body(&id, &error))
+                                }
+                            }
+                        });
+                    }
+                    Reply::Listen(listen) => {
+                        self.metrics.record_request(&envelope.method, true);
+                        match sink {
+                            ResponseSink::Pending(request) => self.spawn_listen(request, listen),
+                            // A listen handler never emits before it answers.
+                            _ => self.hub.unsubscribe(listen.subscription.key),
+                        }
+                    }
                 }
             }
         }
