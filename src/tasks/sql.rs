@@ -12,7 +12,20 @@ use serde_json::{json, Map, Value};
 use super::store::StoreError;
 use crate::auth::Identity;
 
-pub const LIVE: &str = "status IN ('working', 'input_required')";
+/// The `WHERE` condition of a task that is not terminal yet.
+macro_rules! live {
+    () => {
+        "status IN ('working', 'input_required')"
+    };
+}
+
+/// The columns [`task_row`] reads, in its order.
+macro_rules! task_columns {
+    () => {
+        "id, tool, status, status_message, created_at, updated_at, ttl_ms, \
+         poll_interval_ms, result, error, input_requests, version"
+    };
+}
 
 /// A task as `tasks/get` renders it.
 #[derive(Debug, Clone)]
@@ -30,9 +43,6 @@ pub struct TaskRow {
     pub input_requests: Option<String>,
     pub version: i64,
 }
-
-const TASK_COLUMNS: &str = "id, tool, status, status_message, created_at, updated_at, ttl_ms, \
-     poll_interval_ms, result, error, input_requests, version";
 
 fn task_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
@@ -60,8 +70,10 @@ pub fn find_authorized(
     now: i64,
 ) -> Result<Option<TaskRow>, StoreError> {
     Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1 AND endpoint = ?2 AND tenant = ?3 \
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE id = ?1 AND endpoint = ?2 AND tenant = ?3 \
              AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5)"
         ))?
         .query_row(
@@ -104,8 +116,10 @@ pub struct NewTask<'a> {
 pub fn create_task(conn: &Connection, task: &NewTask<'_>) -> Result<TaskRow, StoreError> {
     if let Some(key) = task.idempotency_key {
         let existing = conn
-            .prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE endpoint = ?1 AND tenant = ?2 \
+            .prepare_cached(concat!(
+                "SELECT ",
+                task_columns!(),
+                " FROM tasks WHERE endpoint = ?1 AND tenant = ?2 \
                  AND principal = ?3 AND tool = ?4 AND idempotency_key = ?5 \
                  AND (expires_at IS NULL OR expires_at > ?6)"
             ))?
@@ -234,10 +248,11 @@ fn set_terminal(
     now: i64,
 ) -> Result<bool, StoreError> {
     let changed = conn
-        .prepare_cached(&format!(
+        .prepare_cached(concat!(
             "UPDATE tasks SET status = ?2, result = ?3, error = ?4, input_requests = NULL, \
              status_message = CASE WHEN ?2 = 'completed' THEN status_message END, \
-             updated_at = ?5, version = version + 1 WHERE id = ?1 AND {LIVE}"
+             updated_at = ?5, version = version + 1 WHERE id = ?1 AND ",
+            live!()
         ))?
         .execute(params![task_id, status, result, error, now])?;
     conn.prepare_cached("DELETE FROM jobs WHERE task_id = ?1")?
@@ -517,10 +532,8 @@ pub fn finish(
                     return Ok(true);
                 }
             }
-            conn.prepare_cached(&format!(
-                "UPDATE tasks SET status = 'input_required', input_requests = ?2, tool_state = ?3, \
-                 updated_at = ?4, version = version + 1 WHERE id = ?1 AND {LIVE}"
-            ))?
+            conn.prepare_cached(concat!("UPDATE tasks SET status = 'input_required', input_requests = ?2, tool_state = ?3, \
+                 updated_at = ?4, version = version + 1 WHERE id = ?1 AND ", live!()))?
             .execute(params![
                 task_id,
                 Value::Object(requests).to_string(),
@@ -543,9 +556,10 @@ pub fn finish(
             )?
             .execute(params![task_id, now + delay, reason])?;
             let message = format!("Attempt {attempt} of {max_attempts} failed; retrying");
-            conn.prepare_cached(&format!(
+            conn.prepare_cached(concat!(
                 "UPDATE tasks SET status_message = ?2, updated_at = ?3, version = version + 1 \
-                 WHERE id = ?1 AND {LIVE}"
+                 WHERE id = ?1 AND ",
+                live!()
             ))?
             .execute(params![task_id, message, now])?;
             append_outbox(conn, task_id, now)?;

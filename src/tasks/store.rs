@@ -258,6 +258,9 @@ impl Store {
             });
         let reads = Pool::builder()
             .max_size(config.read_connections.max(1))
+            // A local file connection does not go stale; r2d2's check on every checkout
+            // would run a statement per read for nothing.
+            .test_on_check_out(false)
             .connection_timeout(Duration::from_secs(5))
             .build(manager)
             .map_err(|e| format!("opening read connections: {e}"))?;
