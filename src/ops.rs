@@ -25,8 +25,12 @@ use crate::tasks::sql::{self, Finish};
 use crate::tasks::store::Store;
 use crate::workers::{Inflight, Stop};
 
-/// Rows handled per janitor step.
+/// Tasks (or leases) handled per janitor write.
 const BATCH: usize = 500;
+/// Delivered outbox rows deleted per janitor write (small rows, one range).
+const OUTBOX_BATCH: usize = 5_000;
+/// Longest a janitor tick keeps removing rows before it sleeps again.
+const TICK_BUDGET: Duration = Duration::from_millis(500);
 /// How often the WAL is checkpointed with TRUNCATE.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
 
@@ -192,21 +196,41 @@ fn janitor(
         if reclaimed > 0 {
             log::warn!("reclaimed {reclaimed} job(s) whose lease expired");
         }
-        match store.write(|conn| sql::delete_expired(conn, now_ms(), BATCH)) {
-            Ok(expired) => {
-                metrics.add_expired(expired.len());
-                for task_id in &expired {
-                    inflight.stop(task_id, Stop::Expired);
+        let tick = Instant::now();
+        let more = || tick.elapsed() < TICK_BUDGET && !stopping.load(Ordering::Acquire);
+        // Expired tasks and delivered outbox rows are removed a bounded batch per write,
+        // and again while full batches come back: upkeep keeps pace with any creation
+        // rate, yet no single transaction holds up the writer for long.
+        loop {
+            match store.write(|conn| sql::delete_expired(conn, now_ms(), BATCH)) {
+                Ok(expired) => {
+                    metrics.add_expired(expired.len());
+                    for task_id in &expired {
+                        inflight.stop(task_id, Stop::Expired);
+                    }
+                    if !expired.is_empty() {
+                        log::info!("removed {} task(s) past their TTL", expired.len());
+                    }
+                    if expired.len() < BATCH || !more() {
+                        break;
+                    }
                 }
-                if !expired.is_empty() {
-                    log::info!("removed {} task(s) past their TTL", expired.len());
+                Err(error) => {
+                    log::error!("expiring tasks: {error}");
+                    break;
                 }
             }
-            Err(error) => log::error!("expiring tasks: {error}"),
         }
         let upto = delivered.load(Ordering::Acquire);
-        if let Err(error) = store.write(move |conn| sql::prune_outbox(conn, upto, BATCH * 10)) {
-            log::error!("pruning the outbox: {error}");
+        loop {
+            match store.write(move |conn| sql::prune_outbox(conn, upto, OUTBOX_BATCH)) {
+                Ok(pruned) if pruned == OUTBOX_BATCH && more() => {}
+                Ok(_) => break,
+                Err(error) => {
+                    log::error!("pruning the outbox: {error}");
+                    break;
+                }
+            }
         }
         if last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
             last_checkpoint = Instant::now();
