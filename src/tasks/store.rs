@@ -18,8 +18,13 @@
 //! - **Pragmas are verified.** `journal_mode`, `synchronous`, `foreign_keys` and
 //!   `busy_timeout` are set on every connection and read back; start-up fails if SQLite
 //!   did not take them (a misspelt pragma is silently ignored by SQLite).
-//! - **The WAL stays bounded.** `journal_size_limit` caps the file after checkpoints and
-//!   the janitor runs `wal_checkpoint(TRUNCATE)` periodically.
+//! - **The WAL stays bounded, and checkpoints stay off the commit path.** The writer's
+//!   automatic checkpoints are off (they would copy pages into the database file and
+//!   fsync it inside a `COMMIT`, stalling every write queued behind it); a checkpointer
+//!   thread runs `wal_checkpoint(PASSIVE)` on its own connection every
+//!   [`CHECKPOINT_INTERVAL`], concurrently with the writer, so the WAL restarts from its
+//!   beginning as soon as readers allow. `journal_size_limit` caps the file after that,
+//!   and the janitor runs `wal_checkpoint(TRUNCATE)` periodically.
 //! - **One server per data dir.** An exclusive lock on `data_dir/lock` is held for the
 //!   process lifetime, so recovery may treat every leased job it finds as orphaned.
 
@@ -30,7 +35,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
@@ -42,6 +47,8 @@ use crate::later::{later, Later};
 pub const SCHEMA: &str = include_str!("../../schema.sql");
 /// Most writes committed together in one transaction.
 pub const MAX_BATCH: usize = 256;
+/// How often the checkpointer copies committed WAL frames into the database file.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 /// Threads that run [`Store::write_later`] continuations.
 const COMPLETION_THREADS: usize = 4;
 /// Prepared statements kept per connection.
@@ -101,6 +108,8 @@ pub struct Store {
     reads: Pool<SqliteConnectionManager>,
     /// Continuations of [`Store::write_later`] not run yet.
     unanswered: Arc<Unanswered>,
+    /// Dropped with the store: the checkpointer stops.
+    _checkpointer: Sender<()>,
     _lock: File,
 }
 
@@ -244,6 +253,17 @@ impl Store {
         configure(&writer, config)?;
         let version = migrate(&mut writer)?;
         log::info!("task store at schema version {version}");
+        writer
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(|e| format!("turning off automatic checkpoints: {e}"))?;
+        let (checkpointer, stop_checkpointer) = crossbeam_channel::bounded(0);
+        let checkpoint_conn =
+            Connection::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        configure(&checkpoint_conn, config)?;
+        std::thread::Builder::new()
+            .name("store-checkpoint".into())
+            .spawn(move || run_checkpointer(&checkpoint_conn, &stop_checkpointer))
+            .map_err(|e| format!("starting the checkpointer: {e}"))?;
 
         let read_config = config.clone();
         let manager = SqliteConnectionManager::file(&path)
@@ -294,6 +314,7 @@ impl Store {
                 writes,
                 reads,
                 unanswered: Arc::default(),
+                _checkpointer: checkpointer,
                 _lock: lock,
             }),
             writer: thread,
@@ -509,6 +530,18 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 /// The writer loop: batch, commit, answer. Ends when every [`Store`] handle is gone.
+/// The checkpointer: a passive checkpoint every [`CHECKPOINT_INTERVAL`] until the store
+/// is dropped. A passive checkpoint never waits for (or blocks) the writer or readers;
+/// frames it cannot copy yet are copied by a later one.
+fn run_checkpointer(conn: &Connection, stop: &Receiver<()>) {
+    while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_INTERVAL) {
+        let checkpoint = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        if let Err(error) = checkpoint {
+            log::warn!("WAL checkpoint: {error}");
+        }
+    }
+}
+
 /// A committed (or failed) batch's continuations, for a completion thread.
 type Continuations = (Vec<Finisher>, bool);
 
@@ -597,6 +630,45 @@ mod tests {
         let second = Store::open(dir.path(), &config);
         assert!(second.is_err(), "the data dir is locked");
         drop(store);
+    }
+
+    #[test]
+    fn the_checkpointer_copies_commits_into_the_database_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreConfig::default())
+            .unwrap()
+            .store;
+        for _ in 0..20 {
+            store
+                .write(|conn| {
+                    for _ in 0..50 {
+                        conn.execute(
+                            "INSERT INTO outbox (task_id, created_at) VALUES ('t', 1)",
+                            [],
+                        )?;
+                    }
+                    Ok(())
+                })
+                .unwrap();
+        }
+        // `immutable=1` reads the database file alone, ignoring the WAL: the rows show
+        // there only once checkpointed — and the writer's automatic checkpoints are off.
+        let uri = format!("file:{}?immutable=1", dir.path().join("tasks.db").display());
+        let in_file = || -> i64 {
+            let conn = Connection::open_with_flags(
+                &uri,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+            )
+            .unwrap();
+            // Before the first checkpoint even the table is only in the WAL.
+            conn.query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
+                .unwrap_or(0)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while in_file() < 1000 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(in_file(), 1000);
     }
 
     #[test]
