@@ -7,12 +7,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use mcp_taskd::config::Config;
 
-// Dozens of request threads hand buffers to each other (tiny_http's connection threads
-// allocate a request, a handler frees it); glibc's arenas serialize such cross-thread
-// frees on a lock. mimalloc frees them into the owning thread's heap without one.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// A single-binary MCP server whose long-running tool calls are durable tasks.
 #[derive(Parser)]
 #[command(name = "mcp-taskd", version, about)]
