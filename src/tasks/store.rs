@@ -22,15 +22,17 @@
 //!   automatic checkpoints are off (they would copy pages into the database file and
 //!   fsync it inside a `COMMIT`, stalling every write queued behind it); a checkpointer
 //!   thread runs `wal_checkpoint(PASSIVE)` on its own connection every
-//!   [`CHECKPOINT_INTERVAL`], concurrently with the writer, so the WAL restarts from its
-//!   beginning as soon as readers allow. `journal_size_limit` caps the file after that,
-//!   and the janitor runs `wal_checkpoint(TRUNCATE)` periodically.
+//!   [`CHECKPOINT_INTERVAL`], concurrently with the writer; once the WAL passes
+//!   [`RESTART_FRAMES`] the writer runs a brief `RESTART` between two batches, so the
+//!   file is reused from its beginning (see [`run_checkpointer`]). `journal_size_limit` caps the file after a restart, and the
+//!   janitor runs `wal_checkpoint(TRUNCATE)` periodically.
 //! - **One server per data dir.** An exclusive lock on `data_dir/lock` is held for the
 //!   process lifetime, so recovery may treat every leased job it finds as orphaned.
 
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -49,6 +51,9 @@ pub const SCHEMA: &str = include_str!("../../schema.sql");
 pub const MAX_BATCH: usize = 256;
 /// How often the checkpointer copies committed WAL frames into the database file.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+/// WAL frames (pages) beyond which the checkpointer restarts the WAL: 16 MiB of 4 KiB
+/// pages, four times SQLite's automatic-checkpoint default.
+const RESTART_FRAMES: i64 = 4096;
 /// Threads that run [`Store::write_later`] continuations.
 const COMPLETION_THREADS: usize = 4;
 /// Prepared statements kept per connection.
@@ -257,12 +262,14 @@ impl Store {
             .pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(|e| format!("turning off automatic checkpoints: {e}"))?;
         let (checkpointer, stop_checkpointer) = crossbeam_channel::bounded(0);
+        let restart = Arc::new(AtomicBool::new(false));
+        let wanted = Arc::clone(&restart);
         let checkpoint_conn =
             Connection::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         configure(&checkpoint_conn, config)?;
         std::thread::Builder::new()
             .name("store-checkpoint".into())
-            .spawn(move || run_checkpointer(&checkpoint_conn, &stop_checkpointer))
+            .spawn(move || run_checkpointer(&checkpoint_conn, &stop_checkpointer, &wanted))
             .map_err(|e| format!("starting the checkpointer: {e}"))?;
 
         let read_config = config.clone();
@@ -300,7 +307,7 @@ impl Store {
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
-                run_writer(writer, queue, ping, continuations);
+                run_writer(writer, queue, ping, continuations, &restart);
                 // The writer dropped its end: the completion threads finish what is
                 // queued and stop.
                 for completer in completers {
@@ -530,14 +537,26 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 /// The writer loop: batch, commit, answer. Ends when every [`Store`] handle is gone.
-/// The checkpointer: a passive checkpoint every [`CHECKPOINT_INTERVAL`] until the store
-/// is dropped. A passive checkpoint never waits for (or blocks) the writer or readers;
-/// frames it cannot copy yet are copied by a later one.
-fn run_checkpointer(conn: &Connection, stop: &Receiver<()>) {
+/// The checkpointer: a passive checkpoint every [`CHECKPOINT_INTERVAL`] until the
+/// store is dropped.
+///
+/// A passive checkpoint copies committed frames into the database file without waiting
+/// for (or blocking) the writer or readers. It cannot restart the WAL under constant
+/// load, though: by the time it has copied everything, newer commits have been appended
+/// behind it, and the file would grow until the janitor's TRUNCATE. So once the WAL
+/// holds more than [`RESTART_FRAMES`], it asks the writer (through `restart`) to run a
+/// RESTART checkpoint between two batches: that copies only the frames committed since
+/// this passive checkpoint, and the next commit writes from the start of the file again.
+/// (Run from here, a RESTART would wait for a gap between batches that a busy writer
+/// never leaves.)
+fn run_checkpointer(conn: &Connection, stop: &Receiver<()>, restart: &AtomicBool) {
     while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_INTERVAL) {
-        let checkpoint = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-        if let Err(error) = checkpoint {
-            log::warn!("WAL checkpoint: {error}");
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            row.get::<_, i64>(1)
+        }) {
+            Ok(frames) if frames > RESTART_FRAMES => restart.store(true, Ordering::Release),
+            Ok(_) => {}
+            Err(error) => log::warn!("WAL checkpoint: {error}"),
         }
     }
 }
@@ -563,6 +582,7 @@ fn run_writer(
     queue: Receiver<WriteOp>,
     ping: Sender<()>,
     continuations: Sender<Continuations>,
+    restart: &AtomicBool,
 ) {
     while let Ok(first) = queue.recv() {
         if let Err(error) = run_cached(&conn, "BEGIN IMMEDIATE") {
@@ -601,6 +621,12 @@ fn run_writer(
         }
         if committed {
             let _ = ping.try_send(());
+        }
+        if restart.swap(false, Ordering::AcqRel) {
+            let restarted = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
+            if let Err(error) = restarted {
+                log::warn!("WAL restart: {error}");
+            }
         }
     }
 }
@@ -669,6 +695,40 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert_eq!(in_file(), 1000);
+    }
+
+    #[test]
+    fn the_wal_is_reused_under_constant_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreConfig::default())
+            .unwrap()
+            .store;
+        let filler = "x".repeat(2000);
+        // Commits of ~100 KB back to back. Once the checkpointer has restarted the WAL,
+        // new commits overwrite it from the beginning and the file stops growing; without
+        // restarts it grows by every commit.
+        let (mut size, mut steady) = (0, 0);
+        for _ in 0..1500 {
+            let filler = filler.clone();
+            store
+                .write(move |conn| {
+                    for _ in 0..50 {
+                        conn.execute(
+                            "INSERT INTO outbox (task_id, created_at) VALUES (?1, 1)",
+                            [&filler],
+                        )?;
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            let now = store.wal_bytes().unwrap_or(0);
+            steady = if now > size { 0 } else { steady + 1 };
+            size = size.max(now);
+            if steady == 300 {
+                return;
+            }
+        }
+        panic!("the WAL grew to {size} bytes and kept growing");
     }
 
     #[test]
