@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender};
 use serde_json::{Map, Value};
 
 use crate::auth::Identity;
@@ -90,7 +90,25 @@ struct Subscriber {
 struct HubState {
     next_key: u64,
     subscribers: HashMap<u64, Subscriber>,
+    /// Which subscriptions follow each task, so a task-change hint (one per committed
+    /// task change) costs a lookup, not a pass over every open subscription.
+    by_task: HashMap<String, Vec<u64>>,
     closed: bool,
+}
+
+impl HubState {
+    fn remove(&mut self, key: u64) -> Option<Subscriber> {
+        let subscriber = self.subscribers.remove(&key)?;
+        for task_id in &subscriber.task_ids {
+            if let Some(keys) = self.by_task.get_mut(task_id) {
+                keys.retain(|k| *k != key);
+                if keys.is_empty() {
+                    self.by_task.remove(task_id);
+                }
+            }
+        }
+        Some(subscriber)
+    }
 }
 
 pub struct Hub {
@@ -104,6 +122,7 @@ impl Hub {
             state: Mutex::new(HubState {
                 next_key: 1,
                 subscribers: HashMap::new(),
+                by_task: HashMap::new(),
                 closed: false,
             }),
             limits,
@@ -147,7 +166,10 @@ impl Hub {
         let key = state.next_key;
         state.next_key += 1;
         let (sender, frames) = crossbeam_channel::bounded(self.limits.queue_len);
-        let task_ids = filter.task_ids.iter().cloned().collect();
+        let task_ids: HashSet<String> = filter.task_ids.iter().cloned().collect();
+        for task_id in &task_ids {
+            state.by_task.entry(task_id.clone()).or_default().push(key);
+        }
         state.subscribers.insert(
             key,
             Subscriber {
@@ -161,7 +183,7 @@ impl Hub {
     }
 
     pub fn unsubscribe(&self, key: u64) {
-        self.lock().subscribers.remove(&key);
+        self.lock().remove(key);
     }
 
     pub fn open_subscriptions(&self) -> usize {
@@ -183,29 +205,36 @@ impl Hub {
     /// Hints that a task changed (after its commit, outbox row `seq`) to every
     /// subscription naming it.
     pub fn publish_task_changed(&self, task_id: &str, seq: i64) {
+        let mut state = self.lock();
+        let Some(keys) = state.by_task.get(task_id) else {
+            return;
+        };
         let frame = Frame::TaskChanged {
             task_id: task_id.to_owned(),
             seq,
         };
-        self.publish(frame, |subscriber| subscriber.task_ids.contains(task_id));
+        let keys = keys.clone();
+        Self::deliver(&mut state, &frame, keys);
     }
 
     fn publish(&self, frame: Frame, wants: impl Fn(&Subscriber) -> bool) {
         let mut state = self.lock();
-        let mut cut_off = Vec::new();
-        for (key, subscriber) in &state.subscribers {
-            if !wants(subscriber) {
+        let keys: Vec<u64> = state
+            .subscribers
+            .iter()
+            .filter(|(_, subscriber)| wants(subscriber))
+            .map(|(key, _)| *key)
+            .collect();
+        Self::deliver(&mut state, &frame, keys);
+    }
+
+    /// Queues `frame` for each of `keys`, cutting off those whose queue is full or gone.
+    fn deliver(state: &mut HubState, frame: &Frame, keys: Vec<u64>) {
+        for key in keys {
+            let Some(subscriber) = state.subscribers.get(&key) else {
                 continue;
-            }
-            match subscriber.sender.try_send(frame.clone()) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                    cut_off.push(*key)
-                }
-            }
-        }
-        for key in cut_off {
-            if state.subscribers.remove(&key).is_some() {
+            };
+            if subscriber.sender.try_send(frame.clone()).is_err() && state.remove(key).is_some() {
                 log::warn!("closed a subscription whose queue was full or gone");
             }
         }
@@ -215,6 +244,7 @@ impl Hub {
     pub fn close_all(&self) {
         let mut state = self.lock();
         state.closed = true;
+        state.by_task.clear();
         for (_, subscriber) in state.subscribers.drain() {
             // A full queue means the subscriber is being cut off anyway.
             let _ = subscriber.sender.try_send(Frame::Close);
@@ -267,6 +297,41 @@ mod tests {
         hub.close_all();
         assert_eq!(prompts.frames.try_recv(), Ok(Frame::Close));
         assert!(hub.subscribe(&someone(), Filter::default()).is_err());
+    }
+
+    #[test]
+    fn task_hints_reach_only_the_subscriptions_naming_the_task() {
+        let hub = Hub::new(NotificationLimits {
+            queue_len: 1,
+            ..NotificationLimits::default()
+        });
+        let follows = |ids: &[&str]| Filter {
+            task_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
+            ..Filter::default()
+        };
+        let a = hub.subscribe(&someone(), follows(&["a"])).unwrap();
+        let ab = hub.subscribe(&someone(), follows(&["a", "b"])).unwrap();
+        hub.publish_task_changed("b", 1);
+        assert!(a.frames.try_recv().is_err());
+        assert!(matches!(
+            ab.frames.try_recv(),
+            Ok(Frame::TaskChanged { seq: 1, .. })
+        ));
+        hub.publish_task_changed("c", 2);
+        assert!(a.frames.try_recv().is_err() && ab.frames.try_recv().is_err());
+        // `ab`'s queue of 1 fills up on the second hint for "a": it is cut off, and
+        // forgotten for "b" too.
+        hub.publish_task_changed("a", 3);
+        assert!(matches!(
+            a.frames.try_recv(),
+            Ok(Frame::TaskChanged { seq: 3, .. })
+        ));
+        hub.publish_task_changed("a", 4);
+        assert_eq!(hub.open_subscriptions(), 1);
+        hub.publish_task_changed("b", 5);
+        hub.unsubscribe(a.key);
+        assert_eq!(hub.open_subscriptions(), 0);
+        assert!(hub.lock().by_task.is_empty());
     }
 
     #[test]
