@@ -104,13 +104,6 @@ impl ClientConnection {
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
-        // mcp-taskd patch: read the next request only once the previous one has been
-        // answered. Upstream handed pipelined requests to several threads at once; each
-        // response then waited for the one before it, so a thread answering a later
-        // request blocked until an earlier one was answered — forever, if that earlier
-        // answer was queued behind it on the same thread (the server answers task
-        // creations from a completion thread after their commit).
-        self.sink.wait_for_previous();
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
@@ -142,6 +135,16 @@ impl ClientConnection {
 
             (method, path, version, headers)
         };
+
+        // mcp-taskd patch: hand out the next request only once the previous one has
+        // been answered. Upstream handed pipelined requests to several threads at once;
+        // each response then waited for the one before it, so a thread answering a
+        // later request blocked until an earlier one was answered — forever, if that
+        // earlier answer was queued behind it on the same thread (the server answers
+        // task creations from a completion thread after their commit). Waiting here,
+        // after the headers arrived, costs nothing to a client that waits for each
+        // answer before sending its next request: that answer is already written.
+        self.sink.wait_for_previous();
 
         // building the writer for the request
         let writer = self.sink.next().unwrap();
