@@ -277,24 +277,43 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
         let mut claimed = 0;
         if idle > 0 {
             let lease_ms = shared.lease_ms;
-            match shared
-                .store
-                .write(move |conn| sql::claim(conn, idle, now_ms(), lease_ms, fresh_token))
-            {
+            let inflight = Arc::clone(&shared.inflight);
+            let registered = Arc::new(Mutex::new(Vec::new()));
+            let noted = Arc::clone(&registered);
+            // The attempts are registered inside the claim's transaction: a tasks/cancel
+            // runs in the same writer, so one that sees the job running always finds
+            // its attempt to signal. (Registered after the commit, a cancel arriving in
+            // between was recorded but never reached the attempt.)
+            let claimed_now = shared.store.write(move |conn| {
+                let claims = sql::claim(conn, idle, now_ms(), lease_ms, fresh_token)?;
+                let mut noted = noted.lock().unwrap_or_else(|p| p.into_inner());
+                for claim in &claims {
+                    inflight.insert(
+                        &claim.task_id,
+                        Arc::new(AttemptControl::new(claim.token.clone(), claim.deadline)),
+                    );
+                    noted.push((claim.task_id.clone(), claim.token.clone()));
+                }
+                Ok(claims)
+            });
+            match claimed_now {
                 Ok(claims) => {
                     claimed = claims.len();
                     for claim in claims {
                         shared.idle.fetch_sub(1, Ordering::AcqRel);
-                        shared.inflight.insert(
-                            &claim.task_id,
-                            Arc::new(AttemptControl::new(claim.token.clone(), claim.deadline)),
-                        );
                         if jobs.send(claim).is_err() {
                             return;
                         }
                     }
                 }
-                Err(error) => log::error!("claiming jobs: {error}"),
+                // The claims did not commit; the attempts registered for them never run.
+                Err(error) => {
+                    let registered = registered.lock().unwrap_or_else(|p| p.into_inner());
+                    for (task_id, token) in registered.iter() {
+                        shared.inflight.remove(task_id, token);
+                    }
+                    log::error!("claiming jobs: {error}");
+                }
             }
         }
         if claimed == 0 || claimed == idle {

@@ -126,6 +126,28 @@ fn a_running_task_is_cancelled_within_a_second() {
     );
 }
 
+/// A cancel that arrives while the dispatcher is claiming the job — after the claim's
+/// commit, before the attempt started — still reaches the attempt: a long task cancelled
+/// right after creation always ends `cancelled`, within a second of the cancel. (The
+/// attempt used to be registered for cancellation only after the claim committed, and a
+/// cancel landing in between was recorded but never signalled: the task ran to the end.)
+#[test]
+fn a_task_cancelled_right_after_creation_never_runs_to_the_end() {
+    let server = Server::start(&config_with(8, 1000, ""));
+    for _ in 0..40 {
+        let id = tasks::create(&server, "slow_compute", json!({"seconds": 30}), &[]);
+        let asked = Instant::now();
+        tasks::cancel(&server, &id, &[]).result();
+        let task = wait_terminal(&server, &id, Duration::from_secs(5));
+        assert_eq!(task["status"], "cancelled", "{task}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "took {:?}",
+            asked.elapsed()
+        );
+    }
+}
+
 const ALICE: &str = "alice-token";
 const BOB: &str = "bob-token";
 
