@@ -212,27 +212,17 @@ impl Frontend {
                 );
                 match reply {
                     Reply::Result(result) => {
-                        self.metrics.record_request(&envelope.method, true);
-                        sink.finish(200, result_body(id, result));
+                        answer(&self.metrics, &envelope.method, sink, id, Ok(result))
                     }
                     Reply::Error(error) => {
-                        self.metrics.record_request(&envelope.method, false);
-                        sink.finish(error.http_status, error_body(&id, &error));
+                        answer(&self.metrics, &envelope.method, sink, id, Err(error))
                     }
                     // This thread goes back to serving requests; the answer is written
                     // by whichever thread produces it.
                     Reply::Later(later) => {
                         let metrics = Arc::clone(&self.metrics);
                         let method = envelope.method;
-                        later.then(move |answer| {
-                            metrics.record_request(&method, answer.is_ok());
-                            match answer {
-                                Ok(result) => sink.finish(200, result_body(id, result)),
-                                Err(error) => {
-                                    sink.finish(error.http_status, error_body(&id, &error))
-                                }
-                            }
-                        });
+                        later.then(move |result| answer(&metrics, &method, sink, id, result));
                     }
                     Reply::Listen(listen) => {
                         self.metrics.record_request(&envelope.method, true);
@@ -572,6 +562,21 @@ fn run_listen(
         "result": { "resultType": "complete", "_meta": { META_SUBSCRIPTION_ID: id } },
     }))?;
     stream.finish()
+}
+
+/// Counts a request's outcome and writes its final message.
+fn answer(
+    metrics: &Metrics,
+    method: &str,
+    sink: ResponseSink,
+    id: Value,
+    result: Result<Value, RpcError>,
+) {
+    metrics.record_request(method, result.is_ok());
+    match result {
+        Ok(result) => sink.finish(200, result_body(id, result)),
+        Err(error) => sink.finish(error.http_status, error_body(&id, &error)),
+    }
 }
 
 /// Where a request's answer goes: a plain JSON response until the handler emits its
