@@ -729,8 +729,7 @@ pub fn max_outbox_seq(conn: &Connection) -> Result<i64, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::StoreConfig;
-    use crate::tasks::store::Store;
+    use crate::tasks::store::tests::fresh_store;
 
     fn identity() -> Identity {
         Identity {
@@ -762,10 +761,7 @@ mod tests {
 
     #[test]
     fn a_stale_lease_holder_cannot_write_anything() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), &StoreConfig::default())
-            .unwrap()
-            .store;
+        let (_dir, store) = fresh_store();
         let mut tokens = ["first", "second"].into_iter().map(str::to_owned);
         let (first, second) = store
             .write(move |conn| {

@@ -24,8 +24,9 @@
 //!   thread runs `wal_checkpoint(PASSIVE)` on its own connection every
 //!   [`CHECKPOINT_INTERVAL`], concurrently with the writer; once the WAL passes
 //!   [`RESTART_FRAMES`] the writer runs a brief `RESTART` between two batches, so the
-//!   file is reused from its beginning (see [`run_checkpointer`]). `journal_size_limit` caps the file after a restart, and the
-//!   janitor runs `wal_checkpoint(TRUNCATE)` periodically.
+//!   file is reused from its beginning (see [`run_checkpointer`]). `journal_size_limit`
+//!   caps the file after a restart, and the janitor runs `wal_checkpoint(TRUNCATE)`
+//!   periodically.
 //! - **One server per data dir.** An exclusive lock on `data_dir/lock` is held for the
 //!   process lifetime, so recovery may treat every leased job it finds as orphaned.
 
@@ -51,8 +52,8 @@ pub const SCHEMA: &str = include_str!("../../schema.sql");
 pub const MAX_BATCH: usize = 256;
 /// How often the checkpointer copies committed WAL frames into the database file.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
-/// WAL frames (pages) beyond which the checkpointer restarts the WAL: 16 MiB of 4 KiB
-/// pages, four times SQLite's automatic-checkpoint default.
+/// WAL frames (pages) beyond which the writer restarts the WAL: 16 MiB of 4 KiB pages,
+/// four times SQLite's automatic-checkpoint default.
 const RESTART_FRAMES: i64 = 4096;
 /// Threads that run [`Store::write_later`] continuations.
 const COMPLETION_THREADS: usize = 4;
@@ -99,7 +100,7 @@ type Finisher = Box<dyn FnOnce(bool) + Send>;
 enum Completion {
     /// A thread is waiting in [`Store::write`]: the writer wakes it directly.
     Wake(Finisher),
-    /// A continuation from [`Store::write_then`]: it runs on the completion thread, so
+    /// A continuation from [`Store::write_later`]: it runs on a completion thread, so
     /// that whatever it does (answering an HTTP request) never holds up the next batch.
     Continue(Finisher),
 }
@@ -536,7 +537,6 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-/// The writer loop: batch, commit, answer. Ends when every [`Store`] handle is gone.
 /// The checkpointer: a passive checkpoint every [`CHECKPOINT_INTERVAL`] until the
 /// store is dropped.
 ///
@@ -577,6 +577,10 @@ fn run_continuations(batches: Receiver<Continuations>) {
     }
 }
 
+/// The writer loop: batch, commit, answer; between batches, restart the WAL when the
+/// checkpointer asks (the RESTART waits, within `busy_timeout`, only for readers still on
+/// an older snapshot — every read here is a short statement). Ends when every [`Store`]
+/// handle is gone.
 fn run_writer(
     conn: Connection,
     queue: Receiver<WriteOp>,
@@ -632,8 +636,17 @@ fn run_writer(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A store on a fresh temporary data dir (kept alive by the returned guard).
+    pub(crate) fn fresh_store() -> (tempfile::TempDir, Arc<Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreConfig::default())
+            .unwrap()
+            .store;
+        (dir, store)
+    }
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -660,10 +673,7 @@ mod tests {
 
     #[test]
     fn the_checkpointer_copies_commits_into_the_database_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), &StoreConfig::default())
-            .unwrap()
-            .store;
+        let (dir, store) = fresh_store();
         for _ in 0..20 {
             store
                 .write(|conn| {
@@ -699,10 +709,7 @@ mod tests {
 
     #[test]
     fn the_wal_is_reused_under_constant_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), &StoreConfig::default())
-            .unwrap()
-            .store;
+        let (_dir, store) = fresh_store();
         let filler = "x".repeat(2000);
         // Commits of ~100 KB back to back. Once the checkpointer has restarted the WAL,
         // new commits overwrite it from the beginning and the file stops growing; without
@@ -744,10 +751,7 @@ mod tests {
 
     #[test]
     fn a_failing_write_rolls_back_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), &StoreConfig::default())
-            .unwrap()
-            .store;
+        let (_dir, store) = fresh_store();
         let ok = store.write(|conn| {
             conn.execute(
                 "INSERT INTO outbox (task_id, created_at) VALUES ('a', 1)",
