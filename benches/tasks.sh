@@ -106,14 +106,17 @@ a = t(); time.sleep(1); b = t()
 print("busy=%.0f%%" % (100 * (1 - (b[1] - a[1]) / max(1, b[0] - a[0]))))'
   } >"$1.load"
 }
-# Jobs not yet completed, and outbox rows the janitor has not pruned yet (read-only).
+# Jobs not yet completed, and outbox rows the janitor has not pruned yet, from the
+# server's metrics page (the server holds its database exclusively while it runs).
 backlog() {
-  python3 - "$OUT/data/tasks.db" <<'EOF'
-import sqlite3, sys
-conn = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True, timeout=10)
-print(conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0],
-      conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
-EOF
+  curl -sS "http://127.0.0.1:$PORT/metrics" | python3 -c 'import sys
+jobs = outbox = 0
+for line in sys.stdin:
+    if line.startswith("mcp_taskd_jobs{"):
+        jobs += int(float(line.split()[-1]))
+    elif line.startswith("mcp_taskd_outbox_rows "):
+        outbox = int(float(line.split()[-1]))
+print(jobs, outbox)'
 }
 # After a step that created tasks: waits until the workers have completed them all and
 # the janitor has pruned the outbox rows they left (it prunes 5,000 a second), so that

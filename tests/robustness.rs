@@ -718,3 +718,35 @@ fn stalled_connections_do_not_starve_new_requests() {
         );
     }
 }
+
+/// One server per data dir: a second server on it refuses to start, and while the first
+/// runs no other process can open its database (SQLite's `unix-excl` VFS holds it).
+#[test]
+fn the_data_dir_belongs_to_one_running_server() {
+    let server = Server::start(ALL_SETS);
+    let data = server.dir.join("data");
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("run a second server");
+    assert!(
+        !second.status.success(),
+        "a second server started on the data dir"
+    );
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("in use by another mcp-taskd"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+
+    let outsider = rusqlite::Connection::open(data.join("tasks.db")).expect("open the file");
+    let read = outsider.query_row("SELECT COUNT(*) FROM tasks", [], |row| row.get::<_, i64>(0));
+    let error = read.expect_err("another process read the live database");
+    assert!(error.to_string().contains("locked"), "{error}");
+    drop(outsider);
+
+    // The refusals changed nothing: the server still answers.
+    let echoed = server.call_tool("echo", json!({"text": "still here"}), json!({}));
+    assert_eq!(echoed.result()["content"][0]["text"], "still here");
+}

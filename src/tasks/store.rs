@@ -29,6 +29,11 @@
 //!   periodically.
 //! - **One server per data dir.** An exclusive lock on `data_dir/lock` is held for the
 //!   process lifetime, so recovery may treat every leased job it finds as orphaned.
+//!   Every connection also opens the database through SQLite's `unix-excl` VFS: the
+//!   process takes one exclusive POSIX lock on `tasks.db` and settles the locks between
+//!   its own connections in memory. (With the default VFS each read transaction took and
+//!   dropped a shared lock with two `fcntl` calls.) No other process can open the
+//!   database while the server runs; `GET /metrics` shows its state.
 
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -59,6 +64,8 @@ const RESTART_FRAMES: i64 = 4096;
 const COMPLETION_THREADS: usize = 4;
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE: usize = 64;
+/// The SQLite VFS of every connection (see "One server per data dir" above).
+const VFS: &str = "unix-excl";
 
 /// A store failure. Details go to the log; clients see a generic internal error.
 #[derive(Debug)]
@@ -110,6 +117,8 @@ type WriteOp = Box<dyn FnOnce(&Connection) -> Completion + Send>;
 
 pub struct Store {
     path: std::path::PathBuf,
+    /// How every connection opens `path` (see [`database_uri`]).
+    uri: String,
     writes: Sender<WriteOp>,
     reads: Pool<SqliteConnectionManager>,
     /// Continuations of [`Store::write_later`] not run yet.
@@ -149,6 +158,42 @@ impl Drop for Owed {
 }
 
 /// Applies the pragmas every connection needs and checks SQLite took them.
+/// Opens a read-write connection to the database at `uri` (from [`database_uri`]).
+fn open_connection(uri: &str) -> rusqlite::Result<Connection> {
+    Connection::open_with_flags(uri, OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI)
+}
+
+/// The SQLite URI that opens `path` through [`VFS`]. (A URI, because the connection
+/// pool takes a filename only.) The path is made absolute, and the characters a URI
+/// gives meaning to are escaped.
+fn database_uri(path: &Path) -> Result<String, String> {
+    let absolute = std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = absolute
+        .to_str()
+        .ok_or_else(|| format!("{}: the data dir path is not UTF-8", path.display()))?;
+    let mut uri = String::from("file://");
+    for c in text.chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?vfs=");
+    uri.push_str(VFS);
+    Ok(uri)
+}
+
+/// Makes a pool connection refuse every write, and checks that it does.
+fn make_query_only(conn: &Connection) -> Result<(), String> {
+    conn.pragma_update(None, "query_only", true)
+        .and_then(|()| conn.query_row("PRAGMA query_only", [], |row| row.get::<_, bool>(0)))
+        .map_err(|e| format!("setting PRAGMA query_only: {e}"))?
+        .then_some(())
+        .ok_or_else(|| "SQLite did not take PRAGMA query_only; refusing to start".to_owned())
+}
+
 fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), String> {
     let sync = match config.synchronous {
         Synchronous::Full => "FULL",
@@ -255,7 +300,9 @@ impl Store {
             )
         })?;
         let path = data_dir.join("tasks.db");
-        let mut writer = Connection::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let uri = database_uri(&path)?;
+        let opening = |e| format!("{}: {e}", path.display());
+        let mut writer = open_connection(&uri).map_err(opening)?;
         configure(&writer, config)?;
         let version = migrate(&mut writer)?;
         log::info!("task store at schema version {version}");
@@ -265,8 +312,7 @@ impl Store {
         let (checkpointer, stop_checkpointer) = crossbeam_channel::bounded(0);
         let restart = Arc::new(AtomicBool::new(false));
         let wanted = Arc::clone(&restart);
-        let checkpoint_conn =
-            Connection::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let checkpoint_conn = open_connection(&uri).map_err(opening)?;
         configure(&checkpoint_conn, config)?;
         std::thread::Builder::new()
             .name("store-checkpoint".into())
@@ -274,15 +320,23 @@ impl Store {
             .map_err(|e| format!("starting the checkpointer: {e}"))?;
 
         let read_config = config.clone();
-        let manager = SqliteConnectionManager::file(&path)
-            .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        // Read-write at the file level: `unix-excl` settles locks in memory only for
+        // connections that may write. `query_only` makes them readers all the same.
+        let manager = SqliteConnectionManager::file(&uri)
+            .with_flags(
+                OpenFlags::SQLITE_OPEN_READ_WRITE
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
             .with_init(move |conn| {
-                configure(conn, &read_config).map_err(|why| {
-                    rusqlite::Error::SqliteFailure(
-                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
-                        Some(why),
-                    )
-                })
+                configure(conn, &read_config)
+                    .and_then(|()| make_query_only(conn))
+                    .map_err(|why| {
+                        rusqlite::Error::SqliteFailure(
+                            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
+                            Some(why),
+                        )
+                    })
             });
         let reads = Pool::builder()
             .max_size(config.read_connections.max(1))
@@ -319,6 +373,7 @@ impl Store {
         Ok(Opened {
             store: Arc::new(Store {
                 path,
+                uri,
                 writes,
                 reads,
                 unanswered: Arc::default(),
@@ -411,7 +466,7 @@ impl Store {
     /// connection (a checkpoint cannot run inside the writer's transactions); gives up
     /// after a second if readers hold old snapshots, to try again next time.
     pub fn checkpoint(&self) -> Result<(), StoreError> {
-        let conn = Connection::open(&self.path)?;
+        let conn = open_connection(&self.uri)?;
         conn.busy_timeout(Duration::from_secs(1))?;
         let (busy, _, _): (i64, i64, i64) =
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
@@ -775,5 +830,36 @@ pub(crate) mod tests {
             .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 1);
+    }
+
+    #[test]
+    fn the_store_opens_any_data_dir_path_and_its_readers_cannot_write() {
+        // A data dir whose name needs escaping in a SQLite URI.
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("odd?name#with%");
+        std::fs::create_dir(&dir).unwrap();
+        let store = Store::open(&dir, &StoreConfig::default()).unwrap().store;
+        store
+            .write(|conn| {
+                conn.execute(
+                    "INSERT INTO outbox (task_id, created_at) VALUES ('t', 1)",
+                    [],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        let reader = store.read().unwrap();
+        let rows: i64 = reader
+            .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            rows, 1,
+            "the store opened the database in the odd directory"
+        );
+        let written = reader.execute(
+            "INSERT INTO outbox (task_id, created_at) VALUES ('u', 1)",
+            [],
+        );
+        assert!(written.is_err(), "pool connections are query-only");
     }
 }
