@@ -450,7 +450,7 @@ impl Store {
         *count == 0
     }
 
-    /// A read-only connection from the pool (a WAL snapshot per statement/transaction).
+    /// A query-only connection from the pool (a WAL snapshot per statement/transaction).
     pub fn read(&self) -> Result<PooledConnection<SqliteConnectionManager>, StoreError> {
         Ok(self.reads.get()?)
     }
