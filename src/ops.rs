@@ -1,7 +1,9 @@
 //! Upkeep that runs beside the request path: the outbox relay and the janitor.
 //!
 //! - The **relay** follows the outbox after every commit and hands each changed task id
-//!   to the notification hub; its cursor marks rows as delivered.
+//!   to the notification hub; its cursor marks rows as delivered. While no subscription
+//!   follows a task it reads nothing, and the janitor moves the cursor past the rows
+//!   nobody could hear (see [`skip_unheard`]).
 //! - The **janitor** runs every `workers.janitor_interval_ms`, each step in bounded
 //!   batches: reclaims jobs whose leases expired (retry with backoff, or fail after the
 //!   last attempt — so nothing stays `working` forever), deletes tasks past their TTL,
@@ -112,8 +114,9 @@ impl Upkeep {
         // Rows from before this start have no listener left: they count as delivered.
         let delivered = Arc::new(AtomicI64::new(start));
         let relay = {
-            let (store, delivered, stopping) = (
+            let (store, hub, delivered, stopping) = (
                 Arc::clone(&store),
+                Arc::clone(&hub),
                 Arc::clone(&delivered),
                 Arc::clone(&stopping),
             );
@@ -127,7 +130,9 @@ impl Upkeep {
             std::thread::Builder::new()
                 .name("janitor".into())
                 .spawn(move || {
-                    janitor(&store, &inflight, &metrics, &delivered, interval, &stopping)
+                    janitor(
+                        &store, &hub, &inflight, &metrics, &delivered, interval, &stopping,
+                    )
                 })
                 .map_err(|e| e.to_string())?
         };
@@ -154,6 +159,9 @@ fn relay(
 ) {
     while !stopping.load(Ordering::Acquire) {
         let _ = commits.recv_timeout(Duration::from_millis(500));
+        if !hub.follows_any_task() {
+            continue;
+        }
         loop {
             let after = delivered.load(Ordering::Acquire);
             let rows = match store
@@ -172,7 +180,7 @@ fn relay(
             for (seq, task_id) in &rows {
                 hub.publish_task_changed(task_id, *seq);
             }
-            delivered.store(last, Ordering::Release);
+            delivered.fetch_max(last, Ordering::AcqRel);
             if rows.len() < BATCH {
                 break;
             }
@@ -180,8 +188,29 @@ fn relay(
     }
 }
 
+/// Counts every outbox row as delivered when no subscription follows a task, so that
+/// the janitor prunes the rows the relay did not read.
+///
+/// The newest row is read *before* looking for followers. A subscription open when
+/// one of those rows was committed and still open now is seen, and nothing is skipped.
+/// One opened since then asked for changes after its own start only: the rows skipped
+/// were all committed before the look.
+fn skip_unheard(store: &Store, hub: &Hub, delivered: &AtomicI64) {
+    let newest = match store.read().and_then(|conn| sql::max_outbox_seq(&conn)) {
+        Ok(newest) => newest,
+        Err(error) => {
+            log::error!("reading the outbox: {error}");
+            return;
+        }
+    };
+    if !hub.follows_any_task() {
+        delivered.fetch_max(newest, Ordering::AcqRel);
+    }
+}
+
 fn janitor(
     store: &Store,
+    hub: &Hub,
     inflight: &Inflight,
     metrics: &Metrics,
     delivered: &AtomicI64,
@@ -221,6 +250,7 @@ fn janitor(
                 }
             }
         }
+        skip_unheard(store, hub, delivered);
         let upto = delivered.load(Ordering::Acquire);
         loop {
             match store.write(move |conn| sql::prune_outbox(conn, upto, OUTBOX_BATCH)) {

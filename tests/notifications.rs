@@ -270,3 +270,26 @@ fn shutdown_ends_every_stream_with_its_graceful_answer() {
         assert_eq!(last["result"]["resultType"], "complete", "{last}");
     }
 }
+
+/// With no subscription following any task the relay reads nothing, and the janitor
+/// still counts the outbox rows as delivered and prunes them.
+#[test]
+fn outbox_rows_nobody_listens_for_are_pruned() {
+    let server = Server::start(CONFIG);
+    let ids: Vec<String> = (0..20)
+        .map(|_| tasks::create(&server, "slow_compute", json!({"seconds": 0.01}), &[]))
+        .collect();
+    for id in &ids {
+        wait_terminal(&server, id, 10 * SECOND);
+    }
+    let outbox_rows = || -> Option<u64> {
+        server
+            .get("/metrics")
+            .text()
+            .lines()
+            .find_map(|line| line.strip_prefix("mcp_taskd_outbox_rows "))
+            .and_then(|value| value.trim().parse().ok())
+    };
+    let pruned = common::poll_until(10 * SECOND, || (outbox_rows() == Some(0)).then_some(()));
+    assert!(pruned.is_some(), "outbox rows left: {:?}", outbox_rows());
+}
