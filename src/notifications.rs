@@ -202,14 +202,14 @@ impl Hub {
         });
     }
 
-    /// Hints that a task changed (after its commit, outbox row `seq`) to every
-    /// subscription naming it.
     /// Whether any open subscription follows a task (the relay reads the outbox only
     /// then).
     pub fn follows_any_task(&self) -> bool {
         !self.lock().by_task.is_empty()
     }
 
+    /// Hints that a task changed (after its commit, outbox row `seq`) to every
+    /// subscription naming it.
     pub fn publish_task_changed(&self, task_id: &str, seq: i64) {
         let mut state = self.lock();
         let Some(keys) = state.by_task.get(task_id) else {

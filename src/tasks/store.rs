@@ -157,7 +157,6 @@ impl Drop for Owed {
     }
 }
 
-/// Applies the pragmas every connection needs and checks SQLite took them.
 /// Opens a read-write connection to the database at `uri` (from [`database_uri`]).
 fn open_connection(uri: &str) -> rusqlite::Result<Connection> {
     Connection::open_with_flags(uri, OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI)
@@ -194,6 +193,7 @@ fn make_query_only(conn: &Connection) -> Result<(), String> {
         .ok_or_else(|| "SQLite did not take PRAGMA query_only; refusing to start".to_owned())
 }
 
+/// Applies the pragmas every connection needs and checks SQLite took them.
 fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), String> {
     let sync = match config.synchronous {
         Synchronous::Full => "FULL",
