@@ -126,24 +126,19 @@ impl TaskService {
         };
         let wake = self.wake.clone();
         self.store
-            .write_later(move |conn| {
-                sql::create_task(
-                    conn,
-                    &sql::NewTask {
-                        id: &id,
-                        identity: &identity,
-                        tool: &tool_name,
-                        origin: &origin,
-                        input_responses: &responses,
-                        now: now_ms(),
-                        ttl_ms: Some(ttl_ms as i64),
-                        poll_interval_ms: poll_interval_ms as i64,
-                        max_attempts: i64::from(execution.max_attempts),
-                        backoff_ms: execution.backoff.as_millis() as i64,
-                        timeout_ms: execution.timeout.as_millis() as i64,
-                        idempotency_key: idempotency_key.as_deref(),
-                    },
-                )
+            .create_later(sql::NewTask {
+                id,
+                identity,
+                tool: tool_name,
+                origin,
+                input_responses: responses,
+                now: now_ms(),
+                ttl_ms: Some(ttl_ms as i64),
+                poll_interval_ms: poll_interval_ms as i64,
+                max_attempts: i64::from(execution.max_attempts),
+                backoff_ms: execution.backoff.as_millis() as i64,
+                timeout_ms: execution.timeout.as_millis() as i64,
+                idempotency_key,
             })
             .map(move |row| {
                 let row = row.map_err(internal)?;

@@ -11,13 +11,14 @@
 //! - **Group commit.** The writer takes every write waiting in its queue (up to
 //!   [`MAX_BATCH`]) into one `BEGIN IMMEDIATE` transaction, each under its own savepoint,
 //!   so many task creations share one fsync while each still waits for its own commit,
-//!   and one failing write rolls back alone.
+//!   and one failing write rolls back alone. (Task creations that meet in a batch are
+//!   inserted together; if that fails they go in one by one, see [`Batch`].)
 //! - **No "database is locked" for clients.** Only the writer thread writes, so writers
 //!   never contend; readers use WAL snapshots and never block the writer. `busy_timeout`
 //!   covers checkpoints.
-//! - **Pragmas are verified.** `journal_mode`, `synchronous`, `foreign_keys` and
-//!   `busy_timeout` are set on every connection and read back; start-up fails if SQLite
-//!   did not take them (a misspelt pragma is silently ignored by SQLite).
+//! - **Pragmas are verified.** `journal_mode`, `synchronous`, `foreign_keys`,
+//!   `busy_timeout` and `temp_store` are set on every connection and read back;
+//!   start-up fails if SQLite did not take them (a misspelt pragma is silently ignored).
 //! - **The WAL stays bounded, and checkpoints stay off the commit path.** The writer's
 //!   automatic checkpoints are off (they would copy pages into the database file and
 //!   fsync it inside a `COMMIT`, stalling every write queued behind it); a checkpointer
@@ -48,8 +49,9 @@ use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
+use super::sql::{self, NewTask, TaskRow};
 use crate::config::{StoreConfig, Synchronous};
-use crate::later::{later, Later};
+use crate::later::{later, Fulfil, Later};
 
 /// The schema, applied by [`migrate`].
 pub const SCHEMA: &str = include_str!("../../schema.sql");
@@ -115,13 +117,28 @@ enum Completion {
 /// A write: runs inside the batch transaction and says how to report its outcome.
 type WriteOp = Box<dyn FnOnce(&Connection) -> Completion + Send>;
 
+/// What the writer's queue carries.
+enum Write {
+    /// Any write; runs alone under its own savepoint.
+    Op(WriteOp),
+    /// A task creation without an idempotency key (the writer's most frequent write).
+    /// Consecutive ones in a batch are inserted together, see [`Batch`].
+    Create(Box<Creation>),
+}
+
+struct Creation {
+    task: NewTask,
+    fulfil: Fulfil<Result<TaskRow, StoreError>>,
+    owed: Owed,
+}
+
 pub struct Store {
     path: std::path::PathBuf,
     /// How every connection opens `path` (see [`database_uri`]).
     uri: String,
-    writes: Sender<WriteOp>,
+    writes: Sender<Write>,
     reads: Pool<SqliteConnectionManager>,
-    /// Continuations of [`Store::write_later`] not run yet.
+    /// Continuations of [`Store::write_later`] and [`Store::create_later`] not run yet.
     unanswered: Arc<Unanswered>,
     /// Dropped with the store: the checkpointer stops.
     _checkpointer: Sender<()>,
@@ -199,9 +216,15 @@ fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), String> {
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
     };
+    // `temp_store = MEMORY` keeps each savepoint's journal in memory. Past 64 KiB SQLite
+    // spills it to a temporary file, and every later savepoint of the transaction then
+    // writes there too: with task creations grouped (see `Batch`), a tenth of the
+    // writer's time went to those writes. The journal holds the pages one batch
+    // changes, at most.
     conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; \
-         PRAGMA busy_timeout = {}; PRAGMA journal_size_limit = 67108864;",
+         PRAGMA busy_timeout = {}; PRAGMA journal_size_limit = 67108864; \
+         PRAGMA temp_store = MEMORY;",
         config.busy_timeout_ms
     ))
     .map_err(|e| format!("setting pragmas: {e}"))?;
@@ -224,6 +247,7 @@ fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), String> {
         ("synchronous", config.synchronous.pragma_value().to_string()),
         ("foreign_keys", "1".to_owned()),
         ("busy_timeout", config.busy_timeout_ms.to_string()),
+        ("temp_store", "2".to_owned()),
     ];
     for (pragma, want) in expected {
         let got = read(pragma)?;
@@ -347,7 +371,7 @@ impl Store {
             .build(manager)
             .map_err(|e| format!("opening read connections: {e}"))?;
 
-        let (writes, queue) = crossbeam_channel::unbounded::<WriteOp>();
+        let (writes, queue) = crossbeam_channel::unbounded::<Write>();
         let (ping, pings) = crossbeam_channel::bounded(1);
         let (continuations, continued) = crossbeam_channel::unbounded();
         let completers = (0..COMPLETION_THREADS)
@@ -400,7 +424,7 @@ impl Store {
             }))
         });
         self.writes
-            .send(job)
+            .send(Write::Op(job))
             .map_err(|_| StoreError::NotCommitted("the writer has stopped".into()))?;
         answer
             .wait()
@@ -430,7 +454,27 @@ impl Store {
             }))
         });
         // A failed send drops the job, and with it `fulfil` and `owed`.
-        let _ = self.writes.send(job);
+        let _ = self.writes.send(Write::Op(job));
+        result
+    }
+
+    /// Creates a task in the writer's next transaction without blocking the caller,
+    /// like [`Store::write_later`]. Creations without an idempotency key that meet in a
+    /// batch go in with one multi-row `INSERT` per table ([`sql::create_tasks`]).
+    pub fn create_later(&self, task: NewTask) -> Later<Result<TaskRow, StoreError>> {
+        if task.idempotency_key.is_some() {
+            return self.write_later(move |conn| sql::create_task(conn, &task));
+        }
+        let (fulfil, result) = later(|| {
+            Err(StoreError::NotCommitted(
+                "the writer dropped the write".into(),
+            ))
+        });
+        let owed = self.unanswered.owe();
+        // A failed send drops the creation, and with it `fulfil` and `owed`.
+        let _ = self
+            .writes
+            .send(Write::Create(Box::new(Creation { task, fulfil, owed })));
         result
     }
 
@@ -569,6 +613,69 @@ fn settle<R>(committed: bool, outcome: Result<R, StoreError>) -> Result<R, Store
     }
 }
 
+/// The writes of one transaction, run in arrival order. Task creations wait for the next
+/// other write (or the commit) and go in together, one multi-row `INSERT` per table
+/// ([`sql::create_tasks`]): under load that saves the writer ~3.5 µs per creation. If
+/// that fails, they go in one by one, each under its own savepoint, so that only the
+/// failing one fails, as with any write.
+#[derive(Default)]
+struct Batch {
+    completions: Vec<Completion>,
+    creations: Vec<Creation>,
+}
+
+impl Batch {
+    fn len(&self) -> usize {
+        self.completions.len() + self.creations.len()
+    }
+
+    fn push(&mut self, conn: &Connection, write: Write) {
+        match write {
+            Write::Op(op) => {
+                self.create_waiting(conn);
+                self.completions.push(op(conn));
+            }
+            Write::Create(creation) => self.creations.push(*creation),
+        }
+    }
+
+    fn create_waiting(&mut self, conn: &Connection) {
+        if self.creations.is_empty() {
+            return;
+        }
+        let (tasks, replies): (Vec<NewTask>, Vec<_>) = std::mem::take(&mut self.creations)
+            .into_iter()
+            .map(|creation| (creation.task, (creation.fulfil, creation.owed)))
+            .unzip();
+        let outcomes: Vec<Result<TaskRow, StoreError>> = match sql::create_tasks(conn, &tasks) {
+            Ok(rows) => rows.into_iter().map(Ok).collect(),
+            Err(error) => {
+                log::warn!(
+                    "creating {} tasks together: {error}; one by one",
+                    tasks.len()
+                );
+                tasks
+                    .iter()
+                    .map(|task| run_in_savepoint(conn, |conn| sql::create_task(conn, task)))
+                    .collect()
+            }
+        };
+        for ((fulfil, owed), outcome) in replies.into_iter().zip(outcomes) {
+            self.completions
+                .push(Completion::Continue(Box::new(move |committed| {
+                    fulfil.fulfil(settle(committed, outcome));
+                    drop(owed);
+                })));
+        }
+    }
+
+    /// Runs the creations still waiting; returns how to report every write's outcome.
+    fn finish(mut self, conn: &Connection) -> Vec<Completion> {
+        self.create_waiting(conn);
+        self.completions
+    }
+}
+
 fn run_in_savepoint<R>(
     conn: &Connection,
     op: impl FnOnce(&Connection) -> Result<R, StoreError>,
@@ -638,7 +745,7 @@ fn run_continuations(batches: Receiver<Continuations>) {
 /// handle is gone.
 fn run_writer(
     conn: Connection,
-    queue: Receiver<WriteOp>,
+    queue: Receiver<Write>,
     ping: Sender<()>,
     continuations: Sender<Continuations>,
     restart: &AtomicBool,
@@ -652,13 +759,15 @@ fn run_writer(
         }
         // Writes that arrive while this transaction runs join it: the batch grows to
         // what the clients have in flight and they all share the one commit below.
-        let mut finishers = vec![first(&conn)];
-        while finishers.len() < MAX_BATCH {
+        let mut batch = Batch::default();
+        batch.push(&conn, first);
+        while batch.len() < MAX_BATCH {
             match queue.try_recv() {
-                Ok(op) => finishers.push(op(&conn)),
+                Ok(write) => batch.push(&conn, write),
                 Err(_) => break,
             }
         }
+        let finishers = batch.finish(&conn);
         let committed = match run_cached(&conn, "COMMIT") {
             Ok(()) => true,
             Err(error) => {
@@ -721,6 +830,12 @@ pub(crate) mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(version as usize, migrations(SCHEMA).unwrap().len());
+        let temp_store: i64 = store
+            .read()
+            .unwrap()
+            .query_row("PRAGMA temp_store", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(temp_store, 2, "savepoint journals stay in memory");
         let second = Store::open(dir.path(), &config);
         assert!(second.is_err(), "the data dir is locked");
         drop(store);
@@ -830,6 +945,62 @@ pub(crate) mod tests {
             .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 1);
+    }
+
+    #[test]
+    fn a_bad_task_among_creations_batched_together_fails_alone() {
+        let (_dir, store) = fresh_store();
+        let task = |id: &str| NewTask {
+            id: id.to_owned(),
+            identity: crate::auth::Identity {
+                endpoint: "/mcp".into(),
+                tenant: String::new(),
+                principal: "p".into(),
+            },
+            tool: "tool".into(),
+            origin: b"{}".to_vec(),
+            input_responses: "{}".into(),
+            now: 1,
+            ttl_ms: None,
+            poll_interval_ms: 1000,
+            max_attempts: 1,
+            backoff_ms: 0,
+            timeout_ms: 1000,
+            idempotency_key: None,
+        };
+        // Hold the writer inside a write until the creations are queued, so that they
+        // meet in one batch.
+        let (release, held) = crossbeam_channel::bounded::<()>(0);
+        let holder = store.write_later(move |_| Ok(held.recv().ok()));
+        let (done, outcomes) = crossbeam_channel::unbounded();
+        for (index, id) in ["first", "twin", "first", "last"].into_iter().enumerate() {
+            let done = done.clone();
+            store
+                .create_later(task(id))
+                .then(move |outcome| done.send((index, outcome.map(|row| row.id))).unwrap());
+        }
+        release.send(()).unwrap();
+        holder.then(|_| {});
+        let mut outcomes: Vec<_> = (0..4)
+            .map(|_| outcomes.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        outcomes.sort_by_key(|(index, _)| *index);
+        let ids: Vec<Option<String>> = outcomes.into_iter().map(|(_, o)| o.ok()).collect();
+        assert_eq!(
+            ids,
+            [
+                Some("first".into()),
+                Some("twin".into()),
+                None,
+                Some("last".into())
+            ]
+        );
+        let stored: i64 = store
+            .read()
+            .unwrap()
+            .query_row("SELECT COUNT(*) FROM jobs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, 3);
     }
 
     #[test]
