@@ -16,9 +16,10 @@
 //! - **No "database is locked" for clients.** Only the writer thread writes, so writers
 //!   never contend; readers use WAL snapshots and never block the writer. `busy_timeout`
 //!   covers checkpoints.
-//! - **Pragmas are verified.** `journal_mode`, `synchronous`, `foreign_keys`,
-//!   `busy_timeout` and `temp_store` are set on every connection and read back;
-//!   start-up fails if SQLite did not take them (a misspelt pragma is silently ignored).
+//! - **Pragmas are verified.** `journal_mode`, `synchronous`, `foreign_keys` and
+//!   `busy_timeout` are set on every connection (and `temp_store` on the writer,
+//!   `query_only` on the readers) and read back; start-up fails if SQLite did not take
+//!   them (a misspelt pragma is silently ignored).
 //! - **The WAL stays bounded, and checkpoints stay off the commit path.** The writer's
 //!   automatic checkpoints are off (they would copy pages into the database file and
 //!   fsync it inside a `COMMIT`, stalling every write queued behind it); a checkpointer
@@ -201,6 +202,27 @@ fn database_uri(path: &Path) -> Result<String, String> {
     Ok(uri)
 }
 
+/// Keeps the writer's temporary storage in memory (`temp_store = MEMORY`), and checks
+/// that SQLite took it.
+///
+/// The writer's temporary storage is the journal behind each write's savepoint. Past
+/// 64 KiB SQLite spills it to a temporary file, and every later savepoint of the
+/// transaction then writes there too: with task creations grouped (see [`Batch`]), a
+/// tenth of the writer's time went to those writes. It holds at most the pages one batch
+/// changes. Only the writer: on a pool connection the same setting would hold a query's
+/// sorter in memory too (a `GROUP BY` over every task for `/metrics` took 130 MB).
+fn keep_temp_in_memory(conn: &Connection) -> Result<(), String> {
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .and_then(|()| conn.query_row("PRAGMA temp_store", [], |row| row.get::<_, i64>(0)))
+        .map_err(|e| format!("setting PRAGMA temp_store: {e}"))
+        .and_then(|value| match value {
+            2 => Ok(()),
+            other => Err(format!(
+                "SQLite did not take PRAGMA temp_store = 2 (it reads {other}); refusing to start"
+            )),
+        })
+}
+
 /// Makes a pool connection refuse every write, and checks that it does.
 fn make_query_only(conn: &Connection) -> Result<(), String> {
     conn.pragma_update(None, "query_only", true)
@@ -216,15 +238,9 @@ fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), String> {
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
     };
-    // `temp_store = MEMORY` keeps each savepoint's journal in memory. Past 64 KiB SQLite
-    // spills it to a temporary file, and every later savepoint of the transaction then
-    // writes there too: with task creations grouped (see `Batch`), a tenth of the
-    // writer's time went to those writes. The journal holds the pages one batch
-    // changes, at most.
     conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; \
-         PRAGMA busy_timeout = {}; PRAGMA journal_size_limit = 67108864; \
-         PRAGMA temp_store = MEMORY;",
+         PRAGMA busy_timeout = {}; PRAGMA journal_size_limit = 67108864;",
         config.busy_timeout_ms
     ))
     .map_err(|e| format!("setting pragmas: {e}"))?;
@@ -247,7 +263,6 @@ fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), String> {
         ("synchronous", config.synchronous.pragma_value().to_string()),
         ("foreign_keys", "1".to_owned()),
         ("busy_timeout", config.busy_timeout_ms.to_string()),
-        ("temp_store", "2".to_owned()),
     ];
     for (pragma, want) in expected {
         let got = read(pragma)?;
@@ -328,6 +343,7 @@ impl Store {
         let opening = |e| format!("{}: {e}", path.display());
         let mut writer = open_connection(&uri).map_err(opening)?;
         configure(&writer, config)?;
+        keep_temp_in_memory(&writer)?;
         let version = migrate(&mut writer)?;
         log::info!("task store at schema version {version}");
         writer
@@ -830,12 +846,17 @@ pub(crate) mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(version as usize, migrations(SCHEMA).unwrap().len());
-        let temp_store: i64 = store
-            .read()
-            .unwrap()
-            .query_row("PRAGMA temp_store", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(temp_store, 2, "savepoint journals stay in memory");
+        let temp_store = |conn: &Connection| -> i64 {
+            conn.query_row("PRAGMA temp_store", [], |r| r.get(0))
+                .unwrap()
+        };
+        let writers = store.write(move |conn| Ok(temp_store(conn))).unwrap();
+        assert_eq!(writers, 2, "the writer's savepoint journals stay in memory");
+        assert_eq!(
+            temp_store(&store.read().unwrap()),
+            0,
+            "readers keep the default"
+        );
         let second = Store::open(dir.path(), &config);
         assert!(second.is_err(), "the data dir is locked");
         drop(store);
