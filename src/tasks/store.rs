@@ -202,34 +202,36 @@ fn database_uri(path: &Path) -> Result<String, String> {
     Ok(uri)
 }
 
-/// Keeps the writer's temporary storage in memory (`temp_store = MEMORY`), and checks
-/// that SQLite took it.
-///
-/// The writer's temporary storage is the journal behind each write's savepoint. Past
-/// 64 KiB SQLite spills it to a temporary file, and every later savepoint of the
-/// transaction then writes there too: with task creations grouped (see [`Batch`]), a
-/// tenth of the writer's time went to those writes. It holds at most the pages one batch
-/// changes. Only the writer: on a pool connection the same setting would hold a query's
-/// sorter in memory too (a `GROUP BY` over every task for `/metrics` took 130 MB).
-fn keep_temp_in_memory(conn: &Connection) -> Result<(), String> {
-    conn.pragma_update(None, "temp_store", "MEMORY")
-        .and_then(|()| conn.query_row("PRAGMA temp_store", [], |row| row.get::<_, i64>(0)))
-        .map_err(|e| format!("setting PRAGMA temp_store: {e}"))
-        .and_then(|value| match value {
-            2 => Ok(()),
-            other => Err(format!(
-                "SQLite did not take PRAGMA temp_store = 2 (it reads {other}); refusing to start"
-            )),
-        })
+/// Sets one pragma and checks that SQLite took it (a misspelt or unsupported one is
+/// silently ignored).
+fn set_verified(conn: &Connection, pragma: &str, value: &str, reads: i64) -> Result<(), String> {
+    let got: i64 = conn
+        .pragma_update(None, pragma, value)
+        .and_then(|()| conn.query_row(&format!("PRAGMA {pragma}"), [], |row| row.get(0)))
+        .map_err(|e| format!("setting PRAGMA {pragma}: {e}"))?;
+    if got == reads {
+        Ok(())
+    } else {
+        Err(format!(
+            "SQLite did not take PRAGMA {pragma} = {value} (it reads {got}); refusing to start"
+        ))
+    }
 }
 
-/// Makes a pool connection refuse every write, and checks that it does.
+/// Keeps the writer's temporary storage in memory: the journal behind each write's
+/// savepoint. Past 64 KiB SQLite spills it to a temporary file, and every later savepoint
+/// of the transaction then writes there too: with task creations grouped (see
+/// [`Batch`]), a tenth of the writer's time went to those writes. It holds at most the
+/// pages one batch changes. Only the writer: on a pool connection the same setting
+/// would hold a query's sorter in memory too (a `GROUP BY` over every task for
+/// `/metrics` took 130 MB).
+fn keep_temp_in_memory(conn: &Connection) -> Result<(), String> {
+    set_verified(conn, "temp_store", "MEMORY", 2)
+}
+
+/// Makes a pool connection refuse every write.
 fn make_query_only(conn: &Connection) -> Result<(), String> {
-    conn.pragma_update(None, "query_only", true)
-        .and_then(|()| conn.query_row("PRAGMA query_only", [], |row| row.get::<_, bool>(0)))
-        .map_err(|e| format!("setting PRAGMA query_only: {e}"))?
-        .then_some(())
-        .ok_or_else(|| "SQLite did not take PRAGMA query_only; refusing to start".to_owned())
+    set_verified(conn, "query_only", "ON", 1)
 }
 
 /// Applies the pragmas every connection needs and checks SQLite took them.
