@@ -665,7 +665,8 @@ impl Batch {
             .into_iter()
             .map(|creation| (creation.task, (creation.fulfil, creation.owed)))
             .unzip();
-        let outcomes: Vec<Result<TaskRow, StoreError>> = match sql::create_tasks(conn, &tasks) {
+        let together = run_in_savepoint(conn, |conn| sql::create_tasks(conn, &tasks));
+        let outcomes: Vec<Result<TaskRow, StoreError>> = match together {
             Ok(rows) => rows.into_iter().map(Ok).collect(),
             Err(error) => {
                 log::warn!(
