@@ -2,8 +2,9 @@
 --
 -- src/tasks/store.rs embeds this file and applies it at start-up. Each block headed
 -- `-- migration N` runs once, in order, in its own transaction; `PRAGMA user_version`
--- records the last block applied. Never change the SQL of a block that has shipped: add
--- a new one.
+-- records the last block applied. Foreign keys are off while a block runs (so a block may
+-- rebuild a table that others reference) and checked before it commits. Never change the
+-- SQL of a block that has shipped: add a new one.
 --
 -- Times are Unix milliseconds. Task contents (origin, arguments, results, input) are
 -- sensitive: they are stored here and returned to their owner, never logged.
@@ -82,3 +83,87 @@ CREATE TABLE outbox (
     task_id    TEXT NOT NULL,
     created_at INTEGER NOT NULL
 );
+
+-- migration 2
+-- Cheaper writes, same data and columns as migration 1 (the tables are rebuilt):
+-- - CHECK constraints list their values with OR: with an IN list of three or more,
+--   SQLite built a temporary b-tree for every row it checked.
+-- - jobs is WITHOUT ROWID: one b-tree keyed by task_id instead of a table and its index.
+-- - outbox.seq has no AUTOINCREMENT, which rewrote the sqlite_sequence page in every
+--   commit. seq still only grows: the janitor never prunes the newest row
+--   (sql::prune_outbox), and a new row takes the largest seq plus one.
+CREATE TABLE tasks_v2 (
+    id               TEXT PRIMARY KEY,
+    endpoint         TEXT NOT NULL,
+    tenant           TEXT NOT NULL,
+    principal        TEXT NOT NULL,
+    tool             TEXT NOT NULL,
+    origin           BLOB NOT NULL,
+    status           TEXT NOT NULL
+                     CHECK (status = 'working' OR status = 'input_required'
+                            OR status = 'completed' OR status = 'failed'
+                            OR status = 'cancelled'),
+    status_message   TEXT,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL,
+    ttl_ms           INTEGER,
+    expires_at       INTEGER,
+    poll_interval_ms INTEGER NOT NULL,
+    result           TEXT,
+    error            TEXT,
+    input_requests   TEXT,
+    input_responses  TEXT NOT NULL DEFAULT '{}',
+    tool_state       TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    idempotency_key  TEXT,
+    version          INTEGER NOT NULL DEFAULT 1
+);
+INSERT INTO tasks_v2 (id, endpoint, tenant, principal, tool, origin, status,
+        status_message, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms,
+        result, error, input_requests, input_responses, tool_state, cancel_requested,
+        idempotency_key, version)
+    SELECT id, endpoint, tenant, principal, tool, origin, status,
+        status_message, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms,
+        result, error, input_requests, input_responses, tool_state, cancel_requested,
+        idempotency_key, version
+    FROM tasks;
+DROP TABLE tasks;
+ALTER TABLE tasks_v2 RENAME TO tasks;
+CREATE UNIQUE INDEX tasks_by_idempotency_key
+    ON tasks (endpoint, tenant, principal, tool, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX tasks_by_expiry ON tasks (expires_at) WHERE expires_at IS NOT NULL;
+
+CREATE TABLE jobs_v2 (
+    task_id       TEXT PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    state         TEXT NOT NULL
+                  CHECK (state = 'queued' OR state = 'running' OR state = 'waiting'),
+    attempt       INTEGER NOT NULL DEFAULT 0,
+    max_attempts  INTEGER NOT NULL,
+    backoff_ms    INTEGER NOT NULL,
+    timeout_ms    INTEGER NOT NULL,
+    run_after     INTEGER NOT NULL,
+    lease_token   TEXT,
+    lease_expires INTEGER,
+    deadline      INTEGER,
+    last_error    TEXT
+) WITHOUT ROWID;
+INSERT INTO jobs_v2 (task_id, state, attempt, max_attempts, backoff_ms, timeout_ms,
+        run_after, lease_token, lease_expires, deadline, last_error)
+    SELECT task_id, state, attempt, max_attempts, backoff_ms, timeout_ms,
+        run_after, lease_token, lease_expires, deadline, last_error
+    FROM jobs;
+DROP TABLE jobs;
+ALTER TABLE jobs_v2 RENAME TO jobs;
+CREATE INDEX jobs_ready ON jobs (run_after) WHERE state = 'queued';
+CREATE INDEX jobs_leased ON jobs (lease_expires) WHERE state = 'running';
+
+CREATE TABLE outbox_v2 (
+    seq        INTEGER PRIMARY KEY,
+    task_id    TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+INSERT INTO outbox_v2 (seq, task_id, created_at)
+    SELECT seq, task_id, created_at FROM outbox;
+DROP TABLE outbox;
+ALTER TABLE outbox_v2 RENAME TO outbox;

@@ -272,7 +272,8 @@ fn shutdown_ends_every_stream_with_its_graceful_answer() {
 }
 
 /// With no subscription following any task the relay reads nothing, and the janitor
-/// still counts the outbox rows as delivered and prunes them.
+/// still counts the outbox rows as delivered and prunes them, all but the newest (which
+/// keeps `seq` growing).
 #[test]
 fn outbox_rows_nobody_listens_for_are_pruned() {
     let server = Server::start(CONFIG);
@@ -290,6 +291,6 @@ fn outbox_rows_nobody_listens_for_are_pruned() {
             .find_map(|line| line.strip_prefix("mcp_taskd_outbox_rows "))
             .and_then(|value| value.trim().parse().ok())
     };
-    let pruned = common::poll_until(10 * SECOND, || (outbox_rows() == Some(0)).then_some(()));
+    let pruned = common::poll_until(10 * SECOND, || (outbox_rows() == Some(1)).then_some(()));
     assert!(pruned.is_some(), "outbox rows left: {:?}", outbox_rows());
 }

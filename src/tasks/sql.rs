@@ -748,10 +748,15 @@ pub fn outbox_after(
 }
 
 /// Deletes up to `limit` delivered outbox rows (`seq <= upto`); returns how many.
+///
+/// The newest row always stays: `seq` has no AUTOINCREMENT, and a new row takes the
+/// largest `seq` plus one, so keeping it is what keeps `seq` growing (subscriptions
+/// compare it with where they started).
 pub fn prune_outbox(conn: &Connection, upto: i64, limit: usize) -> Result<usize, StoreError> {
     Ok(conn
         .prepare_cached(
-            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE seq <= ?1 LIMIT ?2)",
+            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox \
+             WHERE seq <= ?1 AND seq < (SELECT MAX(seq) FROM outbox) LIMIT ?2)",
         )?
         .execute(params![upto, limit as i64])?)
 }
