@@ -6,7 +6,8 @@
 //! its stream ends) rather than allowed to grow memory or slow the publisher down.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::{Map, Value};
@@ -113,6 +114,8 @@ impl HubState {
 
 pub struct Hub {
     state: Mutex<HubState>,
+    /// Signalled when a subscription that follows tasks opens (see [`Hub::await_followers`]).
+    followed: Condvar,
     limits: NotificationLimits,
 }
 
@@ -125,6 +128,7 @@ impl Hub {
                 by_task: HashMap::new(),
                 closed: false,
             }),
+            followed: Condvar::new(),
             limits,
         }
     }
@@ -170,6 +174,9 @@ impl Hub {
         for task_id in &task_ids {
             state.by_task.entry(task_id.clone()).or_default().push(key);
         }
+        if !task_ids.is_empty() {
+            self.followed.notify_all();
+        }
         state.subscribers.insert(
             key,
             Subscriber {
@@ -206,6 +213,22 @@ impl Hub {
     /// then).
     pub fn follows_any_task(&self) -> bool {
         !self.lock().by_task.is_empty()
+    }
+
+    /// Waits up to `timeout` until a subscription follows a task; whether one does.
+    ///
+    /// The relay sleeps here while nobody listens, instead of waking (and spinning in
+    /// its channel receive) for every commit only to find no one to tell.
+    pub fn await_followers(&self, timeout: Duration) -> bool {
+        let state = self.lock();
+        if !state.by_task.is_empty() {
+            return true;
+        }
+        let (state, _) = self
+            .followed
+            .wait_timeout(state, timeout)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        !state.by_task.is_empty()
     }
 
     /// Hints that a task changed (after its commit, outbox row `seq`) to every

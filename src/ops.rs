@@ -158,10 +158,12 @@ fn relay(
     stopping: &AtomicBool,
 ) {
     while !stopping.load(Ordering::Acquire) {
-        let _ = commits.recv_timeout(Duration::from_millis(500));
-        if !hub.follows_any_task() {
+        // While nobody follows a task, commit pings stay unread: the channel holds one,
+        // so once a subscription opens, the first receive returns at once.
+        if !hub.await_followers(Duration::from_millis(500)) {
             continue;
         }
+        let _ = commits.recv_timeout(Duration::from_millis(500));
         loop {
             let after = delivered.load(Ordering::Acquire);
             let rows = match store
