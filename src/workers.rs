@@ -1,7 +1,8 @@
 //! The worker pool: claims queued jobs, runs their tools, commits outcomes — fenced.
 //!
 //! ```text
-//! dispatcher ── claim (lease + fresh fencing token) ──► job channel ──► worker threads
+//! dispatcher ── claim (lease + fresh fencing token) ──► job channel ──► idle workers
+//! worker ── commit outcome + claim its next job, in one write ──► runs it (or goes idle)
 //! lease keeper ── renews in-flight leases every lease/3, stops renewing at the deadline
 //! ```
 //!
@@ -32,7 +33,7 @@ use crate::config::WorkerConfig;
 use crate::protocol::envelope::{ClientCapabilities, LogLevel};
 use crate::protocol::error::RpcError;
 use crate::tasks::sql::{self, Claim, Finish};
-use crate::tasks::store::Store;
+use crate::tasks::store::{Store, StoreError};
 use crate::tasks::Origin;
 use crate::tools::{Invocation, InvocationHost, Outcome, Registry};
 
@@ -197,7 +198,12 @@ impl WorkerPool {
             let queue = queue.clone();
             threads.push(spawn(&format!("worker-{index}"), move || {
                 for claim in queue {
-                    run_attempt(&shared, claim);
+                    // A worker that finds more work when it commits an outcome keeps it,
+                    // without a round through the dispatcher.
+                    let mut next = Some(claim);
+                    while let Some(claim) = next {
+                        next = run_attempt(&shared, claim);
+                    }
                     shared.idle.fetch_add(1, Ordering::AcqRel);
                     let _ = shared.wake.try_send(());
                 }
@@ -276,26 +282,12 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
         let idle = shared.idle.load(Ordering::Acquire);
         let mut claimed = 0;
         if idle > 0 {
-            let lease_ms = shared.lease_ms;
-            let inflight = Arc::clone(&shared.inflight);
-            let registered = Arc::new(Mutex::new(Vec::new()));
-            let noted = Arc::clone(&registered);
-            // The attempts are registered inside the claim's transaction: a tasks/cancel
-            // runs in the same writer, so one that sees the job running always finds
-            // its attempt to signal. (Registered after the commit, a cancel arriving in
-            // between was recorded but never reached the attempt.)
-            let claimed_now = shared.store.write(move |conn| {
-                let claims = sql::claim(conn, idle, now_ms(), lease_ms, fresh_token)?;
-                let mut noted = noted.lock().unwrap_or_else(|p| p.into_inner());
-                for claim in &claims {
-                    inflight.insert(
-                        &claim.task_id,
-                        Arc::new(AttemptControl::new(claim.token.clone(), claim.deadline)),
-                    );
-                    noted.push((claim.task_id.clone(), claim.token.clone()));
-                }
-                Ok(claims)
-            });
+            let (inflight, lease_ms) = (Arc::clone(&shared.inflight), shared.lease_ms);
+            let registered = Registered::default();
+            let noted = registered.clone();
+            let claimed_now = shared
+                .store
+                .write(move |conn| claim_registered(conn, idle, lease_ms, &inflight, &noted));
             match claimed_now {
                 Ok(claims) => {
                     claimed = claims.len();
@@ -306,12 +298,8 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
                         }
                     }
                 }
-                // The claims did not commit; the attempts registered for them never run.
                 Err(error) => {
-                    let registered = registered.lock().unwrap_or_else(|p| p.into_inner());
-                    for (task_id, token) in registered.iter() {
-                        shared.inflight.remove(task_id, token);
-                    }
+                    registered.forget(&shared.inflight);
                     log::error!("claiming jobs: {error}");
                 }
             }
@@ -364,25 +352,86 @@ fn keep_leases(shared: &Shared) {
     }
 }
 
-/// Runs one claimed attempt and commits its outcome (fenced by the claim's token).
-fn run_attempt(shared: &Shared, claim: Claim) {
+/// The attempts a claim registered in [`Inflight`] inside its write, so that the caller
+/// can take them back if the write does not commit (they never run).
+#[derive(Clone, Default)]
+struct Registered(Arc<Mutex<Vec<(String, String)>>>);
+
+impl Registered {
+    fn note(&self, claim: &Claim) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((claim.task_id.clone(), claim.token.clone()));
+    }
+
+    fn forget(&self, inflight: &Inflight) {
+        for (task_id, token) in self.0.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            inflight.remove(task_id, token);
+        }
+    }
+}
+
+/// Claims up to `limit` ready jobs within a write, registering each attempt in
+/// `inflight` before the write commits: a `tasks/cancel` runs in the same writer, so one
+/// that sees the job running always finds its attempt to signal. (Registered after the
+/// commit, a cancel arriving in between was recorded but never reached the attempt.)
+fn claim_registered(
+    conn: &rusqlite::Connection,
+    limit: usize,
+    lease_ms: i64,
+    inflight: &Inflight,
+    registered: &Registered,
+) -> Result<Vec<Claim>, StoreError> {
+    let claims = sql::claim(conn, limit, now_ms(), lease_ms, fresh_token)?;
+    for claim in &claims {
+        inflight.insert(
+            &claim.task_id,
+            Arc::new(AttemptControl::new(claim.token.clone(), claim.deadline)),
+        );
+        registered.note(claim);
+    }
+    Ok(claims)
+}
+
+/// Runs one claimed attempt and commits its outcome (fenced by the claim's token). The
+/// same write claims the worker's next job, unless the pool is stopping: under load a
+/// worker goes from job to job with one commit each, and the dispatcher only feeds
+/// workers that found nothing.
+fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
     let control = shared
         .inflight
         .get(&claim.task_id, &claim.token)
         .unwrap_or_else(|| Arc::new(AttemptControl::new(claim.token.clone(), claim.deadline)));
     let finish = execute(shared, &claim, &control);
     let (task_id, token) = (claim.task_id.clone(), claim.token.clone());
-    match shared
-        .store
-        .write(move |conn| sql::finish(conn, &task_id, &token, finish, now_ms()))
-    {
-        Ok(true) => {}
-        Ok(false) => {
-            log::warn!("an attempt finished after losing its lease; its outcome was discarded")
-        }
-        Err(error) => log::error!("committing an attempt's outcome: {error}"),
-    }
+    let claim_next = !shared.stopping.load(Ordering::Acquire);
+    let (inflight, lease_ms) = (Arc::clone(&shared.inflight), shared.lease_ms);
+    let registered = Registered::default();
+    let noted = registered.clone();
+    let committed = shared.store.write(move |conn| {
+        let applied = sql::finish(conn, &task_id, &token, finish, now_ms())?;
+        let next = if claim_next {
+            claim_registered(conn, 1, lease_ms, &inflight, &noted)?.pop()
+        } else {
+            None
+        };
+        Ok((applied, next))
+    });
     shared.inflight.remove(&claim.task_id, &claim.token);
+    match committed {
+        Ok((applied, next)) => {
+            if !applied {
+                log::warn!("an attempt finished after losing its lease; its outcome was discarded");
+            }
+            next
+        }
+        Err(error) => {
+            registered.forget(&shared.inflight);
+            log::error!("committing an attempt's outcome: {error}");
+            None
+        }
+    }
 }
 
 fn failed(error: RpcError) -> Finish {
