@@ -421,7 +421,7 @@ impl Frontend {
         }
         let tasks = &self.service.tasks;
         let page = self.metrics.render(&Snapshot {
-            stats: tasks.stats().ok(),
+            stats: self.metrics.task_counts(|| tasks.stats()).ok(),
             running_attempts: tasks.running_attempts(),
             open_subscriptions: self.hub.open_subscriptions(),
             wal_bytes: tasks.wal_bytes(),
