@@ -107,7 +107,8 @@ print("busy=%.0f%%" % (100 * (1 - (b[1] - a[1]) / max(1, b[0] - a[0]))))'
   } >"$1.load"
 }
 # Jobs not yet completed, and outbox rows the janitor has not pruned yet, from the
-# server's metrics page (the server holds its database exclusively while it runs).
+# server's metrics page (the server holds its database exclusively while it runs; the
+# page's counts are up to a second old, so drain times can read up to a second long).
 backlog() {
   curl -sS "http://127.0.0.1:$PORT/metrics" | python3 -c 'import sys
 jobs = outbox = 0
