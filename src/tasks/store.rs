@@ -857,6 +857,15 @@ fn run_writer(
 pub(crate) mod tests {
     use super::*;
 
+    /// Rows in `table`, read through the pool.
+    fn rows_in(store: &Store, table: &str) -> i64 {
+        store
+            .read()
+            .unwrap()
+            .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
     /// A store on a fresh temporary data dir (kept alive by the returned guard).
     pub(crate) fn fresh_store() -> (tempfile::TempDir, Arc<Store>) {
         let dir = tempfile::tempdir().unwrap();
@@ -1000,11 +1009,7 @@ pub(crate) mod tests {
             Ok(())
         });
         assert!(failed.is_err());
-        let rows: i64 = store
-            .read()
-            .unwrap()
-            .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
-            .unwrap();
+        let rows: i64 = rows_in(&store, "outbox");
         assert_eq!(rows, 1);
     }
 
@@ -1056,11 +1061,7 @@ pub(crate) mod tests {
                 Some("last".into())
             ]
         );
-        let stored: i64 = store
-            .read()
-            .unwrap()
-            .query_row("SELECT COUNT(*) FROM jobs", [], |r| r.get(0))
-            .unwrap();
+        let stored: i64 = rows_in(&store, "jobs");
         assert_eq!(stored, 3);
     }
 
