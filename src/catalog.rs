@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::protocol::envelope::ClientCapabilities;
-use crate::protocol::error::RpcError;
+use crate::protocol::ClientCapabilities;
+use crate::protocol::RpcError;
 use crate::tools::Outcome;
 
 /// Reads a resource: the URI asked for and the template variables it matched (empty for

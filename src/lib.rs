@@ -21,6 +21,7 @@ pub mod builtin;
 pub mod catalog;
 pub mod clock;
 pub mod config;
+pub mod handlers;
 pub mod later;
 pub mod metrics;
 pub mod notifications;

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::auth::Identity;
 use crate::config::NotificationLimits;
-use crate::protocol::error::{code, RpcError};
+use crate::protocol::{code, RpcError};
 
 /// What a subscription asked for and the server agreed to send.
 #[derive(Debug, Clone, Default, PartialEq)]

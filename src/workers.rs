@@ -30,8 +30,8 @@ use serde_json::{json, Map, Value};
 
 use crate::clock::now_ms;
 use crate::config::WorkerConfig;
-use crate::protocol::envelope::{ClientCapabilities, LogLevel};
-use crate::protocol::error::RpcError;
+use crate::protocol::RpcError;
+use crate::protocol::{ClientCapabilities, InputKind, LogLevel};
 use crate::tasks::sql::{self, Claim, Finish};
 use crate::tasks::store::{Store, StoreError};
 use crate::tasks::Origin;
@@ -448,7 +448,7 @@ fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Fin
     let Some(tool) = shared.tools.get(&claim.tool) else {
         log::error!("task for tool {} which is no longer served", claim.tool);
         return failed(RpcError::new(
-            crate::protocol::error::code::INTERNAL_ERROR,
+            crate::protocol::code::INTERNAL_ERROR,
             format!("The tool \"{}\" is no longer served", claim.tool),
         ));
     };
@@ -492,7 +492,11 @@ fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Fin
             Err(error) => failed(error),
         },
         Ok(Outcome::InputRequired { requests, state }) => {
-            if requests.is_empty() || !requests.values().all(is_input_request) {
+            if requests.is_empty()
+                || !requests
+                    .values()
+                    .all(|request| InputKind::of(request).is_some())
+            {
                 log::error!(
                     "tool {} asked for input without valid input requests",
                     claim.tool
@@ -527,14 +531,6 @@ fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Fin
             Stop::Cancelled | Stop::Running => Finish::Cancelled,
         },
     }
-}
-
-/// An `InputRequests` entry: one of the three server-to-client requests MRTR allows.
-fn is_input_request(request: &Value) -> bool {
-    matches!(
-        request.get("method").and_then(Value::as_str),
-        Some("elicitation/create" | "sampling/createMessage" | "roots/list")
-    ) && request.get("params").is_some_and(Value::is_object)
 }
 
 /// The host of a task attempt: progress becomes the task's status message.

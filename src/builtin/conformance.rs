@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 use super::{ask, elicit, PNG_1X1};
 use crate::catalog::{Catalog, Prompt, PromptArgument, PromptCall, Resource, ResourceTemplate};
 use crate::notifications::{Hub, ListKind};
-use crate::protocol::envelope::LogLevel;
-use crate::protocol::error::{code, RpcError};
+use crate::protocol::LogLevel;
+use crate::protocol::{code, RpcError};
 use crate::tools::{
     error_result, text_result, Admission, Invocation, Outcome, Registry, TaskPolicy, Tool, ToolSpec,
 };

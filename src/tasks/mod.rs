@@ -18,8 +18,7 @@ use crate::auth::Identity;
 use crate::clock::{now_ms, rfc3339};
 use crate::config::TaskDefaults;
 use crate::later::Later;
-use crate::protocol::envelope::ClientCapabilities;
-use crate::protocol::error::RpcError;
+use crate::protocol::{missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus};
 use crate::tools::{Registered, Registry};
 use crate::workers::Inflight;
 use sql::{CancelEffect, TaskRow, UpdateEffect};
@@ -156,8 +155,19 @@ impl TaskService {
         task_id: &str,
         capabilities: &ClientCapabilities,
     ) -> Result<Value, RpcError> {
+        self.snapshot(identity, task_id, capabilities)
+            .map(|(_, detailed)| detailed)
+    }
+
+    /// [`TaskService::get`] with the status it found, for callers that act on it.
+    pub fn snapshot(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+        capabilities: &ClientCapabilities,
+    ) -> Result<(TaskStatus, Value), RpcError> {
         let task = self.find(identity, task_id)?;
-        self.detailed(&task, capabilities)
+        Ok((task.status, self.detailed(&task, capabilities)?))
     }
 
     /// Counts for the metrics page.
@@ -211,8 +221,8 @@ impl TaskService {
                     RpcError::internal()
                 })
         };
-        match task.status.as_str() {
-            "completed" => {
+        match task.status {
+            TaskStatus::Completed => {
                 // Re-check the stored result against the tool's current contract: a
                 // result is never delivered through a contract it does not meet.
                 let tool = self.tools.get(&task.tool).ok_or_else(|| {
@@ -223,13 +233,11 @@ impl TaskService {
                 result["resultType"] = json!("complete");
                 detailed["result"] = result;
             }
-            "failed" => detailed["error"] = stored(&task.error)?,
-            "input_required" => {
+            TaskStatus::Failed => detailed["error"] = stored(&task.error)?,
+            TaskStatus::InputRequired => {
                 let requests = stored(&task.input_requests)?;
                 if let Some(requests) = requests.as_object() {
-                    if let Some(missing) =
-                        crate::protocol::missing_for_input_requests(requests, capabilities)
-                    {
+                    if let Some(missing) = missing_for_input_requests(requests, capabilities) {
                         return Err(RpcError::missing_capability(missing));
                     }
                 }
@@ -315,7 +323,7 @@ fn check_task_id(task_id: &str) -> Result<(), RpcError> {
 fn task_fields(task: &TaskRow) -> Value {
     let mut fields = json!({
         "taskId": task.id,
-        "status": task.status,
+        "status": task.status.as_str(),
         "createdAt": rfc3339(task.created_at),
         "lastUpdatedAt": rfc3339(task.updated_at),
         "ttlMs": task.ttl_ms,

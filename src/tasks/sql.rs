@@ -11,6 +11,8 @@ use serde_json::{json, Map, Value};
 
 use super::store::StoreError;
 use crate::auth::Identity;
+use crate::protocol::input::response_matches;
+use crate::protocol::TaskStatus;
 
 /// The `WHERE` condition of a task that is not terminal yet.
 macro_rules! live {
@@ -32,7 +34,7 @@ macro_rules! task_columns {
 pub struct TaskRow {
     pub id: String,
     pub tool: String,
-    pub status: String,
+    pub status: TaskStatus,
     pub status_message: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
@@ -44,11 +46,23 @@ pub struct TaskRow {
     pub version: i64,
 }
 
+/// A `status` column as a [`TaskStatus`] (the schema's CHECK admits no other value).
+fn status_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<TaskStatus> {
+    let name: String = row.get(index)?;
+    TaskStatus::parse(&name).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("unknown task status {name:?}").into(),
+        )
+    })
+}
+
 fn task_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
         id: row.get(0)?,
         tool: row.get(1)?,
-        status: row.get(2)?,
+        status: status_column(row, 2)?,
         status_message: row.get(3)?,
         created_at: row.get(4)?,
         updated_at: row.get(5)?,
@@ -121,7 +135,7 @@ impl NewTask {
         TaskRow {
             id: self.id.clone(),
             tool: self.tool.clone(),
-            status: "working".into(),
+            status: TaskStatus::Working,
             status_message: None,
             created_at: self.now,
             updated_at: self.now,
@@ -309,7 +323,7 @@ pub fn cancel(
     let Some(task) = find_authorized(conn, identity, task_id, now)? else {
         return Ok(CancelEffect::NotFound);
     };
-    if !matches!(task.status.as_str(), "working" | "input_required") {
+    if task.status.is_terminal() {
         return Ok(CancelEffect::Done);
     }
     let job_state: Option<String> = conn
@@ -323,7 +337,7 @@ pub fn cancel(
         .execute(params![task_id, now])?;
         return Ok(CancelEffect::SignalRunning);
     }
-    set_terminal(conn, task_id, "cancelled", None, None, now)?;
+    set_terminal(conn, task_id, TaskStatus::Cancelled, None, None, now)?;
     Ok(CancelEffect::Done)
 }
 
@@ -333,7 +347,7 @@ pub fn cancel(
 fn set_terminal(
     conn: &Connection,
     task_id: &str,
-    status: &str,
+    status: TaskStatus,
     result: Option<&str>,
     error: Option<&str>,
     now: i64,
@@ -345,32 +359,13 @@ fn set_terminal(
              updated_at = ?5, version = version + 1 WHERE id = ?1 AND ",
             live!()
         ))?
-        .execute(params![task_id, status, result, error, now])?;
+        .execute(params![task_id, status.as_str(), result, error, now])?;
     conn.prepare_cached("DELETE FROM jobs WHERE task_id = ?1")?
         .execute([task_id])?;
     if changed > 0 {
         append_outbox(conn, task_id, now)?;
     }
     Ok(changed > 0)
-}
-
-/// Whether `response` is the kind of answer `request` asked for.
-pub fn response_matches(request: &Value, response: &Value) -> bool {
-    let Some(response) = response.as_object() else {
-        return false;
-    };
-    match request.get("method").and_then(Value::as_str) {
-        Some("elicitation/create") => match response.get("action").and_then(Value::as_str) {
-            Some("accept") => response.get("content").is_none_or(Value::is_object),
-            Some("decline" | "cancel") => true,
-            _ => false,
-        },
-        Some("sampling/createMessage") => {
-            response.get("role").is_some_and(Value::is_string) && response.get("content").is_some()
-        }
-        Some("roots/list") => response.get("roots").is_some_and(Value::is_array),
-        _ => false,
-    }
 }
 
 /// What `tasks/update` did.
@@ -395,7 +390,7 @@ pub fn update(
     let Some(task) = find_authorized(conn, identity, task_id, now)? else {
         return Ok(UpdateEffect::NotFound);
     };
-    if task.status != "input_required" {
+    if task.status != TaskStatus::InputRequired {
         return Ok(UpdateEffect::Accepted { requeued: false });
     }
     let mut outstanding: Map<String, Value> = task
@@ -425,10 +420,10 @@ pub fn update(
     }
     let round_done = outstanding.is_empty();
     let (status, requests) = if round_done {
-        ("working", None)
+        (TaskStatus::Working, None)
     } else {
         (
-            "input_required",
+            TaskStatus::InputRequired,
             Some(Value::Object(outstanding).to_string()),
         )
     };
@@ -438,7 +433,7 @@ pub fn update(
     )?
     .execute(params![
         task_id,
-        status,
+        status.as_str(),
         requests,
         Value::Object(all).to_string(),
         now
@@ -578,7 +573,7 @@ pub fn finish(
         _ if cancel_requested => Finish::Cancelled,
         Finish::Retry { reason } if attempt >= max_attempts => Finish::Failed {
             error: json!({
-                "code": crate::protocol::error::code::INTERNAL_ERROR,
+                "code": crate::protocol::code::INTERNAL_ERROR,
                 "message": format!("Task failed after {attempt} attempts: {reason}"),
             })
             .to_string(),
@@ -586,10 +581,10 @@ pub fn finish(
         other => other,
     };
     let label = match &outcome {
-        Finish::Completed { .. } => "completed",
-        Finish::Failed { .. } => "failed",
-        Finish::InputRequired { .. } => "input_required",
-        Finish::Cancelled => "cancelled",
+        Finish::Completed { .. } => TaskStatus::Completed.as_str(),
+        Finish::Failed { .. } => TaskStatus::Failed.as_str(),
+        Finish::InputRequired { .. } => TaskStatus::InputRequired.as_str(),
+        Finish::Cancelled => TaskStatus::Cancelled.as_str(),
         Finish::Retry { .. } => "retry",
         Finish::Release => "released",
     };
@@ -599,13 +594,20 @@ pub fn finish(
     .execute(params![task_id, attempt, now, label])?;
     match outcome {
         Finish::Completed { result } => {
-            set_terminal(conn, task_id, "completed", Some(&result), None, now)?;
+            set_terminal(
+                conn,
+                task_id,
+                TaskStatus::Completed,
+                Some(&result),
+                None,
+                now,
+            )?;
         }
         Finish::Failed { error } => {
-            set_terminal(conn, task_id, "failed", None, Some(&error), now)?;
+            set_terminal(conn, task_id, TaskStatus::Failed, None, Some(&error), now)?;
         }
         Finish::Cancelled => {
-            set_terminal(conn, task_id, "cancelled", None, None, now)?;
+            set_terminal(conn, task_id, TaskStatus::Cancelled, None, None, now)?;
         }
         Finish::InputRequired { requests, state } => {
             for key in requests.keys() {
@@ -616,10 +618,17 @@ pub fn finish(
                     .execute(params![task_id, key])?;
                 if fresh == 0 {
                     let error = json!({
-                        "code": crate::protocol::error::code::INTERNAL_ERROR,
+                        "code": crate::protocol::code::INTERNAL_ERROR,
                         "message": "The tool reused an input request key",
                     });
-                    set_terminal(conn, task_id, "failed", None, Some(&error.to_string()), now)?;
+                    set_terminal(
+                        conn,
+                        task_id,
+                        TaskStatus::Failed,
+                        None,
+                        Some(&error.to_string()),
+                        now,
+                    )?;
                     return Ok(true);
                 }
             }
@@ -788,13 +797,7 @@ pub fn stats(conn: &Connection, now: i64) -> Result<Stats, StoreError> {
     };
     let tasks = count_by(
         "SELECT status, COUNT(*) FROM tasks GROUP BY status",
-        &[
-            "working",
-            "input_required",
-            "completed",
-            "failed",
-            "cancelled",
-        ],
+        &TaskStatus::ALL.map(TaskStatus::as_str),
     )?;
     let jobs = count_by(
         "SELECT state, COUNT(*) FROM jobs GROUP BY state",
@@ -900,7 +903,7 @@ mod tests {
         let task = find_authorized(&store.read().unwrap(), &identity(), "task", 500)
             .unwrap()
             .unwrap();
-        assert_eq!(task.status, "working");
+        assert_eq!(task.status, TaskStatus::Working);
         assert_eq!(task.result, None);
         // The current holder's outcome lands, and then nothing changes it.
         let current = second.token;
@@ -922,22 +925,7 @@ mod tests {
         let task = find_authorized(&store.read().unwrap(), &identity(), "task", 700)
             .unwrap()
             .unwrap();
-        assert_eq!(task.status, "completed");
-    }
-
-    #[test]
-    fn updates_accept_only_outstanding_keys_of_the_right_kind() {
-        let request = json!({"method": "elicitation/create", "params": {}});
-        assert!(response_matches(
-            &request,
-            &json!({"action": "accept", "content": {"a": 1}})
-        ));
-        assert!(response_matches(&request, &json!({"action": "decline"})));
-        assert!(!response_matches(&request, &json!({"roots": []})));
-        assert!(!response_matches(&request, &json!(12345)));
-        let roots = json!({"method": "roots/list", "params": {}});
-        assert!(response_matches(&roots, &json!({"roots": []})));
-        assert!(!response_matches(&roots, &json!({"action": "accept"})));
+        assert_eq!(task.status, TaskStatus::Completed);
     }
 
     fn task_at(id: &str, now: i64) -> NewTask {
@@ -997,7 +985,7 @@ mod tests {
                 let expected = stored(conn, "alone");
                 for (task, row) in together.iter().zip(&created) {
                     assert_eq!(row.id, task.id);
-                    assert_eq!((row.status.as_str(), row.created_at), ("working", 7));
+                    assert_eq!((row.status, row.created_at), (TaskStatus::Working, 7));
                     assert_eq!(stored(conn, &task.id), expected, "{}", task.id);
                 }
                 Ok(())

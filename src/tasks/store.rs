@@ -856,6 +856,7 @@ fn run_writer(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::protocol::TaskStatus;
 
     /// Rows in `table`, read through the pool.
     fn rows_in(store: &Store, table: &str) -> i64 {
@@ -1105,17 +1106,17 @@ pub(crate) mod tests {
         conn.execute_batch(&format!("{}\nPRAGMA user_version = 1;", blocks[0].1))
             .unwrap();
         for (id, status, job) in [
-            ("queued", "working", Some("queued")),
-            ("running", "working", Some("running")),
-            ("waiting", "input_required", Some("waiting")),
-            ("done", "completed", None),
+            ("queued", TaskStatus::Working, Some("queued")),
+            ("running", TaskStatus::Working, Some("running")),
+            ("waiting", TaskStatus::InputRequired, Some("waiting")),
+            ("done", TaskStatus::Completed, None),
         ] {
             conn.execute(
                 "INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, \
                  created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, result) \
                  VALUES (?1, '/mcp', 't', 'p', 'noop', x'7b7d', ?2, 1, 2, 10, 11, 5, \
                  CASE WHEN ?2 = 'completed' THEN '{}' END)",
-                rusqlite::params![id, status],
+                rusqlite::params![id, status.as_str()],
             )
             .unwrap();
             if let Some(state) = job {

@@ -81,7 +81,7 @@ use serde_json::{json, Map, Value};
 
 use super::{ExecutionPolicy, Invocation, InvocationHost, Outcome, TaskPolicy, Tool, ToolSpec};
 use crate::config::CommandToolConfig;
-use crate::protocol::error::RpcError;
+use crate::protocol::{InputKind, RpcError};
 
 /// `PATH` of a program whose `env` does not set one.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -791,16 +791,12 @@ fn final_input_required(body: &Value) -> Result<Outcome, String> {
         .filter(|requests| !requests.is_empty())
         .ok_or("inputRequired.requests must be a non-empty object")?;
     for (key, request) in requests {
-        let method = request.get("method").and_then(Value::as_str);
-        let known = matches!(
-            method,
-            Some("elicitation/create" | "sampling/createMessage" | "roots/list")
-        );
-        if key.is_empty() || !known || !request.get("params").is_some_and(Value::is_object) {
+        if key.is_empty() || InputKind::of(request).is_none() {
+            let methods: Vec<&str> = InputKind::ALL.iter().map(|kind| kind.method()).collect();
             return Err(format!(
-                "inputRequired.requests[\"{}\"] must be {{\"method\": elicitation/create | \
-                 sampling/createMessage | roots/list, \"params\": {{…}}}}",
-                truncate(key, 64)
+                "inputRequired.requests[\"{}\"] must be {{\"method\": {}, \"params\": {{…}}}}",
+                truncate(key, 64),
+                methods.join(" | ")
             ));
         }
     }

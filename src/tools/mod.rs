@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::protocol::envelope::{ClientCapabilities, LogLevel};
-use crate::protocol::error::RpcError;
+use crate::protocol::RpcError;
+use crate::protocol::{ClientCapabilities, LogLevel};
 
 pub use registry::{Registered, Registry};
 

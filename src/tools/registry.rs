@@ -8,7 +8,7 @@ use super::schema::{header_params, Compiled, HeaderParam};
 use serde_json::Value;
 
 use super::{Tool, ToolSpec};
-use crate::protocol::error::RpcError;
+use crate::protocol::RpcError;
 
 /// A tool as the server holds it: spec, implementation and compiled contracts.
 pub struct Registered {

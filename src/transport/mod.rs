@@ -22,12 +22,11 @@ use tiny_http::{Header, Method, Response, StatusCode};
 
 use crate::auth::Authenticator;
 use crate::config::Limits;
+use crate::handlers::{Emitter, Listen, Reply, Request, Service};
 use crate::metrics::{Metrics, Snapshot};
 use crate::notifications::{Frame, Hub};
 use crate::protocol::envelope::{Envelope, RequestMeta, META_SUBSCRIPTION_ID};
-use crate::protocol::{
-    Emitter, Listen, Reply, Request, RpcError, Service, METHODS, SUPPORTED_VERSIONS,
-};
+use crate::protocol::{RpcError, METHODS, SUPPORTED_VERSIONS};
 use headers::{check_param_headers, header};
 pub use headers::{decode_header_value, OriginPolicy};
 use sse::SseWriter;
@@ -164,7 +163,7 @@ impl Frontend {
                                 let _ = request.respond(error_response(
                                     &Value::Null,
                                     &RpcError::new(
-                                        crate::protocol::error::code::INTERNAL_ERROR,
+                                        crate::protocol::code::INTERNAL_ERROR,
                                         "Server is shutting down",
                                     )
                                     .with_status(503),
@@ -536,16 +535,10 @@ fn run_listen(
                 else {
                     continue;
                 };
-                if matches!(
-                    task["status"].as_str(),
-                    Some("completed" | "failed" | "cancelled")
-                ) {
+                if task.terminal {
                     finished_tasks.insert(task_id);
                 }
-                let Value::Object(params) = task else {
-                    continue;
-                };
-                stream.send(&json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": tag(params) }))?;
+                stream.send(&json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": tag(task.params) }))?;
             }
             Ok(Frame::Close) => break,
             Err(RecvTimeoutError::Timeout) => stream.keep_alive()?,
