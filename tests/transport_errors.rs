@@ -4,11 +4,9 @@
 //! tool whose call was refused never ran (observed through the side effect of
 //! `test_trigger_tool_change` on a `subscriptions/listen` stream).
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Listen, Rpc, Server, ALL_SETS, CONFORMANCE, VERSION};
+use crate::common::{Listen, Rpc, Server, ALL_SETS, CONFORMANCE, VERSION};
 use serde_json::{json, Value};
 
 const ID: i64 = 7;
