@@ -6,7 +6,7 @@
 //!
 //! Areas:
 //! - [`smoke`]: the first things a person does (health, discovery, a tool call);
-//! - [`transport_errors`]: every error path of the transport and protocol layers;
+//! - [`transport`]: every error path of the transport and protocol layers;
 //! - [`robustness`]: hostile and broken input, and HTTP framing after a refusal;
 //! - [`demo_tools`]: the demo tools of the embedded default configuration;
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
@@ -28,4 +28,4 @@ mod notifications;
 mod robustness;
 mod smoke;
 mod task_input;
-mod transport_errors;
+mod transport;
