@@ -1,12 +1,10 @@
 //! `subscriptions/listen` with task ids: hints from the outbox, re-read with the
 //! subscriber's identity, bounded streams, graceful closing.
 
-mod common;
-
 use std::time::Duration;
 
-use common::tasks::{self, wait_terminal};
-use common::{tasks_caps, Listen, Server};
+use crate::common::tasks::{self, wait_terminal};
+use crate::common::{self, tasks_caps, Listen, Server};
 use serde_json::{json, Value};
 
 const CONFIG: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
