@@ -10,13 +10,12 @@
 //! [`crate::server::build_catalog`]. Relative paths in them resolve against the
 //! directory of the configuration file (the working directory for the embedded default).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::tools::TaskPolicy;
+use crate::tools::command::CommandToolConfig;
 
 /// The configuration used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../examples/default.toml");
@@ -266,55 +265,12 @@ impl Default for BuiltinConfig {
     }
 }
 
-/// One `[[tools]]` entry: an executable served as an MCP tool. See
-/// [`crate::tools::command`] for how it runs and README.md for every key.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CommandToolConfig {
-    pub name: String,
-    pub title: Option<String>,
-    pub description: String,
-    /// A TOML table or a string holding JSON; `{"type": "object"}` when absent.
-    pub input_schema: Option<toml::Value>,
-    /// A TOML table or a string holding JSON.
-    pub output_schema: Option<toml::Value>,
-    /// `ToolAnnotations`, as a TOML table or a string holding JSON.
-    pub annotations: Option<toml::Value>,
-    /// `inline`, `optional` (the default) or `required`.
-    #[serde(default = "default_task_policy")]
-    pub task_policy: TaskPolicy,
-    /// The program and its arguments; no shell is involved.
-    pub command: Vec<String>,
-    /// The program's working directory; the configuration file's directory by default.
-    pub working_dir: Option<PathBuf>,
-    /// The program's whole environment besides `PATH` (which has a safe default) and
-    /// the `MCP_TASK_*` variables. Nothing is inherited from the server.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Hard limit for one run of the program.
-    pub timeout_ms: Option<u64>,
-    pub max_attempts: Option<u32>,
-    pub backoff_ms: Option<u64>,
-    /// Most runs of this tool at once (task attempts and inline calls together).
-    pub max_concurrency: Option<usize>,
-    pub ttl_ms: Option<u64>,
-    pub poll_interval_ms: Option<u64>,
-    /// The argument whose value makes task submission idempotent.
-    pub idempotency_argument: Option<String>,
-    /// Most bytes the program may write to stdout in one run.
-    pub max_output_bytes: Option<usize>,
-}
-
 /// Only the `[[tools]]` of a configuration, typed: used to locate a bad entry's error.
 #[derive(Deserialize)]
 struct TypedTools {
     #[serde(default)]
     #[allow(dead_code)]
     tools: Vec<CommandToolConfig>,
-}
-
-fn default_task_policy() -> TaskPolicy {
-    TaskPolicy::Optional
 }
 
 impl Config {
