@@ -10,10 +10,11 @@ use serde_json::{json, Value};
 use super::{ask, elicit};
 use crate::notifications::{Hub, ListKind};
 use crate::tools::{
-    text_result, ExecutionPolicy, Invocation, Outcome, Registry, TaskPolicy, ToolSpec,
+    text_result, ExecutionPolicy, Invocation, Outcome, RegistrationError, Registry, TaskPolicy,
+    ToolSpec,
 };
 
-pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
+pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), RegistrationError> {
     // Announces `count` tools-list changes at once: traffic to overrun a subscriber
     // that stops reading.
     let flood_hub = Arc::clone(hub);

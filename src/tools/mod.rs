@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use crate::protocol::RpcError;
 use crate::protocol::{ClientCapabilities, LogLevel};
 
-pub use registry::{Registered, Registry};
+pub use registry::{Registered, RegistrationError, RegistrationProblem, Registry};
 
 /// Whether a tool runs inline in its `tools/call` or as a durable task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]

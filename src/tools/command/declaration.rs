@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use thiserror::Error;
 
 use super::slots::Slots;
 use super::CommandTool;
@@ -61,26 +62,71 @@ fn default_task_policy() -> TaskPolicy {
     TaskPolicy::Optional
 }
 
+/// What is wrong with a declaration; the message names the field, the caller the tool.
+#[derive(Debug, Error)]
+pub enum DeclarationError {
+    #[error("{field}: not valid JSON: {source}")]
+    NotJson {
+        field: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("{field}: {source}")]
+    NotJsonValue {
+        field: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("{field}: must be a table or a string holding JSON")]
+    NotTableOrJson { field: &'static str },
+    #[error("{field}: must have \"type\": \"object\"")]
+    SchemaNotObject { field: &'static str },
+    #[error("annotations: must be a table")]
+    AnnotationsNotTable,
+    #[error("env: \"{key}\" is not a valid variable (no '=' or NUL in names, no NUL in values)")]
+    InvalidEnv { key: String },
+    #[error("command: must name a program (command = [\"/path/to/program\", …])")]
+    NoProgram,
+    #[error("command: the program must not be empty")]
+    EmptyProgram,
+    #[error("command: {} is not an executable file", path.display())]
+    NotExecutable { path: PathBuf },
+    #[error("command: \"{program}\" was not found in PATH ({path_var})")]
+    NotInPath { program: String, path_var: String },
+    #[error("working_dir: {} is not a directory", dir.display())]
+    NotADirectory { dir: PathBuf },
+    #[error("{field}: must be at least 1")]
+    Zero { field: &'static str },
+    #[error(
+        "idempotency_argument: only task tools (task_policy optional or required) create tasks"
+    )]
+    IdempotencyOnInline,
+    #[error("idempotency_argument: \"{argument}\" is not a property of input_schema")]
+    IdempotencyUndeclared { argument: String },
+}
+
 impl CommandTool {
     /// Checks a declaration and builds the tool. Errors name the field; the caller adds
     /// the tool's name. Relative paths resolve against `base_dir`.
     pub fn build(
         config: &CommandToolConfig,
         base_dir: &Path,
-    ) -> Result<(ToolSpec, CommandTool), String> {
+    ) -> Result<CommandTool, DeclarationError> {
         let input_schema = match &config.input_schema {
             None => json!({ "type": "object" }),
             Some(value) => json_field("input_schema", value)?,
         };
         if input_schema.get("type").and_then(Value::as_str) != Some("object") {
-            return Err("input_schema: must have \"type\": \"object\"".into());
+            return Err(DeclarationError::SchemaNotObject {
+                field: "input_schema",
+            });
         }
         let output_schema = match &config.output_schema {
             None => None,
             Some(value) => {
                 let schema = json_field("output_schema", value)?;
                 if schema.get("type").and_then(Value::as_str) != Some("object") {
-                    return Err("output_schema: must have \"type\": \"object\"".into());
+                    return Err(DeclarationError::SchemaNotObject {
+                        field: "output_schema",
+                    });
                 }
                 Some(schema)
             }
@@ -90,7 +136,7 @@ impl CommandTool {
             Some(value) => {
                 let annotations = json_field("annotations", value)?;
                 if !annotations.is_object() {
-                    return Err("annotations: must be a table".into());
+                    return Err(DeclarationError::AnnotationsNotTable);
                 }
                 Some(annotations)
             }
@@ -100,19 +146,15 @@ impl CommandTool {
         env.insert("PATH".to_owned(), DEFAULT_PATH.to_owned());
         for (key, value) in &config.env {
             if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-                return Err(format!(
-                    "env: \"{key}\" is not a valid variable (no '=' or NUL in names, no NUL in values)"
-                ));
+                return Err(DeclarationError::InvalidEnv { key: key.clone() });
             }
             env.insert(key.clone(), value.clone());
         }
         let Some((program, args)) = config.command.split_first() else {
-            return Err(
-                "command: must name a program (command = [\"/path/to/program\", …])".into(),
-            );
+            return Err(DeclarationError::NoProgram);
         };
         if program.is_empty() {
-            return Err("command: the program must not be empty".into());
+            return Err(DeclarationError::EmptyProgram);
         }
         let path_var = env.get("PATH").map(String::as_str).unwrap_or(DEFAULT_PATH);
         let program = resolve_program(program, base_dir, path_var)?;
@@ -121,24 +163,14 @@ impl CommandTool {
             Some(dir) => base_dir.join(dir),
         };
         if !working_dir.is_dir() {
-            return Err(format!(
-                "working_dir: {} is not a directory",
-                working_dir.display()
-            ));
+            return Err(DeclarationError::NotADirectory { dir: working_dir });
         }
 
-        let positive = |field: &str, value: Option<u64>| match value {
-            Some(0) => Err(format!("{field}: must be at least 1")),
-            _ => Ok(value),
-        };
         let defaults_policy = ExecutionPolicy::default();
         let timeout = positive("timeout_ms", config.timeout_ms)?
             .map_or(defaults_policy.timeout, Duration::from_millis);
-        let max_attempts = match config.max_attempts {
-            Some(0) => return Err("max_attempts: must be at least 1".into()),
-            Some(attempts) => attempts,
-            None => defaults_policy.max_attempts,
-        };
+        let max_attempts =
+            positive("max_attempts", config.max_attempts)?.unwrap_or(defaults_policy.max_attempts);
         let backoff = config
             .backoff_ms
             .map_or(defaults_policy.backoff, Duration::from_millis);
@@ -146,32 +178,21 @@ impl CommandTool {
         let ttl = positive("ttl_ms", config.ttl_ms)?.map(Duration::from_millis);
         let poll_interval =
             positive("poll_interval_ms", config.poll_interval_ms)?.map(Duration::from_millis);
-        let slots = match config.max_concurrency {
-            Some(0) => return Err("max_concurrency: must be at least 1".into()),
-            Some(limit) => Some(Slots::new(limit)),
-            None => None,
-        };
-        let max_output = match config.max_output_bytes {
-            Some(0) => return Err("max_output_bytes: must be at least 1".into()),
-            Some(bytes) => bytes,
-            None => DEFAULT_MAX_OUTPUT,
-        };
+        let slots = positive("max_concurrency", config.max_concurrency)?.map(Slots::new);
+        let max_output =
+            positive("max_output_bytes", config.max_output_bytes)?.unwrap_or(DEFAULT_MAX_OUTPUT);
         if let Some(argument) = &config.idempotency_argument {
             if config.task_policy == TaskPolicy::Inline {
-                return Err(
-                    "idempotency_argument: only task tools (task_policy optional or required) \
-                     create tasks"
-                        .into(),
-                );
+                return Err(DeclarationError::IdempotencyOnInline);
             }
             let declared = input_schema
                 .get("properties")
                 .and_then(Value::as_object)
                 .is_some_and(|properties| properties.contains_key(argument));
             if !declared {
-                return Err(format!(
-                    "idempotency_argument: \"{argument}\" is not a property of input_schema"
-                ));
+                return Err(DeclarationError::IdempotencyUndeclared {
+                    argument: argument.clone(),
+                });
             }
         }
 
@@ -193,45 +214,54 @@ impl CommandTool {
             },
             idempotency_argument: config.idempotency_argument.clone(),
         };
-        let tool = CommandTool {
-            name: config.name.clone(),
+        Ok(CommandTool {
+            spec,
             program,
             args: args.to_vec(),
             working_dir,
             env,
-            timeout,
             max_output,
             slots,
-        };
-        Ok((spec, tool))
+        })
     }
 }
 
 /// A schema or annotations field: a TOML table, or a string holding JSON.
-fn json_field(field: &str, value: &toml::Value) -> Result<Value, String> {
+fn json_field(field: &'static str, value: &toml::Value) -> Result<Value, DeclarationError> {
     match value {
         toml::Value::String(text) => {
-            serde_json::from_str(text).map_err(|e| format!("{field}: not valid JSON: {e}"))
+            serde_json::from_str(text).map_err(|source| DeclarationError::NotJson { field, source })
         }
-        toml::Value::Table(table) => {
-            serde_json::to_value(table).map_err(|e| format!("{field}: {e}"))
-        }
-        _ => Err(format!("{field}: must be a table or a string holding JSON")),
+        toml::Value::Table(table) => serde_json::to_value(table)
+            .map_err(|source| DeclarationError::NotJsonValue { field, source }),
+        _ => Err(DeclarationError::NotTableOrJson { field }),
+    }
+}
+
+/// An optional count or duration that, when set, must be at least 1.
+fn positive<T: Default + PartialEq>(
+    field: &'static str,
+    value: Option<T>,
+) -> Result<Option<T>, DeclarationError> {
+    match value {
+        Some(zero) if zero == T::default() => Err(DeclarationError::Zero { field }),
+        _ => Ok(value),
     }
 }
 
 /// The absolute path of the program: a path with a `/` resolves against `base_dir`, a
 /// bare name is looked up in the program's `PATH` — once, at start-up.
-fn resolve_program(program: &str, base_dir: &Path, path_var: &str) -> Result<PathBuf, String> {
+fn resolve_program(
+    program: &str,
+    base_dir: &Path,
+    path_var: &str,
+) -> Result<PathBuf, DeclarationError> {
     if program.contains('/') {
         let path = base_dir.join(program);
         return if is_executable_file(&path) {
             Ok(path)
         } else {
-            Err(format!(
-                "command: {} is not an executable file",
-                path.display()
-            ))
+            Err(DeclarationError::NotExecutable { path })
         };
     }
     path_var
@@ -239,7 +269,10 @@ fn resolve_program(program: &str, base_dir: &Path, path_var: &str) -> Result<Pat
         .filter(|dir| dir.starts_with('/'))
         .map(|dir| Path::new(dir).join(program))
         .find(|candidate| is_executable_file(candidate))
-        .ok_or_else(|| format!("command: \"{program}\" was not found in PATH ({path_var})"))
+        .ok_or_else(|| DeclarationError::NotInPath {
+            program: program.to_owned(),
+            path_var: path_var.to_owned(),
+        })
 }
 
 fn is_executable_file(path: &Path) -> bool {

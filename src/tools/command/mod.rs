@@ -75,35 +75,49 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Invocation, Outcome, Tool};
+use super::{Invocation, Outcome, Tool, ToolSpec};
 use slots::{NoSlot, Slots};
 
-pub use declaration::{CommandToolConfig, DEFAULT_MAX_OUTPUT, DEFAULT_PATH};
+pub use declaration::{CommandToolConfig, DeclarationError, DEFAULT_MAX_OUTPUT, DEFAULT_PATH};
 
-/// A declared program, ready to run.
+/// A declared program, checked and ready to run: built once, when the configuration is
+/// loaded, and registered from there.
+#[derive(Debug)]
 pub struct CommandTool {
-    name: String,
+    /// What `tools/list` shows and how runs are bounded (`execution.timeout` is the
+    /// hard limit of one run).
+    spec: ToolSpec,
     program: PathBuf,
     args: Vec<String>,
     working_dir: PathBuf,
     env: BTreeMap<String, String>,
-    timeout: Duration,
     max_output: usize,
     slots: Option<Slots>,
+}
+
+impl CommandTool {
+    /// The spec to register this tool under.
+    pub fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn timeout(&self) -> Duration {
+        self.spec.execution.timeout
+    }
 }
 
 impl Tool for CommandTool {
     fn run(&self, call: &mut Invocation<'_>) -> Outcome {
         let _slot = match &self.slots {
             None => None,
-            Some(slots) => match slots.acquire(call.host, self.timeout) {
+            Some(slots) => match slots.acquire(call.host, self.timeout()) {
                 Ok(slot) => Some(slot),
                 Err(NoSlot::Cancelled) => return Outcome::Cancelled,
                 Err(NoSlot::TimedOut) => {
                     return Outcome::Retry(format!(
                         "no free slot (max_concurrency {}) within {} ms",
                         slots.limit,
-                        self.timeout.as_millis()
+                        self.timeout().as_millis()
                     ))
                 }
             },

@@ -118,10 +118,10 @@ impl CommandTool {
                 break Ended::Exited;
             }
             let elapsed = started.elapsed();
-            if elapsed >= self.timeout {
+            if elapsed >= self.timeout() {
                 break Ended::TimedOut;
             }
-            if !call.host.sleep(POLL.min(self.timeout - elapsed)) && call.host.cancelled() {
+            if !call.host.sleep(POLL.min(self.timeout() - elapsed)) && call.host.cancelled() {
                 break Ended::Stopped;
             }
         };
@@ -139,7 +139,7 @@ impl CommandTool {
             (Ended::Stopped, _, _) => Outcome::Cancelled,
             (Ended::TimedOut, _, _) => Outcome::Retry(format!(
                 "the program ran past its timeout of {} ms and was killed",
-                self.timeout.as_millis()
+                self.timeout().as_millis()
             )),
             (Ended::Overflow, _, _) => Outcome::Retry(format!(
                 "the program wrote more than {} bytes to stdout and was killed",
@@ -183,7 +183,7 @@ impl CommandTool {
             log::log!(
                 level,
                 "tool {} stderr: {}",
-                self.name,
+                self.spec.name,
                 truncate(line, STDERR_LINE)
             );
         }

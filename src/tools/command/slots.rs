@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::tools::InvocationHost;
 
 /// A counting semaphore bounding one tool's concurrent runs.
+#[derive(Debug)]
 pub(super) struct Slots {
     pub(super) limit: usize,
     used: Mutex<usize>,
