@@ -485,11 +485,7 @@ fn register_task_tools(tools: &mut Registry) -> Result<(), RegistrationError> {
         )
         .task_policy(TaskPolicy::Optional),
         Arc::new(|call: &mut Invocation<'_>| {
-            let seconds = call
-                .arguments
-                .get("seconds")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
+            let seconds = call.f64_arg("seconds").unwrap_or(0.0);
             let label = call.str_arg("label").unwrap_or("computation").to_owned();
             call.host.progress(0.0, Some(seconds), Some("computing"));
             if !call.host.sleep(Duration::from_secs_f64(seconds)) {

@@ -48,7 +48,7 @@ pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), Registration
             ..ExecutionPolicy::default()
         }),
         Arc::new(|call: &mut Invocation<'_>| {
-            let seconds = call.arguments.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
+            let seconds = call.f64_arg("seconds").unwrap_or(0.0);
             std::thread::sleep(Duration::from_secs_f64(seconds));
             Outcome::Complete(text_result("finished (too late, if the lease was lost)"))
         }),
@@ -90,11 +90,7 @@ pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), Registration
         .task_policy(TaskPolicy::Required),
         Arc::new(|call: &mut Invocation<'_>| {
             let Some(approval) = call.input_responses.get("approval") else {
-                let prepare = call
-                    .arguments
-                    .get("prepare_seconds")
-                    .and_then(Value::as_f64)
-                    .unwrap_or(0.0);
+                let prepare = call.f64_arg("prepare_seconds").unwrap_or(0.0);
                 if prepare > 0.0 {
                     if !call.host.sleep(Duration::from_secs_f64(prepare)) {
                         return Outcome::Cancelled;
@@ -114,11 +110,7 @@ pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), Registration
             };
             let approved =
                 approval["action"] == "accept" && approval["content"]["approved"] == true;
-            let seconds = call
-                .arguments
-                .get("work_seconds")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
+            let seconds = call.f64_arg("work_seconds").unwrap_or(0.0);
             if !call.host.sleep(Duration::from_secs_f64(seconds)) {
                 return Outcome::Cancelled;
             }

@@ -206,6 +206,10 @@ impl Invocation<'_> {
         self.arguments.get(name).and_then(Value::as_str)
     }
 
+    pub fn f64_arg(&self, name: &str) -> Option<f64> {
+        self.arguments.get(name).and_then(Value::as_f64)
+    }
+
     /// The `content` object of an accepted elicitation answer for `key`.
     pub fn accepted_elicitation(&self, key: &str) -> Option<&Map<String, Value>> {
         let answer = self.input_responses.get(key)?.as_object()?;
