@@ -19,22 +19,22 @@ use crate::notifications::Hub;
 use crate::ops::{self, Upkeep};
 use crate::tasks::store::{Opened, Store};
 use crate::tasks::TaskService;
-use crate::tools::Registry;
+use crate::tools::{RegistrationError, Registry};
 use crate::transport::{Frontend, OriginPolicy};
 use crate::workers::{Inflight, WorkerPool};
 
 /// Registers every tool, resource and prompt the configuration asks for. This is all
 /// `check-config` needs to validate a configuration.
-pub fn build_catalog(config: &Config, hub: &Arc<Hub>) -> Result<(Registry, Catalog), String> {
+pub fn build_catalog(
+    config: &Config,
+    hub: &Arc<Hub>,
+) -> Result<(Registry, Catalog), RegistrationError> {
     let mut tools = Registry::default();
     let mut catalog = Catalog::default();
     crate::builtin::register(&config.builtin.sets, &mut tools, &mut catalog, hub)?;
-    for (index, declared) in config.tools.iter().enumerate() {
-        let label = crate::config::tool_label(index, Some(&declared.name));
-        let (spec, tool) = crate::tools::command::CommandTool::build(declared, &config.base_dir)
-            .map_err(|e| format!("{label}: {e}"))?;
-        // Registry errors already name the tool.
-        tools.register(spec, Arc::new(tool))?;
+    // Command tools were built when the configuration was loaded.
+    for tool in &config.tools {
+        tools.register(tool.spec().clone(), tool.clone())?;
     }
     Ok((tools, catalog))
 }
@@ -45,7 +45,7 @@ pub fn run(config: Config) -> Result<(), String> {
     std::fs::create_dir_all(data_dir)
         .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    let (tools, catalog) = build_catalog(&config, &hub)?;
+    let (tools, catalog) = build_catalog(&config, &hub).map_err(|e| e.to_string())?;
     let tools = Arc::new(tools);
     let signer = StateSigner::open(data_dir, config.limits.request_state_ttl_ms)
         .map_err(|e| format!("request-state key in {}: {e}", data_dir.display()))?;
