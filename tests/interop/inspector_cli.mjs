@@ -7,11 +7,14 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 const NAME = 'inspector-cli';
-const INSPECTOR = fileURLToPath(new URL('./node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js', import.meta.url));
+const INSPECTOR = fileURLToPath(
+  new URL('./node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js', import.meta.url),
+);
 
 async function inspector(url, ...args) {
   try {
-    const { stdout } = await promisify(execFile)(process.execPath, [INSPECTOR, '--cli', url, ...args], { timeout: 30_000 });
+    const run = promisify(execFile);
+    const { stdout } = await run(process.execPath, [INSPECTOR, '--cli', url, ...args], { timeout: 30_000 });
     return JSON.parse(stdout);
   } catch (error) {
     // The CLI reports a failure as a JSON envelope on stderr and a non-zero exit.
@@ -32,10 +35,14 @@ function check(condition, message) {
   if (!condition) throw new Error(message);
 }
 
+function oneLine(error) {
+  return String(error?.message ?? error).replaceAll('\n', ' ').slice(0, 300);
+}
+
 try {
   await flow(process.argv[2]);
   console.log(`PASS ${NAME}`);
 } catch (error) {
-  console.log(`FAIL ${NAME}: ${String(error?.message ?? error).replaceAll('\n', ' ').slice(0, 300)}`);
+  console.log(`FAIL ${NAME}: ${oneLine(error)}`);
   process.exit(1);
 }

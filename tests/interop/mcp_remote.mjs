@@ -15,7 +15,8 @@ async function flow(url, bridge) {
     const message = JSON.parse(line);
     if (message.method && message.id !== undefined) {
       // A request from the server, relayed: answer ping, decline the rest (no capabilities).
-      const reply = message.method === 'ping' ? { result: {} } : { error: { code: -32601, message: 'not supported' } };
+      const reply =
+        message.method === 'ping' ? { result: {} } : { error: { code: -32601, message: 'not supported' } };
       bridge.stdin.write(JSON.stringify({ jsonrpc: '2.0', id: message.id, ...reply }) + '\n');
     } else if (pending.has(message.id)) {
       pending.get(message.id)(message);
@@ -24,7 +25,9 @@ async function flow(url, bridge) {
   const request = (method, params) =>
     new Promise((resolve, reject) => {
       const id = nextId++;
-      pending.set(id, (message) => (message.error ? reject(new Error(`${method}: ${JSON.stringify(message.error)}`)) : resolve(message.result)));
+      pending.set(id, (message) =>
+        message.error ? reject(new Error(`${method}: ${JSON.stringify(message.error)}`)) : resolve(message.result),
+      );
       bridge.stdin.write(JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n');
     });
 
@@ -48,6 +51,10 @@ function check(condition, message) {
   if (!condition) throw new Error(message);
 }
 
+function oneLine(error) {
+  return String(error?.message ?? error).replaceAll('\n', ' ').slice(0, 300);
+}
+
 // The bridge logs to stderr: pass it on, and keep its last error line for the verdict.
 const bridge = spawn(process.execPath, [BRIDGE, process.argv[2]], { stdio: ['pipe', 'pipe', 'pipe'] });
 let lastError = '';
@@ -58,7 +65,9 @@ createInterface({ input: bridge.stderr }).on('line', (line) => {
 const exited = new Promise((_, reject) =>
   bridge.on('exit', (code) => reject(new Error(`mcp-remote exited with ${code}: ${lastError}`))),
 );
-const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error('timed out after 30 s')), 30_000).unref());
+const timeout = new Promise((_, reject) => {
+  setTimeout(() => reject(new Error('timed out after 30 s')), 30_000).unref();
+});
 let failure;
 try {
   await Promise.race([flow(process.argv[2], bridge), exited, timeout]);
@@ -67,7 +76,7 @@ try {
 }
 bridge.kill();
 if (failure) {
-  console.log(`FAIL ${NAME}: ${String(failure?.message ?? failure).replaceAll('\n', ' ').slice(0, 300)}`);
+  console.log(`FAIL ${NAME}: ${oneLine(failure)}`);
   process.exit(1);
 }
 console.log(`PASS ${NAME}`);

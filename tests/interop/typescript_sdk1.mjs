@@ -42,12 +42,18 @@ function check(condition, message) {
   if (!condition) throw new Error(message);
 }
 
-const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error('timed out after 30 s')), 30_000).unref());
+function oneLine(error) {
+  return String(error?.message ?? error).replaceAll('\n', ' ').slice(0, 300);
+}
+
+const timeout = new Promise((_, reject) => {
+  setTimeout(() => reject(new Error('timed out after 30 s')), 30_000).unref();
+});
 try {
   await Promise.race([flow(process.argv[2]), timeout]);
   console.log(`PASS ${NAME}`);
   process.exit(0);
 } catch (error) {
-  console.log(`FAIL ${NAME}: ${String(error?.message ?? error).replaceAll('\n', ' ').slice(0, 300)}`);
+  console.log(`FAIL ${NAME}: ${oneLine(error)}`);
   process.exit(1);
 }

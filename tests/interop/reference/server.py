@@ -57,7 +57,10 @@ TOOLS = [
         },
         outputSchema={
             "type": "object",
-            "properties": {"topic": {"type": "string"}, "sections": {"type": "array", "items": {"type": "string"}}},
+            "properties": {
+                "topic": {"type": "string"},
+                "sections": {"type": "array", "items": {"type": "string"}},
+            },
             "required": ["topic", "sections"],
         },
         execution=types.ToolExecution(taskSupport=types.TASK_OPTIONAL),
@@ -104,25 +107,27 @@ async def call_tool(name: str, arguments: dict) -> types.CallToolResult | types.
 
 
 async def traced(scope, receive):
-    """Logs what a client sends (method, MCP headers, JSON-RPC methods) to stderr, and
-    returns a `receive` that replays the body it read."""
-    body, more, messages = b"", True, []
+    """Logs what a client sends (HTTP method, MCP headers, JSON-RPC methods, the version an
+    `initialize` asks for) to stderr, and returns a `receive` that replays the body read."""
+    messages, more = [], True
     while more:
-        message = await receive()
-        messages.append(message)
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
+        messages.append(await receive())
+        more = messages[-1].get("more_body", False)
+    body = b"".join(message.get("body", b"") for message in messages)
     headers = {key.decode(): value.decode() for key, value in scope["headers"]}
-    shown = {key: value for key, value in headers.items() if key.startswith("mcp-") or key in ("accept", "last-event-id")}
+    shown = {key: value for key, value in headers.items() if key.startswith("mcp-") or key == "accept"}
     if "mcp-session-id" in shown:
         shown["mcp-session-id"] = "(set)"
     try:
-        payload = json.loads(body) if body else None
+        payload = json.loads(body) if body else []
     except ValueError:
-        payload = "(not JSON)"
-    calls = [item.get("method", "(response)") for item in (payload if isinstance(payload, list) else [payload]) if isinstance(item, dict)]
-    versions = [item["params"].get("protocolVersion") for item in (payload if isinstance(payload, list) else [payload]) if isinstance(item, dict) and item.get("method") == "initialize"]
-    print(f"trace {scope['method']} {calls} {shown}" + (f" initialize.protocolVersion={versions}" if versions else ""), file=sys.stderr, flush=True)
+        payload = []
+    items = [item for item in (payload if isinstance(payload, list) else [payload]) if isinstance(item, dict)]
+    line = f"trace {scope['method']} {[item.get('method', '(response)') for item in items]} {shown}"
+    for item in items:
+        if item.get("method") == "initialize":
+            line += f" initialize.protocolVersion={item.get('params', {}).get('protocolVersion')}"
+    print(line, file=sys.stderr, flush=True)
 
     async def replay():
         return messages.pop(0) if messages else await receive()
@@ -146,7 +151,8 @@ def main() -> None:
                 receive = await traced(scope, receive)
             await manager.handle_request(scope, receive, send)
 
-    app = Starlette(routes=[Route("/mcp", endpoint=Endpoint(), methods=["GET", "POST", "DELETE"])], lifespan=lifespan)
+    route = Route("/mcp", endpoint=Endpoint(), methods=["GET", "POST", "DELETE"])
+    app = Starlette(routes=[route], lifespan=lifespan)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     print(f"reference listening on http://127.0.0.1:{listener.getsockname()[1]}/mcp", flush=True)
