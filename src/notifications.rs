@@ -87,13 +87,20 @@ pub enum Delivery {
 /// A subscription's pending changes, coalesced (see the module doc).
 #[derive(Debug, Default)]
 struct Pending {
+    /// What changed, each list or task once, in order of its first change since the
+    /// stream last took them (so frames keep publish order).
+    order: VecDeque<Pended>,
     tools: bool,
     prompts: bool,
-    /// Tasks with a change not yet taken, in order of their first hint...
-    task_order: VecDeque<String>,
-    /// ...and the outbox row of each one's newest change.
+    /// The outbox row of the newest change of each pending task.
     task_seq: HashMap<String, i64>,
     closing: bool,
+}
+
+#[derive(Debug)]
+enum Pended {
+    List(ListKind),
+    Task(String),
 }
 
 /// Where the hub leaves a subscription's changes and its stream picks them up.
@@ -113,9 +120,12 @@ impl Mailbox {
 
     fn post_list(&self, kind: ListKind) {
         let mut pending = self.lock();
-        match kind {
-            ListKind::Tools => pending.tools = true,
-            ListKind::Prompts => pending.prompts = true,
+        let flag = match kind {
+            ListKind::Tools => &mut pending.tools,
+            ListKind::Prompts => &mut pending.prompts,
+        };
+        if !std::mem::replace(flag, true) {
+            pending.order.push_back(Pended::List(kind));
         }
         self.wake.notify_one();
     }
@@ -126,7 +136,7 @@ impl Mailbox {
             Some(newest) => *newest = (*newest).max(seq),
             None => {
                 pending.task_seq.insert(task_id.to_owned(), seq);
-                pending.task_order.push_back(task_id.to_owned());
+                pending.order.push_back(Pended::Task(task_id.to_owned()));
             }
         }
         self.wake.notify_one();
@@ -161,24 +171,25 @@ impl Mailbox {
                 Delivery::Idle
             };
         }
-        let mut frames = Vec::with_capacity(2 + pending.task_order.len());
-        if std::mem::take(&mut pending.tools) {
-            frames.push(Frame::ListChanged(ListKind::Tools));
-        }
-        if std::mem::take(&mut pending.prompts) {
-            frames.push(Frame::ListChanged(ListKind::Prompts));
-        }
-        let order = std::mem::take(&mut pending.task_order);
+        pending.tools = false;
+        pending.prompts = false;
+        let order = std::mem::take(&mut pending.order);
         let mut seqs = std::mem::take(&mut pending.task_seq);
-        frames.extend(order.into_iter().filter_map(|task_id| {
-            let seq = seqs.remove(&task_id)?;
-            Some(Frame::TaskChanged { task_id, seq })
-        }));
+        let frames = order
+            .into_iter()
+            .filter_map(|pended| match pended {
+                Pended::List(kind) => Some(Frame::ListChanged(kind)),
+                Pended::Task(task_id) => {
+                    let seq = seqs.remove(&task_id)?;
+                    Some(Frame::TaskChanged { task_id, seq })
+                }
+            })
+            .collect();
         Delivery::Frames(frames)
     }
 
     fn is_empty(pending: &Pending) -> bool {
-        !pending.tools && !pending.prompts && pending.task_order.is_empty()
+        pending.order.is_empty()
     }
 }
 
@@ -455,6 +466,42 @@ mod tests {
         hub.unsubscribe(ab.key);
         assert_eq!(hub.open_subscriptions(), 0);
         assert!(hub.lock().by_task.is_empty());
+    }
+
+    #[test]
+    fn pending_changes_keep_the_order_of_their_first_publication() {
+        let hub = Hub::new(NotificationLimits::default());
+        let everything = hub
+            .subscribe(
+                &someone(),
+                Filter {
+                    tools_list_changed: true,
+                    prompts_list_changed: true,
+                    task_ids: vec!["t".into()],
+                },
+            )
+            .unwrap();
+        hub.publish_list_changed(ListKind::Prompts);
+        hub.publish_task_changed("t", 5);
+        hub.publish_list_changed(ListKind::Tools);
+        hub.publish_list_changed(ListKind::Prompts);
+        assert_eq!(
+            frames(&everything),
+            vec![
+                Frame::ListChanged(ListKind::Prompts),
+                task("t", 5),
+                Frame::ListChanged(ListKind::Tools),
+            ]
+        );
+        hub.publish_list_changed(ListKind::Tools);
+        hub.publish_list_changed(ListKind::Prompts);
+        assert_eq!(
+            frames(&everything),
+            vec![
+                Frame::ListChanged(ListKind::Tools),
+                Frame::ListChanged(ListKind::Prompts),
+            ]
+        );
     }
 
     #[test]
