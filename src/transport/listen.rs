@@ -111,8 +111,10 @@ pub(super) fn run_listen(
         if last_probe.elapsed() >= PROBE_PERIOD {
             last_probe = Instant::now();
             if out.peer.is_some_and(Peer::hung_up) {
-                // Nobody to answer: just free the slot (the caller unsubscribes).
-                return Ok(());
+                // End now, so the caller frees the slot. The graceful answer is for a
+                // client that only half-closed and still reads; to one that is gone,
+                // it is a write the kernel discards.
+                break;
             }
         }
         if let Some(since) = stalled_since {
