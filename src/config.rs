@@ -214,8 +214,8 @@ pub struct NotificationLimits {
     /// Frames a stream may have written that the kernel could not send yet (the client
     /// is not reading); beyond that the stream pauses (its changes keep coalescing).
     pub queue_len: usize,
-    /// How long a paused stream waits for its client to read before it is ended with an
-    /// error.
+    /// How long a paused stream waits for its client to read anything before it is
+    /// ended with an error.
     pub max_stall_ms: u64,
     /// Quiet time before a keep-alive comment.
     pub keep_alive_ms: u64,

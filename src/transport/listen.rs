@@ -10,8 +10,8 @@
 //! - a client that stops reading makes frames pile up unsent in the socket. Past
 //!   `queue_len` of them (or a quarter of the send buffer, so an answer always fits), the
 //!   stream pauses; the hub keeps coalescing its changes meanwhile, so a reader that
-//!   catches up loses nothing. Paused for `max_stall_ms`, the stream ends with an error
-//!   answer to the listen request, never in silence.
+//!   catches up loses nothing. Paused for `max_stall_ms` without the client reading a
+//!   byte, the stream ends with an error answer to the listen request, never in silence.
 
 use std::collections::{HashSet, VecDeque};
 use std::io;
@@ -49,15 +49,11 @@ impl Outlet {
         Ok(())
     }
 
-    /// Whether the client has more unread frames waiting in the socket than allowed.
-    fn behind(&self) -> bool {
-        let Some(peer) = self.peer else {
-            return false;
-        };
-        let unsent = match peer.unsent_bytes() {
-            Some(0) | None => return false,
-            Some(unsent) => unsent,
-        };
+    /// The bytes waiting unsent in the socket, when they are more frames than allowed
+    /// (the client is not keeping up); `None` while it keeps up.
+    fn behind(&self) -> Option<u64> {
+        let peer = self.peer?;
+        let unsent = peer.unsent_bytes().filter(|unsent| *unsent > 0)?;
         let sent_up_to = self.sse.bytes_written().saturating_sub(unsent);
         let waiting = self
             .frame_ends
@@ -65,8 +61,16 @@ impl Outlet {
             .rev()
             .take_while(|end| **end > sent_up_to)
             .count();
-        waiting > self.queue_len || peer.send_buffer().is_some_and(|size| unsent > size / 4)
+        let too_much =
+            waiting > self.queue_len || peer.send_buffer().is_some_and(|size| unsent > size / 4);
+        too_much.then_some(unsent)
     }
+}
+
+/// A paused stream: since when its client has read nothing, and what was unsent then.
+struct Stall {
+    since: Instant,
+    unsent: u64,
 }
 
 pub(super) fn run_listen(
@@ -99,7 +103,7 @@ pub(super) fn run_listen(
     let opened = Instant::now();
     let mut last_write = opened;
     let mut last_probe = opened;
-    let mut stalled_since: Option<Instant> = None;
+    let mut stalled: Option<Stall> = None;
     // Frames taken from the mailbox but not written yet (the stream paused mid-batch).
     let mut taken: VecDeque<Frame> = VecDeque::new();
     let mut finished_tasks: HashSet<String> = HashSet::new();
@@ -117,18 +121,24 @@ pub(super) fn run_listen(
                 break;
             }
         }
-        if let Some(since) = stalled_since {
-            if out.behind() {
+        if let Some(stall) = &mut stalled {
+            if let Some(unsent) = out.behind() {
                 if mailbox.is_closing() {
                     break;
                 }
-                if since.elapsed() >= max_stall {
+                if unsent < stall.unsent {
+                    // The client read something: slow, not stalled.
+                    *stall = Stall {
+                        since: Instant::now(),
+                        unsent,
+                    };
+                } else if stall.since.elapsed() >= max_stall {
                     return cut_off(out, id, max_stall);
                 }
                 std::thread::sleep(PROBE_PERIOD.min(left));
                 continue;
             }
-            stalled_since = None;
+            stalled = None;
         }
         if taken.is_empty() {
             let quiet_left = keep_alive.saturating_sub(last_write.elapsed());
@@ -171,8 +181,11 @@ pub(super) fn run_listen(
             };
             out.send_frame(&message)?;
             last_write = Instant::now();
-            if out.behind() {
-                stalled_since = Some(last_write);
+            if let Some(unsent) = out.behind() {
+                stalled = Some(Stall {
+                    since: last_write,
+                    unsent,
+                });
                 break;
             }
         }
