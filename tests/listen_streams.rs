@@ -120,6 +120,25 @@ fn a_closed_stream_frees_its_slot_within_a_second() {
 }
 
 #[test]
+fn a_client_that_half_closes_gets_the_graceful_answer_and_frees_its_slot() {
+    let server = Server::start(&config(4, ""));
+    let mut listen = Listen::open(&server, json!({"toolsListChanged": true}), json!({}), &[]);
+    listen.next_message(5 * SECOND).expect("acknowledgement");
+    let closed = Instant::now();
+    listen.shutdown_write();
+    let rest = listen.drain(5 * SECOND);
+    let took = closed.elapsed();
+    let last = rest.last().expect("the graceful answer");
+    assert_eq!(last["id"], 77, "{last}");
+    assert_eq!(last["result"]["resultType"], "complete", "{last}");
+    assert!(took < 2 * SECOND, "ended after {took:?}");
+    let freed = poll_until(SECOND, || {
+        (open_subscriptions(&server) == Some(0)).then_some(())
+    });
+    assert!(freed.is_some(), "the slot is still taken");
+}
+
+#[test]
 fn a_listen_on_max_task_ids_running_tasks_gets_every_terminal_frame() {
     let server = Server::start(&config(64, ""));
     let ids: Vec<String> = (0..256)
@@ -254,4 +273,57 @@ fn a_subscriber_that_stops_reading_gets_an_error_then_the_end() {
         "the stream ended, it did not just go quiet"
     );
     assert_eq!(stalled.next_line(SECOND), None, "nothing after the answer");
+}
+
+#[test]
+fn a_slow_reader_is_paused_not_cut_off() {
+    let server = std::sync::Arc::new(Server::start(&config(
+        4,
+        "[notifications]\nqueue_len = 4\nmax_stall_ms = 1000\n",
+    )));
+    let mut slow = Listen::open_small_buffer(&server, json!({"toolsListChanged": true}));
+    slow.next_message(5 * SECOND).expect("acknowledgement");
+    // Changes far faster than the client reads, for three seconds: its stream keeps
+    // pausing on a full socket, and keeps resuming as the client reads.
+    let producer = {
+        let server = std::sync::Arc::clone(&server);
+        std::thread::spawn(move || {
+            let until = Instant::now() + 3 * SECOND;
+            let mut changes = 0;
+            while Instant::now() < until {
+                server
+                    .call_tool("flood_list_changed", json!({"count": 1}), json!({}))
+                    .result();
+                changes += 1;
+            }
+            changes
+        })
+    };
+    let mut frames = 0;
+    while !producer.is_finished() {
+        let message = slow
+            .next_message(5 * SECOND)
+            .expect("the slow reader is served");
+        assert_eq!(
+            message["method"], "notifications/tools/list_changed",
+            "{message}"
+        );
+        frames += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let changes = producer.join().expect("producer");
+    eprintln!("{changes} changes reached the slow reader as {frames}+ frames");
+    // Caught up, still subscribed: a later change arrives after whatever was pending.
+    server
+        .call_tool("test_trigger_tool_change", json!({}), json!({}))
+        .result();
+    let rest: Vec<Value> = std::iter::from_fn(|| slow.next_message(SECOND)).collect();
+    assert!(!rest.is_empty(), "the later change arrived");
+    assert!(
+        rest.iter()
+            .all(|m| m["method"] == "notifications/tools/list_changed"),
+        "no error answer: {:?}",
+        rest.last()
+    );
+    assert_eq!(open_subscriptions(&server), Some(1));
 }
