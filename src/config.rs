@@ -216,8 +216,12 @@ pub struct NotificationLimits {
     pub max_subscriptions_per_identity: usize,
     /// Task ids one stream may name.
     pub max_task_ids: usize,
-    /// Frames queued per stream; a subscriber that falls this far behind is cut off.
+    /// Frames a stream may have written that the kernel could not send yet (the client
+    /// is not reading); beyond that the stream pauses (its changes keep coalescing).
     pub queue_len: usize,
+    /// How long a paused stream waits for its client to read anything before it is
+    /// ended with an error.
+    pub max_stall_ms: u64,
     /// Quiet time before a keep-alive comment.
     pub keep_alive_ms: u64,
     /// Longest life of a stream; it then ends gracefully and the client reconnects.
@@ -231,6 +235,7 @@ impl Default for NotificationLimits {
             max_subscriptions_per_identity: 32,
             max_task_ids: 256,
             queue_len: 128,
+            max_stall_ms: 10_000,
             keep_alive_ms: 15_000,
             max_stream_lifetime_ms: 24 * 3600 * 1000,
         }
@@ -483,6 +488,7 @@ impl Config {
         if n.max_subscriptions == 0
             || n.max_subscriptions_per_identity == 0
             || n.queue_len == 0
+            || n.max_stall_ms == 0
             || n.keep_alive_ms == 0
             || n.max_stream_lifetime_ms == 0
         {

@@ -24,6 +24,7 @@ mod common;
 mod command_tools;
 mod demo_tools;
 mod durable_tasks;
+mod listen_streams;
 mod notifications;
 mod robustness;
 mod smoke;
