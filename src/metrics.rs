@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::protocol::METHODS;
-use crate::tasks::sql::Stats;
+use crate::tasks::Stats;
 
 /// The HTTP statuses a request can be refused with before it reaches a handler; any
 /// other status is counted under the last entry.
