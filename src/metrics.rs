@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::protocol::METHODS;
+use crate::tasks::upkeep::UpkeepCounters;
 use crate::tasks::Stats;
 
 /// The HTTP statuses a request can be refused with before it reaches a handler; any
@@ -218,6 +219,16 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+impl UpkeepCounters for Metrics {
+    fn reclaimed(&self, count: usize) {
+        self.add_reclaimed(count);
+    }
+
+    fn expired(&self, count: usize) {
+        self.add_expired(count);
     }
 }
 

@@ -17,7 +17,7 @@ use crate::handlers::{ServerInfo, Service};
 use crate::metrics::Metrics;
 use crate::notifications::Hub;
 use crate::tasks::sqlite::{Opened, Store};
-use crate::tasks::upkeep::{self, Upkeep};
+use crate::tasks::upkeep::{self, Upkeep, UpkeepCounters};
 use crate::tasks::workers::{Inflight, WorkerPool};
 use crate::tasks::{TaskService, TaskStore};
 use crate::tools::Registry;
@@ -69,7 +69,7 @@ pub fn run(config: Config) -> Result<(), String> {
         Arc::clone(&store),
         Arc::clone(&hub),
         Arc::clone(&inflight),
-        Arc::clone(&metrics),
+        Arc::clone(&metrics) as Arc<dyn UpkeepCounters>,
         Duration::from_millis(config.workers.janitor_interval_ms),
     )
     .map_err(|e| e.to_string())?;

@@ -406,6 +406,33 @@ pub(crate) mod tests {
             .unwrap()
     }
 
+    /// The identity every test task is bound to.
+    pub(crate) fn identity() -> Identity {
+        Identity {
+            endpoint: "/mcp".into(),
+            tenant: "t".into(),
+            principal: "p".into(),
+        }
+    }
+
+    /// A task created at `now`, with a TTL, three attempts and a short backoff.
+    pub(crate) fn task_at(id: &str, now: i64) -> NewTask {
+        NewTask {
+            id: id.to_owned(),
+            identity: identity(),
+            tool: "tool".into(),
+            origin: br#"{"arguments":{"n":1}}"#.to_vec(),
+            input_responses: "{}".into(),
+            now,
+            ttl_ms: Some(60_000),
+            poll_interval_ms: 500,
+            max_attempts: 3,
+            backoff_ms: 10,
+            timeout_ms: 60_000,
+            idempotency_key: None,
+        }
+    }
+
     /// A store on a fresh temporary data dir (kept alive by the returned guard).
     pub(crate) fn fresh_store() -> (tempfile::TempDir, Arc<Store>) {
         let dir = tempfile::tempdir().unwrap();

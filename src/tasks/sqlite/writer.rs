@@ -385,7 +385,7 @@ fn run_writer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tasks::sqlite::tests::{fresh_store, rows_in};
+    use crate::tasks::sqlite::tests::{fresh_store, rows_in, task_at};
 
     #[test]
     fn a_failing_write_rolls_back_alone() {
@@ -414,24 +414,6 @@ mod tests {
     #[test]
     fn a_bad_task_among_creations_batched_together_fails_alone() {
         let (_dir, store) = fresh_store();
-        let task = |id: &str| NewTask {
-            id: id.to_owned(),
-            identity: crate::auth::Identity {
-                endpoint: "/mcp".into(),
-                tenant: String::new(),
-                principal: "p".into(),
-            },
-            tool: "tool".into(),
-            origin: b"{}".to_vec(),
-            input_responses: "{}".into(),
-            now: 1,
-            ttl_ms: None,
-            poll_interval_ms: 1000,
-            max_attempts: 1,
-            backoff_ms: 0,
-            timeout_ms: 1000,
-            idempotency_key: None,
-        };
         // Hold the writer inside a write until the creations are queued, so that they
         // meet in one batch.
         let (release, held) = crossbeam_channel::bounded::<()>(0);
@@ -440,7 +422,7 @@ mod tests {
         for (index, id) in ["first", "twin", "first", "last"].into_iter().enumerate() {
             let done = done.clone();
             store
-                .create_later(task(id))
+                .create_later(task_at(id, 1))
                 .then(move |outcome| done.send((index, outcome.map(|row| row.id))).unwrap());
         }
         release.send(()).unwrap();

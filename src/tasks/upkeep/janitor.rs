@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::recovery::reclaim;
 use super::relay::skip_unheard;
-use super::BATCH;
+use super::{UpkeepCounters, BATCH};
 use crate::clock::now_ms;
-use crate::metrics::Metrics;
 use crate::notifications::Hub;
 use crate::tasks::backend::TaskStore;
 use crate::tasks::workers::{Inflight, Stop};
@@ -25,7 +24,7 @@ pub(super) fn janitor(
     store: &dyn TaskStore,
     hub: &Hub,
     inflight: &Inflight,
-    metrics: &Metrics,
+    counters: &dyn UpkeepCounters,
     delivered: &AtomicI64,
     interval: Duration,
     stopping: &AtomicBool,
@@ -34,7 +33,7 @@ pub(super) fn janitor(
     while !stopping.load(Ordering::Acquire) {
         std::thread::sleep(interval);
         let reclaimed = reclaim(store, Some(now_ms()));
-        metrics.add_reclaimed(reclaimed);
+        counters.reclaimed(reclaimed);
         if reclaimed > 0 {
             log::warn!("reclaimed {reclaimed} job(s) whose lease expired");
         }
@@ -46,7 +45,7 @@ pub(super) fn janitor(
         loop {
             match store.delete_expired(BATCH) {
                 Ok(expired) => {
-                    metrics.add_expired(expired.len());
+                    counters.expired(expired.len());
                     for task_id in &expired {
                         inflight.stop(task_id, Stop::Expired);
                     }

@@ -21,13 +21,21 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use self::recovery::recover;
-use crate::metrics::Metrics;
 use crate::notifications::Hub;
 use crate::tasks::backend::{StoreError, TaskStore};
 use crate::tasks::workers::Inflight;
 
 /// Tasks (or leases, or outbox rows read) handled per upkeep read or write.
 const BATCH: usize = 500;
+
+/// Where upkeep reports what it removed (`GET /metrics` counts it). A trait, so that the
+/// engine does not depend on the metrics page.
+pub trait UpkeepCounters: Send + Sync {
+    /// Attempts whose expired lease the janitor reclaimed.
+    fn reclaimed(&self, count: usize);
+    /// Tasks deleted past their TTL.
+    fn expired(&self, count: usize);
+}
 
 /// Why upkeep did not start.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +57,7 @@ impl Upkeep {
         store: Arc<dyn TaskStore>,
         hub: Arc<Hub>,
         inflight: Arc<Inflight>,
-        metrics: Arc<Metrics>,
+        counters: Arc<dyn UpkeepCounters>,
         interval: Duration,
     ) -> Result<Upkeep, StartError> {
         let stopping = Arc::new(AtomicBool::new(false));
@@ -78,7 +86,7 @@ impl Upkeep {
                         store.as_ref(),
                         &hub,
                         &inflight,
-                        &metrics,
+                        counters.as_ref(),
                         &delivered,
                         interval,
                         &stopping,

@@ -241,40 +241,11 @@ pub fn renew_lease(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::Identity;
     use crate::protocol::TaskStatus;
-    use crate::tasks::model::{CancelEffect, NewTask, TaskRow};
+    use crate::tasks::model::CancelEffect;
     use crate::tasks::sqlite::sql::client::{cancel, find_authorized};
     use crate::tasks::sqlite::sql::create::create_task;
-    use crate::tasks::sqlite::tests::fresh_store;
-
-    fn identity() -> Identity {
-        Identity {
-            endpoint: "/mcp".into(),
-            tenant: "t".into(),
-            principal: "p".into(),
-        }
-    }
-
-    fn new_task(conn: &Connection, id: &str) -> rusqlite::Result<TaskRow> {
-        create_task(
-            conn,
-            &NewTask {
-                id: id.to_owned(),
-                identity: identity(),
-                tool: "tool".into(),
-                origin: b"{}".to_vec(),
-                input_responses: "{}".into(),
-                now: 0,
-                ttl_ms: None,
-                poll_interval_ms: 1000,
-                max_attempts: 3,
-                backoff_ms: 0,
-                timeout_ms: 60_000,
-                idempotency_key: None,
-            },
-        )
-    }
+    use crate::tasks::sqlite::tests::{fresh_store, identity, task_at};
 
     #[test]
     fn a_stale_lease_holder_cannot_write_anything() {
@@ -282,7 +253,7 @@ mod tests {
         let mut tokens = ["first", "second"].into_iter().map(str::to_owned);
         let (first, second) = store
             .write(move |conn| {
-                new_task(conn, "task")?;
+                create_task(conn, &task_at("task", 0))?;
                 let first = claim(conn, 1, 10, 100, || tokens.next().unwrap())?.remove(0);
                 // The lease runs out; the janitor hands the job back to the queue.
                 assert!(finish(

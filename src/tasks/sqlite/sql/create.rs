@@ -164,34 +164,8 @@ pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<TaskRo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::Identity;
     use crate::protocol::TaskStatus;
-    use crate::tasks::sqlite::tests::fresh_store;
-
-    fn identity() -> Identity {
-        Identity {
-            endpoint: "/mcp".into(),
-            tenant: "t".into(),
-            principal: "p".into(),
-        }
-    }
-
-    fn task_at(id: &str, now: i64) -> NewTask {
-        NewTask {
-            id: id.to_owned(),
-            identity: identity(),
-            tool: "tool".into(),
-            origin: br#"{"arguments":{"n":1}}"#.to_vec(),
-            input_responses: "{}".into(),
-            now,
-            ttl_ms: Some(60_000),
-            poll_interval_ms: 500,
-            max_attempts: 3,
-            backoff_ms: 10,
-            timeout_ms: 60_000,
-            idempotency_key: None,
-        }
-    }
+    use crate::tasks::sqlite::tests::{fresh_store, task_at};
 
     /// Everything stored about a task but its id, in its `tasks`, `jobs` and `outbox`
     /// rows.
