@@ -4,6 +4,7 @@
 use rusqlite::Connection;
 
 use super::connection::set_verified;
+use super::OpenError;
 
 /// The schema, applied by [`migrate`].
 pub(super) const SCHEMA: &str = include_str!("../../../schema.sql");
@@ -15,11 +16,12 @@ pub(super) const SCHEMA: &str = include_str!("../../../schema.sql");
 /// with them on, dropping the old table would cascade to its children). Before the
 /// block commits, `PRAGMA foreign_key_check` must find nothing; afterwards foreign keys
 /// are on again, whatever happened.
-pub(super) fn migrate(conn: &mut Connection) -> Result<u32, String> {
+pub(super) fn migrate(conn: &mut Connection) -> Result<u32, OpenError> {
     let current: u32 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(|e| format!("reading schema version: {e}"))?;
-    let pending: Vec<(u32, String)> = migrations(SCHEMA)?
+        .map_err(|e| OpenError::Migration(format!("reading schema version: {e}")))?;
+    let pending: Vec<(u32, String)> = migrations(SCHEMA)
+        .map_err(OpenError::Migration)?
         .into_iter()
         .filter(|(version, _)| *version > current)
         .collect();
@@ -28,10 +30,10 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<u32, String> {
     }
     // Takes effect only outside a transaction.
     conn.execute_batch("PRAGMA foreign_keys = OFF")
-        .map_err(|e| format!("migrations: {e}"))?;
+        .map_err(|e| OpenError::Migration(format!("migrations: {e}")))?;
     let applied = apply_migrations(conn, current, pending);
     let restored = set_verified(conn, "foreign_keys", "ON", 1);
-    let applied = applied?;
+    let applied = applied.map_err(OpenError::Migration)?;
     restored?;
     Ok(applied)
 }
@@ -258,7 +260,7 @@ mod tests {
         conn.execute_batch("PRAGMA foreign_keys = OFF; DELETE FROM tasks WHERE id = 'queued';")
             .unwrap();
         let before = dump(&conn);
-        let error = migrate(&mut conn).unwrap_err();
+        let error = migrate(&mut conn).unwrap_err().to_string();
         assert!(
             error.contains("migration 2") && error.contains("dangling"),
             "{error}"

@@ -144,15 +144,15 @@ impl Store {
             data_dir: data_dir.to_owned(),
         })?;
         let path = data_dir.join("tasks.db");
-        let uri = database_uri(&path).map_err(OpenError::Setup)?;
+        let uri = database_uri(&path)?;
         let opening = |e: rusqlite::Error| OpenError::File {
             path: path.clone(),
             source: Box::new(e),
         };
         let mut writer = open_connection(&uri).map_err(opening)?;
-        configure(&writer, config).map_err(OpenError::Setup)?;
-        keep_temp_in_memory(&writer).map_err(OpenError::Setup)?;
-        let version = migrations::migrate(&mut writer).map_err(OpenError::Migration)?;
+        configure(&writer, config)?;
+        keep_temp_in_memory(&writer)?;
+        let version = migrations::migrate(&mut writer)?;
         log::info!("task store at schema version {version}");
         writer
             .pragma_update(None, "wal_autocheckpoint", 0)
@@ -161,7 +161,7 @@ impl Store {
         let restart = Arc::new(AtomicBool::new(false));
         let wanted = Arc::clone(&restart);
         let checkpoint_conn = open_connection(&uri).map_err(opening)?;
-        configure(&checkpoint_conn, config).map_err(OpenError::Setup)?;
+        configure(&checkpoint_conn, config)?;
         std::thread::Builder::new()
             .name("store-checkpoint".into())
             .spawn(move || {
@@ -221,7 +221,7 @@ fn read_pool(uri: &str, config: &StoreConfig) -> Result<Pool<SqliteConnectionMan
                 .map_err(|why| {
                     rusqlite::Error::SqliteFailure(
                         rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
-                        Some(why),
+                        Some(why.to_string()),
                     )
                 })
         });
