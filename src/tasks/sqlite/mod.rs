@@ -443,6 +443,44 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn sqlite_errors_are_sorted_into_what_the_engine_can_act_on() {
+        let failure = |code| {
+            classify(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(code),
+                None,
+            ))
+        };
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_FULL),
+            StoreError::Full(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_READONLY),
+            StoreError::ReadOnly(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_CORRUPT),
+            StoreError::Corrupt(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_NOTADB),
+            StoreError::Corrupt(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_BUSY),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_CONSTRAINT),
+            StoreError::Other(_)
+        ));
+        assert!(matches!(
+            classify(rusqlite::Error::QueryReturnedNoRows),
+            StoreError::Other(_)
+        ));
+    }
+
+    #[test]
     fn migrate_is_idempotent_and_pragmas_are_verified() {
         let dir = tempfile::tempdir().unwrap();
         let config = StoreConfig::default();
