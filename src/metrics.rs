@@ -10,7 +10,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::protocol::METHODS;
-use crate::tasks::sql::Stats;
+use crate::tasks::upkeep::UpkeepCounters;
+use crate::tasks::Stats;
 
 /// The HTTP statuses a request can be refused with before it reaches a handler; any
 /// other status is counted under the last entry.
@@ -218,6 +219,16 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+impl UpkeepCounters for Metrics {
+    fn reclaimed(&self, count: usize) {
+        self.add_reclaimed(count);
+    }
+
+    fn expired(&self, count: usize) {
+        self.add_expired(count);
     }
 }
 

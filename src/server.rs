@@ -16,12 +16,12 @@ use crate::handlers::request_state::StateSigner;
 use crate::handlers::{ServerInfo, Service};
 use crate::metrics::Metrics;
 use crate::notifications::Hub;
-use crate::ops::{self, Upkeep};
-use crate::tasks::store::{Opened, Store};
-use crate::tasks::TaskService;
+use crate::tasks::sqlite::{Opened, Store};
+use crate::tasks::upkeep::{self, Upkeep, UpkeepCounters};
+use crate::tasks::workers::{Inflight, WorkerPool};
+use crate::tasks::{TaskService, TaskStore};
 use crate::tools::{RegistrationError, Registry};
 use crate::transport::{Frontend, OriginPolicy};
-use crate::workers::{Inflight, WorkerPool};
 
 /// Registers every tool, resource and prompt the configuration asks for. This is all
 /// `check-config` needs to validate a configuration.
@@ -50,12 +50,11 @@ pub fn run(config: Config) -> Result<(), String> {
     let signer = StateSigner::open(data_dir, config.limits.request_state_ttl_ms)
         .map_err(|e| format!("request-state key in {}: {e}", data_dir.display()))?;
 
-    let Opened {
-        store,
-        writer,
-        commits,
-    } = Store::open(data_dir, &config.store)?;
-    ops::recover(&store);
+    let Opened { store, writer } =
+        Store::open(data_dir, &config.store).map_err(|e| e.to_string())?;
+    // The engine sees the store through its interface only.
+    let store: Arc<dyn TaskStore> = store;
+    upkeep::recover(store.as_ref());
     let inflight = Arc::new(Inflight::default());
     let (wake, woken) = crossbeam_channel::bounded(1);
     let tasks = Arc::new(TaskService::new(
@@ -70,10 +69,10 @@ pub fn run(config: Config) -> Result<(), String> {
         Arc::clone(&store),
         Arc::clone(&hub),
         Arc::clone(&inflight),
-        Arc::clone(&metrics),
-        commits,
+        Arc::clone(&metrics) as Arc<dyn UpkeepCounters>,
         Duration::from_millis(config.workers.janitor_interval_ms),
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let workers = WorkerPool::start(
         Arc::clone(&store),
         Arc::clone(&tools),

@@ -140,8 +140,10 @@ fn a_client_that_half_closes_gets_the_graceful_answer_and_frees_its_slot() {
 #[test]
 fn a_listen_on_max_task_ids_running_tasks_gets_every_terminal_frame() {
     let server = Server::start(&config(64, ""));
+    // Long enough that even on a loaded box most tasks are still running once the
+    // listen is open and every task has been polled.
     let ids: Vec<String> = (0..256)
-        .map(|_| tasks::create(&server, "slow_compute", json!({"seconds": 2.0}), &[]))
+        .map(|_| tasks::create(&server, "slow_compute", json!({"seconds": 4.0}), &[]))
         .collect();
     let started = Instant::now();
     let mut listen = Listen::open(&server, json!({"taskIds": ids}), tasks_caps(), &[]);
