@@ -12,6 +12,12 @@
 //! At start-up, before workers start, [`recover`] reclaims every job still leased: the
 //! data-dir lock guarantees no other process holds those leases, so each one is an
 //! attempt that died with the previous process.
+//!
+//! Supervision lives in submodules: [`liveness`] (are the loops making progress?) and
+//! [`systemd`] (readiness, status and watchdog for `Type=notify`).
+
+pub mod liveness;
+pub mod systemd;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;

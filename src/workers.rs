@@ -278,7 +278,9 @@ fn fresh_token() -> String {
 fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
     // Polling bounds the wait for jobs whose backoff ends without any other event.
     const POLL: Duration = Duration::from_millis(200);
+    let heartbeat = crate::ops::liveness::LIVENESS.register("dispatcher");
     while !shared.stopping.load(Ordering::Acquire) {
+        let working = heartbeat.working();
         let idle = shared.idle.load(Ordering::Acquire);
         let mut claimed = 0;
         if idle > 0 {
@@ -304,6 +306,7 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
                 }
             }
         }
+        drop(working);
         if claimed == 0 || claimed == idle {
             let _ = woken.recv_timeout(POLL);
         }

@@ -817,6 +817,16 @@ pub fn stats(conn: &Connection, now: i64) -> Result<Stats, StoreError> {
     })
 }
 
+/// Jobs waiting for a worker (backoff included): a count over the `jobs_ready` index.
+pub fn queued_jobs(conn: &Connection) -> Result<u64, StoreError> {
+    let count: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM jobs WHERE state = 'queued'",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(count.max(0) as u64)
+}
+
 pub fn max_outbox_seq(conn: &Connection) -> Result<i64, StoreError> {
     Ok(
         conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM outbox", [], |row| {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -33,6 +34,11 @@ impl Server {
 
     /// Starts the binary with its data in `dir` (reused across restarts).
     pub fn start_in(dir: &Path, config: &str) -> Server {
+        Server::start_in_with_env(dir, config, &[])
+    }
+
+    /// As [`Server::start_in`], with extra environment variables for the server.
+    pub fn start_in_with_env(dir: &Path, config: &str, env: &[(&str, &OsStr)]) -> Server {
         std::fs::create_dir_all(dir).expect("data dir");
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config).expect("write config");
@@ -45,6 +51,7 @@ impl Server {
             .arg("--data-dir")
             .arg(dir.join("data"))
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
