@@ -26,6 +26,9 @@ fail() { echo "service: $*" >&2; exit 1; }
 
 # --- 1. the unit -------------------------------------------------------------------
 step "systemd-analyze verify and security"
+command -v systemd-analyze >/dev/null ||
+  apt-get install -y -q --no-install-recommends systemd >/dev/null ||
+  { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends systemd >/dev/null; }
 # `verify` checks that ExecStart's program exists: check a copy whose commands point at
 # the binary under test, with the drop-ins beside it (verify reads <unit>.d/ there).
 UNITS="$WORK/units"
