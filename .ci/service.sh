@@ -10,7 +10,6 @@
 # Usage: .ci/service.sh BINARY   (a release build of this tree)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT="$(pwd)"
 BINARY="$(realpath "${1:?usage: .ci/service.sh target/release/mcp-taskd}")"
 MAX_EXPOSURE=2.0
 CARGO_DEB_VERSION=3.8.0

@@ -10,6 +10,6 @@ try() { if ( : >"$1/.probe" ) 2>/dev/null; then rm -f "$1/.probe"; echo "$2=writ
   try /usr/local usr_local
   [ -e /root/.bashrc ] || [ -n "$(ls -A /home 2>/dev/null)" ] && echo homes=visible || echo homes=hidden
   [ -e /proc/cpuinfo ] && echo proc_subset=all || echo proc_subset=pid
-  echo processes_seen=$(ls -d /proc/[0-9]* | wc -l)
-  echo uid=$(id -u)
+  echo "processes_seen=$(find /proc -maxdepth 1 -name "[0-9]*" | wc -l)"
+  echo "uid=$(id -u)"
 } | tr '\n' ' ' | sed 's/ $//' | { read -r line; printf '{"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$line"; }
