@@ -123,3 +123,38 @@ fn pings_stop_while_every_request_thread_is_stuck_and_resume_after() {
         .wait_for("WATCHDOG=1", Duration::from_secs(10))
         .expect("pings resume once the thread is free");
 }
+
+#[test]
+fn an_inline_tool_run_is_not_taken_for_a_stuck_request_thread() {
+    let config = format!("[server]\nhandler_threads = 1\n{CONFORMANCE}");
+    let (manager, server) = Manager::start(&config);
+    manager
+        .wait_for("WATCHDOG=1", Duration::from_secs(10))
+        .expect("pings while healthy");
+    // The only request thread runs a 2 s inline call: four times the stall limit.
+    let call = std::thread::scope(|scope| {
+        let call = scope.spawn(|| {
+            server.call_tool(
+                "slow_compute",
+                serde_json::json!({"seconds": 2}),
+                serde_json::json!({}),
+            )
+        });
+        let mut pings = 0;
+        while !call.is_finished() {
+            if let Some(message) = manager.next(Duration::from_millis(100)) {
+                assert!(
+                    !message
+                        .iter()
+                        .any(|line| line.starts_with("STATUS=stalled")),
+                    "{message:?}"
+                );
+                pings += usize::from(message.iter().any(|line| line == "WATCHDOG=1"));
+            }
+        }
+        assert!(pings >= 2, "pings went on during the call ({pings})");
+        call.join().expect("the call")
+    });
+    assert_eq!(call.status, 200);
+    assert_eq!(call.result()["resultType"], "complete");
+}

@@ -7,10 +7,15 @@
 //! one of its threads has been inside one unit of work for longer than the limit (a
 //! pool with one free thread still makes progress), or when all its threads are gone.
 //!
+//! Work that has a deadline of its own is not watched: an inline tool run (bounded by
+//! the tool's timeout) goes through [`unwatched`], so a request thread running one for
+//! minutes is not taken for a stuck one.
+//!
 //! The registry is process-wide ([`LIVENESS`]) because the loops it watches are started
 //! by different modules; a static keeps each hook to a line, with no handle threaded
 //! through their constructors. Tests build their own [`Registry`].
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -50,6 +55,25 @@ pub enum Stall {
     Gone,
 }
 
+thread_local! {
+    /// The calling thread's heartbeat, for [`unwatched`].
+    static OWN: RefCell<Weak<Slot>> = const { RefCell::new(Weak::new()) };
+}
+
+/// Runs `work` without counting its time against the calling thread's heartbeat: for
+/// work bounded by a deadline of its own. The unit of work around it starts afresh after.
+pub fn unwatched<T>(work: impl FnOnce() -> T) -> T {
+    let slot = OWN.with(|own| own.borrow().upgrade());
+    let busy = slot
+        .as_ref()
+        .is_some_and(|slot| slot.busy_since.swap(0, Ordering::AcqRel) != 0);
+    let result = work();
+    if let (true, Some(slot)) = (busy, slot) {
+        slot.busy_since.store(monotonic_ms(), Ordering::Release);
+    }
+    result
+}
+
 /// Milliseconds on a monotonic clock (wall-clock jumps are not progress), never 0.
 fn monotonic_ms() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
@@ -84,6 +108,7 @@ impl Registry {
         if !state.components.contains(&component) {
             state.components.push(component);
         }
+        OWN.with(|own| *own.borrow_mut() = Arc::downgrade(&slot));
         Heartbeat(slot)
     }
 
@@ -177,6 +202,26 @@ mod tests {
         assert!(registry.stalled(Duration::ZERO).is_empty());
         let _also_busy = second.working();
         assert_eq!(registry.stalled(Duration::ZERO)[0].0, "http");
+    }
+
+    #[test]
+    fn work_with_its_own_deadline_is_not_watched() {
+        let registry = Registry::new();
+        let http = registry.register("http");
+        let _working = http.working();
+        let inside = unwatched(|| registry.stalled(Duration::ZERO));
+        assert!(inside.is_empty(), "an inline tool run is not a stall");
+        assert_eq!(
+            registry.stalled(Duration::ZERO)[0].0,
+            "http",
+            "watched again after"
+        );
+        drop(_working);
+        unwatched(|| ());
+        assert!(
+            registry.stalled(Duration::ZERO).is_empty(),
+            "an idle thread stays idle"
+        );
     }
 
     #[test]
