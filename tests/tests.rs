@@ -28,5 +28,6 @@ mod listen_streams;
 mod notifications;
 mod robustness;
 mod smoke;
+mod systemd_notify;
 mod task_input;
 mod transport;
