@@ -19,7 +19,7 @@ use crate::notifications::Hub;
 use crate::ops::{self, Upkeep};
 use crate::tasks::store::{Opened, Store};
 use crate::tasks::TaskService;
-use crate::tools::{RegistrationError, Registry};
+use crate::tools::{command, RegistrationError, Registry};
 use crate::transport::{Frontend, OriginPolicy};
 use crate::workers::{Inflight, WorkerPool};
 
@@ -47,6 +47,11 @@ pub fn run(config: Config) -> Result<(), String> {
     let hub = Arc::new(Hub::new(config.notifications.clone()));
     let (tools, catalog) = build_catalog(&config, &hub).map_err(|e| e.to_string())?;
     let tools = Arc::new(tools);
+    // Before any program runs: descendants that leave their process group must come
+    // back to the server, not to init, to be found and killed when their run ends.
+    if !command::become_subreaper() {
+        log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
+    }
     let signer = StateSigner::open(data_dir, config.limits.request_state_ttl_ms)
         .map_err(|e| format!("request-state key in {}: {e}", data_dir.display()))?;
 

@@ -69,6 +69,7 @@
 mod declaration;
 mod output;
 mod process;
+mod reaper;
 mod slots;
 
 use std::collections::BTreeMap;
@@ -79,6 +80,7 @@ use super::{Invocation, Outcome, Tool, ToolSpec};
 use slots::{NoSlot, Slots};
 
 pub use declaration::{CommandToolConfig, DeclarationError, DEFAULT_MAX_OUTPUT, DEFAULT_PATH};
+pub use reaper::become_subreaper;
 
 /// A declared program, checked and ready to run: built once, when the configuration is
 /// loaded, and registered from there.

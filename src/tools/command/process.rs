@@ -11,6 +11,7 @@ use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 
 use super::output::{forward, interpret, parse_progress, truncate, Progress};
+use super::reaper::{self, Run};
 use super::CommandTool;
 use crate::tools::{Invocation, Outcome};
 
@@ -26,14 +27,16 @@ const PIPE_GRACE: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(20);
 
 impl CommandTool {
-    /// Starts the program: no shell, its own process group, a clean environment.
-    fn spawn(&self, task: Option<(&str, i64)>) -> std::io::Result<Child> {
+    /// Starts the program: no shell, its own process group, a clean environment (plus
+    /// the run's marker, which its descendants inherit).
+    fn spawn(&self, run: &Run, task: Option<(&str, i64)>) -> std::io::Result<Child> {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
             .current_dir(&self.working_dir)
             .env_clear()
             .envs(&self.env)
+            .env(reaper::MARKER, run.marker())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -69,7 +72,7 @@ impl CommandTool {
                 });
             }
         }
-        command.spawn()
+        reaper::spawn(&mut command)
     }
 
     /// Runs the program once and supervises it until it ends or must be stopped.
@@ -81,7 +84,8 @@ impl CommandTool {
         });
         let payload = input.to_string().into_bytes();
         let task = call.host.task_attempt();
-        let mut child = match self.spawn(task) {
+        let run = Run::start();
+        let mut child = match self.spawn(&run, task) {
             Ok(child) => child,
             Err(error) => {
                 return Outcome::Retry(format!(
@@ -97,7 +101,7 @@ impl CommandTool {
             Ok(helpers) => helpers,
             Err(error) => {
                 terminate_group(pid);
-                let _ = child.wait();
+                let _ = reap_program(&mut child, run);
                 return Outcome::Retry(format!("could not supervise the program: {error}"));
             }
         };
@@ -131,7 +135,9 @@ impl CommandTool {
         } else {
             terminate_group(pid);
         }
-        let status = child.wait();
+        // Descendants that left the group are killed before the output is collected:
+        // they may hold stdout open.
+        let status = reap_program(&mut child, run);
 
         let captured = collect(stdout, PIPE_GRACE);
         let stderr_tail = collect(stderr, PIPE_GRACE);
@@ -328,6 +334,17 @@ fn has_exited(pid: libc::pid_t) -> bool {
         }
         info.si_pid() != 0
     }
+}
+
+/// Kills what the run left behind outside its process group, then reaps the program.
+/// In this order: while the program is unreaped its pid, which names its group, stays
+/// taken.
+fn reap_program(child: &mut Child, run: Run) -> std::io::Result<std::process::ExitStatus> {
+    let pid = child.id() as libc::pid_t;
+    reaper::sweep(run, pid, || has_exited(pid));
+    let status = child.wait();
+    reaper::forget(pid);
+    status
 }
 
 fn kill_group(pgid: libc::pid_t, signal: libc::c_int) {

@@ -1,0 +1,322 @@
+//! Descendants that leave the program's process group (`setsid`, `setpgid`, double
+//! fork): finding them when a run ends, killing them, and reaping their zombies.
+//!
+//! How: the server is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so a descendant
+//! whose parent dies is re-parented to the server instead of init. Every run carries a
+//! marker in its environment ([`MARKER`]), which its descendants inherit. While the
+//! program is dead but not yet reaped, every live descendant of the run is an *orphan*
+//! (a child of the server that is not a program) or a descendant of one. When a run
+//! ends, [`sweep`] looks only at the server's own children:
+//!
+//! - a zombie that is not a program is an orphan nobody else waits for: it is reaped by
+//!   its pid (never `waitpid(-1)`, which could steal a program's exit status);
+//! - a live orphan is killed if it belongs to a run that is no longer running: it is in
+//!   the ending run's process group, or its environment carries the marker of a run
+//!   that has ended, or it was seen below such an orphan (its pid and start time were
+//!   recorded before its parent was killed);
+//! - anything else (orphans of runs still running, and orphans whose marker cannot be
+//!   read) is left alone.
+//!
+//! Only the server's own unreaped children are ever signalled, and only the sweeper
+//! reaps them, so a pid cannot be reused between looking at a process and killing it.
+//! Programs are registered while they are spawned ([`spawn`]) under a gate that the
+//! sweeper takes exclusively, so a program (even one that fails to exec) is never
+//! mistaken for an orphan.
+//!
+//! Cost: a run that leaves nothing behind costs one read of the server's children list
+//! (`/proc/self/task/<pid>/children`). Kernels without `CONFIG_PROC_CHILDREN` fall back
+//! to reading every `/proc/<pid>/stat`.
+
+use std::collections::{BTreeSet, HashSet};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+/// The environment variable that marks a run's descendants.
+pub const MARKER: &str = "MCP_TASKD_RUN";
+
+/// How long a sweep keeps killing and reaping before it leaves the rest to the next one.
+const SWEEP_LIMIT: Duration = Duration::from_secs(2);
+/// Time between two passes of a sweep.
+const SWEEP_POLL: Duration = Duration::from_millis(5);
+
+/// Programs spawned and not yet reaped by their `Child`, and the markers of runs still
+/// running.
+struct Registry {
+    programs: BTreeSet<libc::pid_t>,
+    running: BTreeSet<String>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    programs: BTreeSet::new(),
+    running: BTreeSet::new(),
+});
+/// Spawning holds it shared, a sweep pass exclusively: a pass never sees a child whose
+/// registration is still under way.
+static GATE: RwLock<()> = RwLock::new(());
+static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
+
+fn registry() -> MutexGuard<'static, Registry> {
+    // The registry holds plain sets: a panic elsewhere cannot leave it inconsistent.
+    REGISTRY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Makes the server the reaper of its orphaned descendants. Returns whether it worked
+/// (it needs Linux 3.4); without it orphans go to init and sweeps find none.
+pub fn become_subreaper() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain system call on the calling process.
+        unsafe {
+            libc::prctl(
+                libc::PR_SET_CHILD_SUBREAPER,
+                1 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            ) == 0
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// One run of a program: its marker, registered as running until [`sweep`].
+pub struct Run {
+    marker: String,
+}
+
+impl Run {
+    pub fn start() -> Run {
+        let marker = format!(
+            "{}.{}",
+            std::process::id(),
+            NEXT_RUN.fetch_add(1, Ordering::Relaxed)
+        );
+        registry().running.insert(marker.clone());
+        Run { marker }
+    }
+
+    /// The value of [`MARKER`] in the program's environment.
+    pub fn marker(&self) -> &str {
+        &self.marker
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        registry().running.remove(&self.marker);
+    }
+}
+
+/// Spawns a program and registers it, so that no sweep takes it for an orphan.
+pub fn spawn(command: &mut Command) -> std::io::Result<Child> {
+    let _gate = GATE.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let child = command.spawn()?;
+    registry().programs.insert(child.id() as libc::pid_t);
+    Ok(child)
+}
+
+/// Called once the program has been reaped by its `Child`.
+pub fn forget(program: libc::pid_t) {
+    registry().programs.remove(&program);
+}
+
+/// Ends a run: call it once its program has exited (or been killed), *before* reaping
+/// it, so that the program's pid, which is also its process group id, cannot be reused.
+/// Waits (up to [`SWEEP_LIMIT`]) until the program has exited, then kills every orphan
+/// of this run and of earlier runs, and reaps every orphan zombie.
+pub fn sweep(run: Run, group: libc::pid_t, has_exited: impl Fn() -> bool) {
+    let ended = run.marker.clone();
+    // From here on the run no longer counts as running.
+    drop(run);
+    let server = std::process::id() as libc::pid_t;
+    let deadline = Instant::now() + SWEEP_LIMIT;
+    // Descendants seen below this run's orphans: once their parent dies they are ours,
+    // marker or not.
+    let mut doomed = HashSet::new();
+    loop {
+        let exited = has_exited();
+        let alive = if exited {
+            sweep_pass(server, group, &ended, &mut doomed)
+        } else {
+            0
+        };
+        if (exited && alive == 0) || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(SWEEP_POLL);
+    }
+}
+
+/// One look at the server's children; returns how many of them it had to kill.
+fn sweep_pass(
+    server: libc::pid_t,
+    group: libc::pid_t,
+    ended: &str,
+    doomed: &mut HashSet<(libc::pid_t, u64)>,
+) -> usize {
+    let _gate = GATE
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let children = children_of(server, true);
+    if children.is_empty() {
+        return 0;
+    }
+    let (programs, running) = {
+        let registry = registry();
+        (registry.programs.clone(), registry.running.clone())
+    };
+    let mut killed = 0;
+    for pid in children.into_iter().filter(|pid| !programs.contains(pid)) {
+        let Some(stat) = Stat::read(pid) else {
+            continue;
+        };
+        if stat.ppid != server {
+            continue;
+        }
+        if stat.state == 'Z' {
+            reap(pid);
+            continue;
+        }
+        let ours = stat.pgid == group
+            || doomed.contains(&(pid, stat.start))
+            || marker_of(pid).is_some_and(|marker| marker == ended || !running.contains(&marker));
+        if !ours {
+            continue;
+        }
+        record_descendants(pid, doomed);
+        // SAFETY: plain system call; `pid` is our own unreaped child, so it is this process.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        killed += 1;
+    }
+    killed
+}
+
+/// Reaps one zombie child by its pid.
+fn reap(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: plain system call on a child of ours that no one else waits for.
+    unsafe {
+        libc::waitpid(pid, &mut status, libc::WNOHANG);
+    }
+}
+
+/// Records the identity of every descendant of `pid`.
+fn record_descendants(pid: libc::pid_t, doomed: &mut HashSet<(libc::pid_t, u64)>) {
+    let mut pending = children_of(pid, false);
+    // Bounded: a fork bomb must not keep the sweep here.
+    let mut budget = 4096;
+    while let Some(next) = pending.pop() {
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        if let Some(stat) = Stat::read(next) {
+            if doomed.insert((next, stat.start)) {
+                pending.extend(children_of(next, false));
+            }
+        }
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` a sweep needs.
+struct Stat {
+    state: char,
+    ppid: libc::pid_t,
+    pgid: libc::pid_t,
+    /// Start time since boot, in clock ticks: with the pid, it names one process.
+    start: u64,
+}
+
+impl Stat {
+    fn read(pid: libc::pid_t) -> Option<Stat> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Stat::parse(&text)
+    }
+
+    fn parse(text: &str) -> Option<Stat> {
+        // The command name may hold spaces and parentheses: fields start after the last ')'.
+        let (_, rest) = text.rsplit_once(')')?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        Some(Stat {
+            state: fields.first()?.chars().next()?,
+            ppid: fields.get(1)?.parse().ok()?,
+            pgid: fields.get(2)?.parse().ok()?,
+            start: fields.get(19)?.parse().ok()?,
+        })
+    }
+}
+
+/// The run marker in a process's environment as it was at exec, if it can be read.
+fn marker_of(pid: libc::pid_t) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{MARKER}=");
+    environ
+        .split(|&byte| byte == 0)
+        .find_map(|entry| entry.strip_prefix(prefix.as_bytes()))
+        .map(|value| String::from_utf8_lossy(value).into_owned())
+}
+
+/// The children of `parent`. For the server (`main_thread_only`), orphans are
+/// re-parented to its first live thread, the main thread, so that one list is enough;
+/// programs live in their spawning threads' lists and are filtered out anyway.
+fn children_of(parent: libc::pid_t, main_thread_only: bool) -> Vec<libc::pid_t> {
+    let listed = if main_thread_only {
+        read_pids(&format!("/proc/{parent}/task/{parent}/children"))
+    } else {
+        std::fs::read_dir(format!("/proc/{parent}/task"))
+            .ok()
+            .map(|tasks| {
+                tasks
+                    .flatten()
+                    .filter_map(|task| read_pids(&format!("{}/children", task.path().display())))
+                    .flatten()
+                    .collect()
+            })
+    };
+    listed.unwrap_or_else(|| scan_for_children(parent))
+}
+
+fn read_pids(path: &str) -> Option<Vec<libc::pid_t>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|pid| pid.parse().ok())
+            .collect(),
+    )
+}
+
+/// Without `CONFIG_PROC_CHILDREN`: every process whose parent is `parent`.
+fn scan_for_children(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| Stat::read(pid).is_some_and(|stat| stat.ppid == parent))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_read_after_the_last_parenthesis() {
+        let line = "4242 (we ird) (name) S 17 4242 17 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 \
+                    987654 1000 10 18446744073709551615";
+        let stat = Stat::parse(line).expect("parsed");
+        assert_eq!((stat.state, stat.ppid, stat.pgid), ('S', 17, 4242));
+        assert_eq!(stat.start, 987654);
+        assert!(Stat::parse("4242 (truncated) S 1").is_none());
+    }
+}

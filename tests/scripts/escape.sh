@@ -1,0 +1,25 @@
+#!/bin/sh
+# Test program whose descendants leave its process group. $1 says how they escape:
+#   setsid  a grandchild in a new session (setsid sleep 300 &)
+#   double  a double fork: a subshell starts sleep in a new session and exits at once,
+#           so the sleep is an orphan while the program still runs
+# and $2 how the run ends: "exit" (prints a result and exits 0 once $WORK/go exists) or
+# "wait" (runs until stopped). Each escapee's pid goes to $WORK/escapees once it has left the group; the
+# escapee keeps the program's stdout open.
+set -eu
+cat > /dev/null
+echo "${MCP_TASK_ID:-inline}:${MCP_TASK_ATTEMPT:-0}" >> "$WORK/runs"
+case "$1" in
+  setsid) setsid sh -c 'echo $$ >> "$WORK/escapees"; exec sleep 300' & ;;
+  double) ( setsid sh -c 'echo $$ >> "$WORK/escapees"; exec sleep 300' & ) ;;
+esac
+# Wait until the escapee has recorded itself, so the run cannot end before it escaped.
+while [ ! -s "$WORK/escapees" ]; do sleep 0.01; done
+if [ "$2" = exit ]; then
+  while [ ! -e "$WORK/go" ]; do sleep 0.01; done
+  echo '{"result": {"content": [{"type": "text", "text": "left one behind"}]}}'
+  exit 0
+fi
+echo '{"progress": 0, "message": "waiting"}'
+wait
+sleep 300
