@@ -145,6 +145,9 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     frontend.wait_for_streams(Duration::from_secs(5));
     workers.shutdown(Duration::from_millis(config.workers.shutdown_grace_ms));
+    // Runs have ended (or been given up on): whatever they left behind goes too, even
+    // descendants whose run could not be told from their environment.
+    command::sweep_all();
     upkeep.stop();
     drop(frontend);
     drop(store);

@@ -195,3 +195,72 @@ fn orphans_of_a_run_still_running_survive_another_runs_end() {
     assert_eq!(cancel.result()["resultType"], "complete");
     assert_gone(&survivor);
 }
+
+#[test]
+fn a_setsid_grandchild_dies_on_a_graceful_shutdown() {
+    let (_temp, work) = temp();
+    let mut server = Server::start(&config(&[escape_tool("t", &work, "setsid", "wait", "")]));
+    start_task(&server, "t");
+    let escapee = escapee(&work);
+    assert!(server.terminate(LIMIT), "the server exits on SIGTERM");
+    assert_gone(&escapee);
+}
+
+#[test]
+fn a_grandchild_with_nothing_of_its_run_dies_when_the_task_is_cancelled() {
+    let (_temp, work) = temp();
+    let server = Server::start(&config(&[escape_tool(
+        "t",
+        &work,
+        "setsid-hidden",
+        "wait",
+        "",
+    )]));
+    let task = start_task(&server, "t");
+    let escapee = escapee(&work);
+    let cancel = server.request("tasks/cancel", json!({"taskId": task}), tasks_caps());
+    assert_eq!(cancel.result()["resultType"], "complete");
+    assert_gone(&escapee);
+}
+
+#[test]
+fn an_orphan_with_a_replaced_environment_that_holds_stdout_dies_when_the_call_ends() {
+    let (_temp, work) = temp();
+    let server = Server::start(&config(&[escape_tool(
+        "t",
+        &work,
+        "double-bare",
+        "exit",
+        "",
+    )]));
+    let (result, escapee) = std::thread::scope(|scope| {
+        let call = scope.spawn(|| server.call_tool("t", json!({}), json!({})).result());
+        let escapee = escapee(&work);
+        go(&work);
+        (call.join().expect("the call"), escapee)
+    });
+    assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+    assert_gone(&escapee);
+}
+
+#[test]
+fn an_orphan_with_nothing_of_its_run_dies_at_the_latest_on_a_graceful_shutdown() {
+    let (_temp, work) = temp();
+    let mut server = Server::start(&config(&[escape_tool(
+        "t",
+        &work,
+        "double-hidden",
+        "exit",
+        "",
+    )]));
+    let escapee = std::thread::scope(|scope| {
+        let call = scope.spawn(|| server.call_tool("t", json!({}), json!({})).result());
+        let escapee = escapee(&work);
+        go(&work);
+        let result = call.join().expect("the call");
+        assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+        escapee
+    });
+    assert!(server.terminate(LIMIT), "the server exits on SIGTERM");
+    assert_gone(&escapee);
+}

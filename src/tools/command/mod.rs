@@ -80,7 +80,7 @@ use super::{Invocation, Outcome, Tool, ToolSpec};
 use slots::{NoSlot, Slots};
 
 pub use declaration::{CommandToolConfig, DeclarationError, DEFAULT_MAX_OUTPUT, DEFAULT_PATH};
-pub use reaper::become_subreaper;
+pub use reaper::{become_subreaper, sweep_all};
 
 /// A declared program, checked and ready to run: built once, when the configuration is
 /// loaded, and registered from there.

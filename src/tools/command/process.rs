@@ -84,7 +84,7 @@ impl CommandTool {
         });
         let payload = input.to_string().into_bytes();
         let task = call.host.task_attempt();
-        let run = Run::start();
+        let mut run = Run::start();
         let mut child = match self.spawn(&run, task) {
             Ok(child) => child,
             Err(error) => {
@@ -95,6 +95,7 @@ impl CommandTool {
             }
         };
         let pid = child.id() as libc::pid_t;
+        run.watch_pipes(&child);
         let (events, received) = crossbeam_channel::unbounded();
         let helpers = start_helpers(&mut child, payload, self.max_output, events);
         let (stdout, stderr) = match helpers {
@@ -133,6 +134,7 @@ impl CommandTool {
             // Whatever the program left running in its group goes with it.
             kill_group(pid, libc::SIGKILL);
         } else {
+            run.record_descendants(pid);
             terminate_group(pid);
         }
         // Descendants that left the group are killed before the output is collected:

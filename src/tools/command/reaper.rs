@@ -28,6 +28,7 @@
 //! to reading every `/proc/<pid>/stat`.
 
 use std::collections::{BTreeSet, HashSet};
+use std::os::fd::AsRawFd;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
@@ -40,6 +41,9 @@ pub const MARKER: &str = "MCP_TASKD_RUN";
 const SWEEP_LIMIT: Duration = Duration::from_secs(2);
 /// Time between two passes of a sweep.
 const SWEEP_POLL: Duration = Duration::from_millis(5);
+/// How many more passes a sweep makes for orphans whose environment it could not read
+/// (an exec takes well under [`SECOND_LOOKS`] × [`SWEEP_POLL`]).
+const SECOND_LOOKS: u32 = 10;
 
 /// Programs spawned and not yet reaped by their `Child`, and the markers of runs still
 /// running.
@@ -89,6 +93,10 @@ pub fn become_subreaper() -> bool {
 /// One run of a program: its marker, registered as running until [`sweep`].
 pub struct Run {
     marker: String,
+    /// Descendants of the program seen before it was stopped.
+    doomed: HashSet<(libc::pid_t, u64)>,
+    /// The `pipe:[inode]` names of the program's stdin, stdout and stderr.
+    pipes: Vec<String>,
 }
 
 impl Run {
@@ -99,7 +107,38 @@ impl Run {
             NEXT_RUN.fetch_add(1, Ordering::Relaxed)
         );
         registry().running.insert(marker.clone());
-        Run { marker }
+        Run {
+            marker,
+            doomed: HashSet::new(),
+            pipes: Vec::new(),
+        }
+    }
+
+    /// Remembers the program's pipes: an orphan that still holds one of them inherited
+    /// it from the program, whatever its environment says.
+    pub fn watch_pipes(&mut self, program: &Child) {
+        let fds = [
+            program.stdin.as_ref().map(AsRawFd::as_raw_fd),
+            program.stdout.as_ref().map(AsRawFd::as_raw_fd),
+            program.stderr.as_ref().map(AsRawFd::as_raw_fd),
+        ];
+        self.pipes = fds
+            .into_iter()
+            .flatten()
+            .filter_map(|fd| {
+                // SAFETY: `stat` is plain data; fstat fills it from a descriptor we own.
+                let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+                (unsafe { libc::fstat(fd, &mut stat) } == 0)
+                    .then(|| format!("pipe:[{}]", stat.st_ino))
+            })
+            .collect();
+    }
+
+    /// Records the descendants of the live program, before it is stopped: once it dies
+    /// they are orphans the sweep recognises even if nothing in their environment
+    /// names the run.
+    pub fn record_descendants(&mut self, program: libc::pid_t) {
+        record_descendants(program, &mut self.doomed);
     }
 
     /// The value of [`MARKER`] in the program's environment.
@@ -131,48 +170,99 @@ pub fn forget(program: libc::pid_t) {
 /// it, so that the program's pid, which is also its process group id, cannot be reused.
 /// Waits (up to [`SWEEP_LIMIT`]) until the program has exited, then kills every orphan
 /// of this run and of earlier runs, and reaps every orphan zombie.
-pub fn sweep(run: Run, group: libc::pid_t, has_exited: impl Fn() -> bool) {
+pub fn sweep(mut run: Run, group: libc::pid_t, has_exited: impl Fn() -> bool) {
     let ended = run.marker.clone();
+    let doomed = std::mem::take(&mut run.doomed);
+    let pipes = std::mem::take(&mut run.pipes);
     // From here on the run no longer counts as running.
     drop(run);
-    let server = std::process::id() as libc::pid_t;
     let deadline = Instant::now() + SWEEP_LIMIT;
-    // Descendants seen below this run's orphans: once their parent dies they are ours,
-    // marker or not.
-    let mut doomed = HashSet::new();
-    loop {
-        let exited = has_exited();
-        let alive = if exited {
-            sweep_pass(server, group, &ended, &mut doomed)
-        } else {
-            0
-        };
-        if (exited && alive == 0) || Instant::now() >= deadline {
+    while !has_exited() {
+        if Instant::now() >= deadline {
             return;
+        }
+        std::thread::sleep(SWEEP_POLL);
+    }
+    sweep_until_clear(
+        &Doom::Run {
+            group,
+            marker: &ended,
+            pipes: &pipes,
+        },
+        doomed,
+        deadline,
+    );
+}
+
+/// Kills every orphan, whatever run it belongs to, and reaps them: for a server that
+/// is stopping, once its runs have ended or been given up on. This also catches the
+/// orphans whose marker cannot be read.
+pub fn sweep_all() {
+    sweep_until_clear(&Doom::All, HashSet::new(), Instant::now() + SWEEP_LIMIT);
+}
+
+/// Which live orphans a sweep kills.
+enum Doom<'a> {
+    /// Those of an ended run (its process group, its marker, or without a marker,
+    /// holding one of its pipes) and those whose marker names a run that is no longer
+    /// running.
+    Run {
+        group: libc::pid_t,
+        marker: &'a str,
+        pipes: &'a [String],
+    },
+    /// All of them.
+    All,
+}
+
+/// Passes until one finds nothing left to kill, or until `deadline`. `doomed` holds
+/// descendants already known to be doomed; each pass adds those seen below the orphans
+/// it kills: once their parent dies they are ours, marker or not.
+fn sweep_until_clear(doom: &Doom<'_>, mut doomed: HashSet<(libc::pid_t, u64)>, deadline: Instant) {
+    let server = std::process::id() as libc::pid_t;
+    let mut second_looks = SECOND_LOOKS;
+    loop {
+        let pass = sweep_pass(server, doom, &mut doomed);
+        let again = pass.killed > 0 || (pass.undecided > 0 && second_looks > 0);
+        if !again || Instant::now() >= deadline {
+            return;
+        }
+        if pass.killed == 0 {
+            second_looks -= 1;
         }
         std::thread::sleep(SWEEP_POLL);
     }
 }
 
-/// One look at the server's children; returns how many of them it had to kill.
+/// What one pass did.
+#[derive(Default)]
+struct Pass {
+    killed: usize,
+    /// Orphans left alone because their environment could not be read, which happens
+    /// for a moment while a process execs.
+    undecided: usize,
+}
+
+/// One look at the server's children.
 fn sweep_pass(
     server: libc::pid_t,
-    group: libc::pid_t,
-    ended: &str,
+    doom: &Doom<'_>,
     doomed: &mut HashSet<(libc::pid_t, u64)>,
-) -> usize {
+) -> Pass {
+    let mut pass = Pass::default();
+    // The common case, a run that left nothing behind, needs neither the gate nor more
+    // than this one read: programs are never children of the main thread.
+    if children_of(server, true).is_empty() {
+        return pass;
+    }
     let _gate = GATE
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let children = children_of(server, true);
-    if children.is_empty() {
-        return 0;
-    }
     let (programs, running) = {
         let registry = registry();
         (registry.programs.clone(), registry.running.clone())
     };
-    let mut killed = 0;
     for pid in children.into_iter().filter(|pid| !programs.contains(pid)) {
         let Some(stat) = Stat::read(pid) else {
             continue;
@@ -184,9 +274,28 @@ fn sweep_pass(
             reap(pid);
             continue;
         }
-        let ours = stat.pgid == group
-            || doomed.contains(&(pid, stat.start))
-            || marker_of(pid).is_some_and(|marker| marker == ended || !running.contains(&marker));
+        let ours = doomed.contains(&(pid, stat.start))
+            || match doom {
+                Doom::All => true,
+                Doom::Run {
+                    group,
+                    marker,
+                    pipes,
+                } => {
+                    stat.pgid == *group
+                        || match marker_of(pid) {
+                            Environ::Marked(found) => found == *marker || !running.contains(&found),
+                            Environ::Unmarked => holds_any(pid, pipes),
+                            Environ::Unreadable => {
+                                let holds = holds_any(pid, pipes);
+                                if !holds {
+                                    pass.undecided += 1;
+                                }
+                                holds
+                            }
+                        }
+                }
+            };
         if !ours {
             continue;
         }
@@ -195,9 +304,9 @@ fn sweep_pass(
         unsafe {
             libc::kill(pid, libc::SIGKILL);
         }
-        killed += 1;
+        pass.killed += 1;
     }
-    killed
+    pass
 }
 
 /// Reaps one zombie child by its pid.
@@ -255,14 +364,43 @@ impl Stat {
     }
 }
 
-/// The run marker in a process's environment as it was at exec, if it can be read.
-fn marker_of(pid: libc::pid_t) -> Option<String> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+/// What a process's environment, as it was at exec, says about its run.
+enum Environ {
+    Marked(String),
+    Unmarked,
+    /// Not readable, or empty: a process in the middle of an exec shows an empty
+    /// environment for a moment (as does one started with none at all).
+    Unreadable,
+}
+
+fn marker_of(pid: libc::pid_t) -> Environ {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return Environ::Unreadable;
+    };
+    if environ.is_empty() {
+        return Environ::Unreadable;
+    }
     let prefix = format!("{MARKER}=");
     environ
         .split(|&byte| byte == 0)
         .find_map(|entry| entry.strip_prefix(prefix.as_bytes()))
-        .map(|value| String::from_utf8_lossy(value).into_owned())
+        .map_or(Environ::Unmarked, |value| {
+            Environ::Marked(String::from_utf8_lossy(value).into_owned())
+        })
+}
+
+/// Whether one of the process's descriptors is one of `pipes`.
+fn holds_any(pid: libc::pid_t, pipes: &[String]) -> bool {
+    if pipes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| pipes.iter().any(|pipe| target.as_os_str() == pipe.as_str()))
+    })
 }
 
 /// The children of `parent`. For the server (`main_thread_only`), orphans are
