@@ -251,8 +251,15 @@ fn sweep_pass(
 ) -> Pass {
     let mut pass = Pass::default();
     // The common case, a run that left nothing behind, needs neither the gate nor more
-    // than this one read: programs are never children of the main thread.
-    if children_of(server, true).is_empty() {
+    // than this one look (programs are never children of the main thread, but the
+    // fallback scan lists them too). A child missing from the registry here may be a
+    // program still being registered: the gate sorts that out.
+    let children = children_of(server, true);
+    let only_programs = {
+        let registry = registry();
+        children.iter().all(|pid| registry.programs.contains(pid))
+    };
+    if only_programs {
         return pass;
     }
     let _gate = GATE
