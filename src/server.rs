@@ -1,8 +1,8 @@
 //! Assembly and lifecycle: builds every stage from the configuration, serves until
 //! SIGTERM or SIGINT, then drains in order — stop admitting requests, close listen
 //! streams gracefully, let in-flight requests finish, give running task attempts their
-//! grace period (then release them to the queue), stop upkeep, and let the writer
-//! commit what is queued. Tasks are never failed or cancelled by a shutdown.
+//! grace period (then release them to the queue), kill what their programs left behind,
+//! stop upkeep, and let the writer commit what is queued. Tasks are never failed or cancelled by a shutdown.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;

@@ -1,5 +1,6 @@
 //! Process supervision: starting the program (no shell, its own process group,
-//! PDEATHSIG), feeding and draining its pipes, and stopping the whole group.
+//! PDEATHSIG), feeding and draining its pipes, stopping the whole group, and having the
+//! reaper kill what left the group before the program is reaped.
 
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;

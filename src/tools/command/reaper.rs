@@ -3,29 +3,40 @@
 //!
 //! How: the server is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so a descendant
 //! whose parent dies is re-parented to the server instead of init. Every run carries a
-//! marker in its environment ([`MARKER`]), which its descendants inherit. While the
-//! program is dead but not yet reaped, every live descendant of the run is an *orphan*
-//! (a child of the server that is not a program) or a descendant of one. When a run
-//! ends, [`sweep`] looks only at the server's own children:
+//! marker in its environment ([`MARKER`]), which its descendants inherit. Once the
+//! program is dead (and before it is reaped), every live descendant of the run is an
+//! *orphan* (a child of the server that is not a program) or a descendant of one. When
+//! a run ends, [`sweep`] looks only at the server's own children:
 //!
 //! - a zombie that is not a program is an orphan nobody else waits for: it is reaped by
 //!   its pid (never `waitpid(-1)`, which could steal a program's exit status);
-//! - a live orphan is killed if it belongs to a run that is no longer running: it is in
-//!   the ending run's process group, or its environment carries the marker of a run
-//!   that has ended, or it was seen below such an orphan (its pid and start time were
-//!   recorded before its parent was killed);
-//! - anything else (orphans of runs still running, and orphans whose marker cannot be
-//!   read) is left alone.
+//! - a live orphan is killed, with everything below it, if it belongs to the ended
+//!   run: it is in the run's process group, or its environment carries the run's
+//!   marker, or it was recorded as a descendant of the program before the program was
+//!   stopped (pid and start time) or below another orphan killed before, or, with no
+//!   marker in its environment, it holds one of the run's stdin, stdout or stderr
+//!   pipes. An orphan whose marker names another run that has ended is killed too
+//!   (a sweep that gave up left it behind);
+//! - anything else (orphans of runs still running, and orphans nothing ties to a
+//!   run) is left alone; [`sweep_all`], on a graceful shutdown, kills those too.
 //!
 //! Only the server's own unreaped children are ever signalled, and only the sweeper
 //! reaps them, so a pid cannot be reused between looking at a process and killing it.
-//! Programs are registered while they are spawned ([`spawn`]) under a gate that the
-//! sweeper takes exclusively, so a program (even one that fails to exec) is never
-//! mistaken for an orphan.
+//! Programs are registered while they are spawned ([`spawn`]) under a gate that a sweep
+//! pass takes exclusively, so a program (even one that fails to exec) is never taken
+//! for an orphan.
+//!
+//! Limits: a descendant escapes a run's sweep if it replaced its environment (an exec
+//! with a new one), closed or redirected the run's pipes, and was orphaned before the
+//! run ended, or if it changed user so that its `/proc` entries cannot be read. It
+//! still dies at the next graceful shutdown. After `kill -9` of the server nothing
+//! here runs: orphans go to init (under systemd, the unit's control group is killed).
 //!
 //! Cost: a run that leaves nothing behind costs one read of the server's children list
-//! (`/proc/self/task/<pid>/children`). Kernels without `CONFIG_PROC_CHILDREN` fall back
-//! to reading every `/proc/<pid>/stat`.
+//! (`/proc/<pid>/task/<pid>/children`, a few µs). Each orphan costs a read of its
+//! `stat` and `environ` (and of its descriptors if it has no marker). Kernels without
+//! `CONFIG_PROC_CHILDREN` fall back to reading every `/proc/<pid>/stat` at each run's
+//! end: about 10 ms at 120 processes and 100 ms at 1,000 on a loaded 2-core box.
 
 use std::collections::{BTreeSet, HashSet};
 use std::os::fd::AsRawFd;
