@@ -56,16 +56,20 @@ const SWEEP_POLL: Duration = Duration::from_millis(5);
 /// (an exec takes well under [`SECOND_LOOKS`] × [`SWEEP_POLL`]).
 const SECOND_LOOKS: u32 = 10;
 
-/// Programs spawned and not yet reaped by their `Child`, and the markers of runs still
-/// running.
+/// Programs spawned and not yet reaped by their `Child`, the markers of runs still
+/// running, and orphans known to hide their environment.
 struct Registry {
     programs: BTreeSet<libc::pid_t>,
     running: BTreeSet<String>,
+    /// Orphans (pid, start time) whose environment stayed unreadable through a whole
+    /// sweep: they get no second looks.
+    unreadable: BTreeSet<(libc::pid_t, u64)>,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     programs: BTreeSet::new(),
     running: BTreeSet::new(),
+    unreadable: BTreeSet::new(),
 });
 /// Spawning holds it shared, a sweep pass exclusively: a pass never sees a child whose
 /// registration is still under way.
@@ -234,8 +238,11 @@ fn sweep_until_clear(doom: &Doom<'_>, mut doomed: HashSet<(libc::pid_t, u64)>, d
     let mut second_looks = SECOND_LOOKS;
     loop {
         let pass = sweep_pass(server, doom, &mut doomed);
-        let again = pass.killed > 0 || (pass.undecided > 0 && second_looks > 0);
+        let undecided = !pass.undecided.is_empty();
+        let again = pass.killed > 0 || (undecided && second_looks > 0);
         if !again || Instant::now() >= deadline {
+            // Not an exec, then: later sweeps need not look twice.
+            registry().unreadable.extend(pass.undecided);
             return;
         }
         if pass.killed == 0 {
@@ -250,8 +257,8 @@ fn sweep_until_clear(doom: &Doom<'_>, mut doomed: HashSet<(libc::pid_t, u64)>, d
 struct Pass {
     killed: usize,
     /// Orphans left alone because their environment could not be read, which happens
-    /// for a moment while a process execs.
-    undecided: usize,
+    /// for a moment while a process execs, and not known to stay unreadable.
+    undecided: Vec<(libc::pid_t, u64)>,
 }
 
 /// One look at the server's children.
@@ -277,9 +284,17 @@ fn sweep_pass(
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let children = children_of(server, true);
-    let (programs, running) = {
-        let registry = registry();
-        (registry.programs.clone(), registry.running.clone())
+    let (programs, running, unreadable) = {
+        let mut registry = registry();
+        // Forget the unreadable orphans that are gone.
+        registry
+            .unreadable
+            .retain(|(pid, _)| children.contains(pid));
+        (
+            registry.programs.clone(),
+            registry.running.clone(),
+            registry.unreadable.clone(),
+        )
     };
     for pid in children.into_iter().filter(|pid| !programs.contains(pid)) {
         let Some(stat) = Stat::read(pid) else {
@@ -306,8 +321,8 @@ fn sweep_pass(
                             Environ::Unmarked => holds_any(pid, pipes),
                             Environ::Unreadable => {
                                 let holds = holds_any(pid, pipes);
-                                if !holds {
-                                    pass.undecided += 1;
+                                if !holds && !unreadable.contains(&(pid, stat.start)) {
+                                    pass.undecided.push((pid, stat.start));
                                 }
                                 holds
                             }
