@@ -87,6 +87,30 @@ fn assert_gone(process: &Process) {
     );
 }
 
+/// The server's children that are zombies.
+fn zombies_of(server: &Server) -> Vec<u32> {
+    let pid = server.pid();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|child| child.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .filter(|&child| stat(child).is_some_and(|fields| fields[0] == "Z"))
+        .collect()
+}
+
+/// Once runs have ended, the server has reaped everything that died under it.
+fn assert_no_zombies(server: &Server) {
+    let clean = poll_until(GONE_WITHIN, || zombies_of(server).is_empty().then_some(()));
+    assert!(clean.is_some(), "zombies: {:?}", zombies_of(server));
+}
+
 /// Lets an "exit" program finish.
 fn go(work: &Path) {
     std::fs::write(work.join("go"), b"").expect("write go");
@@ -125,6 +149,7 @@ fn a_setsid_grandchild_dies_when_the_program_exits_and_its_output_counts() {
         "{done}"
     );
     assert_gone(&escapee);
+    assert_no_zombies(&server);
 }
 
 #[test]
@@ -137,6 +162,7 @@ fn a_setsid_grandchild_dies_when_the_task_is_cancelled() {
     assert_eq!(cancel.result()["resultType"], "complete");
     assert_gone(&escapee);
     assert_eq!(wait_terminal(&server, &task)["status"], "cancelled");
+    assert_no_zombies(&server);
 }
 
 #[test]
@@ -149,6 +175,23 @@ fn a_setsid_grandchild_dies_when_the_attempt_times_out() {
     let failed = wait_terminal(&server, &task);
     assert_eq!(failed["status"], "failed", "{failed}");
     assert_gone(&escapee);
+    assert_no_zombies(&server);
+}
+
+#[test]
+fn a_setsid_grandchild_dies_when_the_program_writes_too_much() {
+    let (_temp, work) = temp();
+    let extra = "max_output_bytes = 1000\nmax_attempts = 1";
+    let server = Server::start(&config(&[escape_tool(
+        "t", &work, "setsid", "flood", extra,
+    )]));
+    let task = start_task(&server, "t");
+    let escapee = escapee(&work);
+    let failed = wait_terminal(&server, &task);
+    let message = failed["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("more than 1000 bytes"), "{failed}");
+    assert_gone(&escapee);
+    assert_no_zombies(&server);
 }
 
 #[test]

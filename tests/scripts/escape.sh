@@ -7,8 +7,8 @@
 #           nothing in it names the run
 #   setsid-hidden, double-hidden  as setsid and double-bare, and the escapee's stdio is
 #           /dev/null: once it is an orphan, nothing about it ties it to the run
-# and $2 how the run ends: "exit" (prints a result and exits 0 once $WORK/go exists) or
-# "wait" (runs until stopped). Each escapee's pid goes to $WORK/escapees once it has left
+# and $2 how the run ends: "exit" (prints a result and exits 0 once $WORK/go exists),
+# "wait" (runs until stopped) or "flood" (writes 100 kB to stdout, then waits). Each escapee's pid goes to $WORK/escapees once it has left
 # the group; unless hidden, it keeps the program's stdin, stdout and stderr open.
 set -eu
 cat > /dev/null
@@ -31,5 +31,8 @@ if [ "$2" = exit ]; then
   exit 0
 fi
 echo '{"progress": 0, "message": "waiting"}'
+if [ "$2" = flood ]; then
+  head -c 100000 /dev/zero | tr '\0' x
+fi
 wait
 sleep 300
