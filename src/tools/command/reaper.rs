@@ -42,7 +42,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// The environment variable that marks a run's descendants.
@@ -438,22 +438,25 @@ fn holds_any(pid: libc::pid_t, pipes: &[String]) -> bool {
 
 /// The children of `parent`. For the server (`main_thread_only`), orphans are
 /// re-parented to its first live thread, the main thread, so that one list is enough;
-/// programs live in their spawning threads' lists and are filtered out anyway.
+/// programs live in their spawning threads' lists and are filtered out anyway. A
+/// process that is gone has none.
 fn children_of(parent: libc::pid_t, main_thread_only: bool) -> Vec<libc::pid_t> {
-    let listed = if main_thread_only {
-        read_pids(&format!("/proc/{parent}/task/{parent}/children"))
-    } else {
-        std::fs::read_dir(format!("/proc/{parent}/task"))
-            .ok()
-            .map(|tasks| {
-                tasks
-                    .flatten()
-                    .filter_map(|task| read_pids(&format!("{}/children", task.path().display())))
-                    .flatten()
-                    .collect()
-            })
+    static LISTS: OnceLock<bool> = OnceLock::new();
+    // `CONFIG_PROC_CHILDREN`: one file per thread listing its children.
+    if !*LISTS.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists()) {
+        return scan_for_children(parent);
+    }
+    if main_thread_only {
+        return read_pids(&format!("/proc/{parent}/task/{parent}/children")).unwrap_or_default();
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+        return Vec::new();
     };
-    listed.unwrap_or_else(|| scan_for_children(parent))
+    tasks
+        .flatten()
+        .filter_map(|task| read_pids(&format!("{}/children", task.path().display())))
+        .flatten()
+        .collect()
 }
 
 fn read_pids(path: &str) -> Option<Vec<libc::pid_t>> {
