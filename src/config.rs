@@ -73,6 +73,18 @@ pub struct ServerConfig {
     pub name: String,
     /// Optional instructions for models, reported in `server/discover`.
     pub instructions: Option<String>,
+    /// Connections open at once (503 beyond); 0 derives it from the descriptor limit,
+    /// see [`crate::transport::limits::default_max_connections`].
+    pub max_connections: usize,
+    /// How long an idle keep-alive connection waits for its next request.
+    pub idle_timeout_ms: u64,
+    /// How long a request may take to arrive whole, head and body, from its first byte.
+    pub request_timeout_ms: u64,
+    /// Size-independent part of an answer's write deadline.
+    pub write_timeout_ms: u64,
+    /// Slowest reader served: an answer of n bytes must be read within
+    /// `write_timeout_ms + n / min_write_bytes_per_sec` seconds.
+    pub min_write_bytes_per_sec: u64,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +99,11 @@ impl Default for ServerConfig {
             allow_unauthenticated_remote: false,
             name: "mcp-taskd".into(),
             instructions: None,
+            max_connections: 0,
+            idle_timeout_ms: 30_000,
+            request_timeout_ms: 10_000,
+            write_timeout_ms: 10_000,
+            min_write_bytes_per_sec: 256 * 1024,
         }
     }
 }
@@ -105,6 +122,12 @@ pub struct Limits {
     pub cache_ttl_ms: u64,
     /// Lifetime of an MRTR `requestState`.
     pub request_state_ttl_ms: u64,
+    /// Bytes of request bodies held in memory at once, server-wide (503 beyond; the
+    /// first 64 KiB of each body are not counted).
+    pub max_buffered_request_bytes: usize,
+    /// Bytes of answers waiting for slow readers, server-wide (beyond, the connection
+    /// is closed instead; the first 64 KiB of each answer are not counted).
+    pub max_unsent_answer_bytes: usize,
 }
 
 impl Default for Limits {
@@ -115,6 +138,8 @@ impl Default for Limits {
             page_size: 100,
             cache_ttl_ms: 60_000,
             request_state_ttl_ms: 15 * 60 * 1000,
+            max_buffered_request_bytes: 64 * 1024 * 1024,
+            max_unsent_answer_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -377,6 +402,18 @@ impl Config {
         }
         if self.limits.page_size == 0 {
             return Err("limits.page_size must be at least 1".into());
+        }
+        if s.idle_timeout_ms == 0
+            || s.request_timeout_ms == 0
+            || s.write_timeout_ms == 0
+            || s.min_write_bytes_per_sec == 0
+        {
+            return Err("server timeouts and min_write_bytes_per_sec must be positive".into());
+        }
+        if self.limits.max_buffered_request_bytes < self.limits.max_body_bytes {
+            return Err(
+                "limits.max_buffered_request_bytes must be >= limits.max_body_bytes".into(),
+            );
         }
         if self.workers.lease_ms < 300 {
             return Err("workers.lease_ms must be at least 300".into());

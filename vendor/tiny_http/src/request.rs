@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
+use crate::util::bounds::{Budget, BudgetedBuffer, Reservation};
 use crate::util::{EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 use chunked_transfer::Decoder;
@@ -74,6 +76,43 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // mcp-taskd patch: where `respond` hands its answer, whole, for the connection's
+    // own thread to write (see `Answer`), so that no request thread waits on a client
+    // that reads slowly or not at all.
+    answers: Option<(Sender<Answer>, Arc<Budget>)>,
+
+    // mcp-taskd patch: the body was left unread, so the connection must close after
+    // the answer (the next request would start somewhere in the body).
+    pub(crate) close_connection: bool,
+}
+
+/// mcp-taskd patch: an answer handed from `Request::respond` to the connection thread.
+pub(crate) enum Answer {
+    /// The whole response, head and body, counted against the unsent-answer budget.
+    Bytes(BudgetedBuffer),
+    /// The answer did not fit the budget: the connection is closed instead.
+    Abort,
+}
+
+/// mcp-taskd patch: what a bounded connection reads and where its answer goes.
+pub(crate) struct RequestBounds {
+    pub(crate) max_body_bytes: usize,
+    pub(crate) body_budget: Arc<Budget>,
+    pub(crate) answer_budget: Arc<Budget>,
+    pub(crate) answers: Sender<Answer>,
+}
+
+/// mcp-taskd patch: a body read whole before the request is handed out.
+struct HeldBody {
+    body: Cursor<Vec<u8>>,
+    _reservation: Reservation,
+}
+
+impl Read for HeldBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.body.read(buf)
+    }
 }
 
 struct NotifyOnDrop<R> {
@@ -108,6 +147,9 @@ pub enum RequestCreationError {
 
     /// Error while reading data from the socket during the creation of the `Request`.
     CreationIoError(IoError),
+
+    /// mcp-taskd patch: the server-wide budget for buffered bodies is spent.
+    BudgetSpent,
 }
 
 impl From<IoError> for RequestCreationError {
@@ -134,7 +176,8 @@ pub fn new_request<R, W>(
     headers: Vec<Header>,
     remote_addr: Option<SocketAddr>,
     mut source_data: R,
-    writer: W,
+    mut writer: W,
+    bounds: Option<RequestBounds>,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
@@ -182,6 +225,67 @@ where
             _ => false,
         }
     };
+
+    // mcp-taskd patch: on a bounded connection the whole body is read here, on the
+    // connection's thread and under its deadline, so that a request thread never waits
+    // on a slow sender; a body declared longer than the limit is not read at all.
+    if let Some(bounds) = bounds {
+        let declared_too_long = content_length.is_some_and(|l| l > bounds.max_body_bytes);
+        let has_body = content_length.is_some_and(|l| l > 0) || transfer_encoding.is_some();
+        let mut must_send_continue = expects_continue;
+        let mut close_connection = declared_too_long;
+        let mut held = BudgetedBuffer {
+            bytes: Vec::new(),
+            reservation: bounds.body_budget.reservation(),
+        };
+        if has_body && !declared_too_long {
+            if expects_continue {
+                writer.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+                writer.flush()?;
+                must_send_continue = false;
+            }
+            let limit = bounds.max_body_bytes as u64 + 1;
+            let copied = match content_length {
+                Some(length) => io::copy(&mut (&mut source_data).take(length as u64), &mut held)
+                    .and_then(|copied| {
+                        if copied < length as u64 {
+                            let info = "Connection has been closed before we received enough data";
+                            Err(IoError::new(ErrorKind::ConnectionAborted, info))
+                        } else {
+                            Ok(copied)
+                        }
+                    }),
+                None => io::copy(&mut Decoder::new(&mut source_data).take(limit), &mut held),
+            };
+            match copied {
+                Err(e) if e.kind() == ErrorKind::OutOfMemory => {
+                    return Err(RequestCreationError::BudgetSpent)
+                }
+                Err(e) => return Err(RequestCreationError::CreationIoError(e)),
+                // A chunked body past the limit: the handler sees `limit + 1` bytes and
+                // refuses it; the rest was never read.
+                Ok(copied) => close_connection |= copied >= limit,
+            }
+        }
+        return Ok(Request {
+            data_reader: Some(Box::new(HeldBody {
+                body: Cursor::new(held.bytes),
+                _reservation: held.reservation,
+            })),
+            response_writer: Some(Box::new(writer) as Box<dyn Write + Send + 'static>),
+            remote_addr,
+            secure,
+            method,
+            path,
+            http_version: version,
+            headers,
+            body_length: content_length,
+            must_send_continue,
+            notify_when_responded: None,
+            answers: Some((bounds.answers, bounds.answer_budget)),
+            close_connection,
+        });
+    }
 
     // we wrap `source_data` around a reading whose nature depends on the transfer-encoding and
     // content-length headers
@@ -238,6 +342,8 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        answers: None,
+        close_connection: false,
     })
 }
 
@@ -447,6 +553,31 @@ impl Request {
         let mut writer = self.extract_writer_impl();
 
         let do_not_send_body = self.method == Method::Head;
+
+        // mcp-taskd patch: print the answer into memory (within the server-wide budget)
+        // and hand it to the connection thread, which writes it under a deadline that
+        // scales with its size.
+        if let Some((answers, budget)) = self.answers.take() {
+            drop(writer);
+            let mut buffer = BudgetedBuffer {
+                bytes: Vec::new(),
+                reservation: budget.reservation(),
+            };
+            let printed = response.raw_print(
+                &mut buffer,
+                self.http_version.clone(),
+                &self.headers,
+                do_not_send_body,
+                None,
+            );
+            let answer = match printed {
+                Ok(()) => Answer::Bytes(buffer),
+                Err(_) => Answer::Abort,
+            };
+            // The connection may be gone already; then there is no one to answer.
+            let _ = answers.send(answer);
+            return Ok(());
+        }
 
         Self::ignore_client_closing_errors(response.raw_print(
             writer.by_ref(),
