@@ -250,9 +250,12 @@ impl ClientConnection {
         self.deadlines
             .set_read(Some(self.shared.bounds.request_timeout));
         let mut head_left = MAX_HEAD_BYTES - 1;
+        // A passed deadline may reach us wrapped (the chunked decoder rewraps errors).
+        let deadlines = Arc::clone(&self.deadlines);
         let timed = |e: IoError| match e.kind() {
             ErrorKind::TimedOut | ErrorKind::WouldBlock => ReadError::RequestTimeout,
             ErrorKind::InvalidData => ReadError::HeadTooLong,
+            _ if matches!(deadlines.read_remaining(), Some(Err(_))) => ReadError::RequestTimeout,
             _ => ReadError::ReadIoError(e),
         };
         let (method, path, version, headers) = {

@@ -408,7 +408,21 @@ impl Server {
                 let deadlines = StreamDeadlines::new();
                 let idle_timeout = shared.bounds.idle_timeout;
                 let halves = match ssl {
-                    None => RefinedTcpStream::new(sock, Arc::clone(&deadlines), idle_timeout, slot),
+                    None => match sock.try_clone() {
+                        Ok(read_half) => Ok(RefinedTcpStream::from_halves(
+                            read_half,
+                            sock,
+                            Arc::clone(&deadlines),
+                            idle_timeout,
+                            slot,
+                        )),
+                        Err(e) => {
+                            if is_descriptor_exhaustion(&e) {
+                                refuse(sock, "out of file descriptors");
+                            }
+                            Err(e)
+                        }
+                    },
                     #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
                     Some(ref ssl) => {
                         // trying to apply SSL over the connection
@@ -429,6 +443,8 @@ impl Server {
                         // The socket is closed on drop; the client sees the connection end.
                         health.record_failure(e.to_string());
                         errors.error(&format!("cannot set up a connection: {e}"));
+                        backoff = (backoff * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+                        thread::sleep(backoff);
                         continue;
                     }
                 };

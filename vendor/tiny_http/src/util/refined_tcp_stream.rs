@@ -143,6 +143,34 @@ impl RefinedTcpStream {
         Ok((read, write))
     }
 
+    /// mcp-taskd patch: the two halves of a plain connection whose descriptor was
+    /// already duplicated (so that a failed duplication can still be answered).
+    pub(crate) fn from_halves(
+        read: Connection,
+        write: Connection,
+        deadlines: Arc<StreamDeadlines>,
+        idle_timeout: Duration,
+        slot: Arc<ConnectionSlot>,
+    ) -> (RefinedTcpStream, RefinedTcpStream) {
+        let read = RefinedTcpStream {
+            stream: Stream::Http(read),
+            close_read: true,
+            close_write: false,
+            deadlines: Arc::clone(&deadlines),
+            default_timeout: idle_timeout,
+            _slot: Arc::clone(&slot),
+        };
+        let write = RefinedTcpStream {
+            stream: Stream::Http(write),
+            close_read: false,
+            close_write: true,
+            deadlines,
+            default_timeout: crate::SOCKET_TIMEOUT,
+            _slot: slot,
+        };
+        (read, write)
+    }
+
     /// mcp-taskd patch: the timeout for one socket operation — what is left of the
     /// overall deadline if one is set, else the default.
     fn arm(&self, read: bool) -> IoResult<()> {
