@@ -215,6 +215,9 @@ pub struct TaskDefaults {
     pub ttl_ms: u64,
     /// `pollIntervalMs` suggested to clients.
     pub poll_interval_ms: u64,
+    /// Bytes of large task payloads (over 1 MiB each) read into `tasks/get` answers at
+    /// once, server-wide; beyond it `tasks/get` answers 503 to retry.
+    pub max_payload_bytes_in_flight: usize,
 }
 
 impl Default for TaskDefaults {
@@ -222,6 +225,7 @@ impl Default for TaskDefaults {
         TaskDefaults {
             ttl_ms: 3_600_000,
             poll_interval_ms: 1000,
+            max_payload_bytes_in_flight: 32 * 1024 * 1024,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! unknown, expired or foreign task gets the same neutral `-32602`, byte for byte.
 //! Mutations run in the store's writer and are acknowledged only after commit.
 
+mod payload_gate;
 pub mod sql;
 pub mod store;
 
@@ -22,6 +23,7 @@ use crate::protocol::envelope::ClientCapabilities;
 use crate::protocol::error::RpcError;
 use crate::tools::{Registered, Registry};
 use crate::workers::Inflight;
+use payload_gate::PayloadGate;
 use sql::{CancelEffect, TaskRow, UpdateEffect};
 use store::{Store, StoreError};
 
@@ -58,6 +60,8 @@ pub struct TaskService {
     inflight: Arc<Inflight>,
     /// Wakes the dispatcher when a job becomes ready.
     wake: Sender<()>,
+    /// Large payloads being read into answers at once.
+    payloads: PayloadGate,
 }
 
 /// Logs a store failure and answers the client with a generic internal error.
@@ -75,6 +79,7 @@ impl TaskService {
         wake: Sender<()>,
     ) -> TaskService {
         TaskService {
+            payloads: PayloadGate::new(defaults.max_payload_bytes_in_flight),
             defaults,
             store,
             tools,
@@ -156,7 +161,17 @@ impl TaskService {
         task_id: &str,
         capabilities: &ClientCapabilities,
     ) -> Result<Value, RpcError> {
-        let task = self.find(identity, task_id)?;
+        check_task_id(task_id)?;
+        let conn = self.store.read().map_err(internal)?;
+        let now = now_ms();
+        let size = sql::payload_bytes_authorized(&conn, identity, task_id, now)
+            .map_err(internal)?
+            .ok_or_else(RpcError::task_not_found)?;
+        let _permit = self.payloads.admit(size)?;
+        let task = sql::find_authorized(&conn, identity, task_id, now)
+            .map_err(internal)?
+            .ok_or_else(RpcError::task_not_found)?;
+        drop(conn);
         self.detailed(&task, capabilities)
     }
 
