@@ -105,6 +105,7 @@ pub struct RefinedTcpStream {
     // when none is set, and the connection's place in the server's count.
     deadlines: Arc<StreamDeadlines>,
     default_timeout: Duration,
+    armed: Option<Duration>,
     _slot: Arc<ConnectionSlot>,
 }
 
@@ -128,6 +129,7 @@ impl RefinedTcpStream {
             close_write: false,
             deadlines: Arc::clone(&deadlines),
             default_timeout: idle_timeout,
+            armed: None,
             _slot: Arc::clone(&slot),
         };
 
@@ -137,6 +139,7 @@ impl RefinedTcpStream {
             close_write: true,
             deadlines,
             default_timeout: crate::SOCKET_TIMEOUT,
+            armed: None,
             _slot: slot,
         };
 
@@ -158,6 +161,7 @@ impl RefinedTcpStream {
             close_write: false,
             deadlines: Arc::clone(&deadlines),
             default_timeout: idle_timeout,
+            armed: None,
             _slot: Arc::clone(&slot),
         };
         let write = RefinedTcpStream {
@@ -166,6 +170,7 @@ impl RefinedTcpStream {
             close_write: true,
             deadlines,
             default_timeout: crate::SOCKET_TIMEOUT,
+            armed: None,
             _slot: slot,
         };
         (read, write)
@@ -173,7 +178,8 @@ impl RefinedTcpStream {
 
     /// mcp-taskd patch: the timeout for one socket operation — what is left of the
     /// overall deadline if one is set, else the default.
-    fn arm(&self, read: bool) -> IoResult<()> {
+    /// Without a deadline the default is set once, not before every operation.
+    fn arm(&mut self, read: bool) -> IoResult<()> {
         let remaining = if read {
             self.deadlines.read_remaining()
         } else {
@@ -181,9 +187,12 @@ impl RefinedTcpStream {
         };
         let timeout = match remaining {
             Some(left) => left?.min(self.default_timeout),
+            None if self.armed == Some(self.default_timeout) => return Ok(()),
             None => self.default_timeout,
         };
-        self.stream.set_timeout(read, timeout)
+        self.stream.set_timeout(read, timeout)?;
+        self.armed = Some(timeout);
+        Ok(())
     }
 
     /// Returns true if this struct wraps around a secure connection.
