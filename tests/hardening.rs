@@ -517,3 +517,57 @@ fn more_than_one_authorization_header_is_refused() {
     let ok = rpc.header("Authorization", &valid).send(&server);
     assert_eq!(ok.status, 200, "{}", ok.text());
 }
+
+/// Finding 3, the transport's own bound: answers waiting for clients that do not read
+/// them share `limits.max_unsent_answer_bytes` (5 MiB here; the first 64 KiB of each
+/// answer are free). Four clients that never read a 4 MB answer: one answer fits, the
+/// others are dropped and their connections closed at once. (The one that fits may
+/// well end up whole in the kernel's socket buffers on loopback; if not, it is dropped
+/// once its write deadline, 1 s + 4 MB at 64 MiB/s, passes.)
+#[test]
+fn unsent_answers_share_a_bounded_budget() {
+    const CLIENTS: usize = 4;
+    let config = format!(
+        "{ALL_SETS}[server]\nwrite_timeout_ms = 1000\nmin_write_bytes_per_sec = 67108864\n\
+         [limits]\nmax_unsent_answer_bytes = 5242880\n"
+    );
+    let server = Server::start(&config);
+    let text = "a".repeat(4_000_000);
+    let request = Rpc::tool("echo", json!({"text": text}))
+        .header("Connection", "keep-alive")
+        .to_bytes(&server);
+    let started = Instant::now();
+    let clients: Vec<TcpStream> = (0..CLIENTS)
+        .map(|_| {
+            let mut stream = TcpStream::connect(server.addr).expect("connect");
+            stream.write_all(&request).expect("send echo");
+            stream
+        })
+        .collect();
+    let mut probe = Probe::new(&server, false);
+    let peak = probe.run(100, Duration::from_secs(3));
+    probe.check("unsent answers over budget", peak);
+    let mut received = Vec::new();
+    for stream in &clients {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut answer = Vec::new();
+        let _ = (&*stream).read_to_end(&mut answer);
+        received.push(answer.len());
+    }
+    let ended = started.elapsed();
+    eprintln!(
+        "unsent answers over budget: bytes received {received:?}, all closed after {ended:?}"
+    );
+    let dropped = received.iter().filter(|&&bytes| bytes == 0).count();
+    assert!(
+        dropped >= CLIENTS - 1,
+        "more than one answer was held for clients that did not read: {received:?}"
+    );
+    drop(clients);
+    eprintln!(
+        "unsent answers over budget: healthy {:?} after",
+        recovery_time(&server)
+    );
+}

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{HTTPVersion, Method};
-use crate::request::{Answer, RequestBounds};
+use crate::request::{Answer, AnswerRoute, RequestBounds};
 use crate::util::bounds::{Bounds, Budget, RateLimitedLog, StreamDeadlines, MAX_HEAD_BYTES};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
@@ -132,12 +132,14 @@ impl ClientConnection {
             return true;
         };
         match answers.recv() {
-            Ok(Answer::Bytes(buffer)) => {
-                let within = self.shared.bounds.write_deadline(buffer.bytes.len());
+            Ok(Answer::Written) => true,
+            Ok(Answer::Bytes { buffer, from }) => {
+                let rest = &buffer.bytes[from.min(buffer.bytes.len())..];
+                let within = self.shared.bounds.write_deadline(rest.len());
                 self.deadlines.set_write(Some(within));
                 let written = match self.sink.next() {
                     Some(mut writer) => writer
-                        .write_all(&buffer.bytes)
+                        .write_all(rest)
                         .and_then(|()| writer.flush())
                         .is_ok(),
                     None => false,
@@ -150,7 +152,7 @@ impl ClientConnection {
                     .warn("an answer was dropped: unsent answers fill their server-wide budget");
                 false
             }
-            // The request took its writer (a stream) or wrote nothing: nothing to do.
+            // The request took its writer (a stream): nothing to do.
             Err(_) => true,
         }
     }
@@ -317,8 +319,11 @@ impl ClientConnection {
         let bounds = RequestBounds {
             max_body_bytes: self.shared.bounds.max_body_bytes,
             body_budget: Arc::clone(&self.shared.body_budget),
-            answer_budget: Arc::clone(&self.shared.answer_budget),
-            answers,
+            answers: AnswerRoute {
+                answers,
+                budget: Arc::clone(&self.shared.answer_budget),
+                deadlines: Arc::clone(&self.deadlines),
+            },
         };
         let request = crate::request::new_request(
             self.secure,

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use crate::util::bounds::{Budget, BudgetedBuffer, Reservation};
+use crate::util::bounds::{Budget, BudgetedBuffer, Reservation, StreamDeadlines};
 use crate::util::{EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 use chunked_transfer::Decoder;
@@ -80,7 +80,7 @@ pub struct Request {
     // mcp-taskd patch: where `respond` hands its answer, whole, for the connection's
     // own thread to write (see `Answer`), so that no request thread waits on a client
     // that reads slowly or not at all.
-    answers: Option<(Sender<Answer>, Arc<Budget>)>,
+    answers: Option<AnswerRoute>,
 
     // mcp-taskd patch: the body was left unread, so the connection must close after
     // the answer (the next request would start somewhere in the body).
@@ -89,18 +89,32 @@ pub struct Request {
 
 /// mcp-taskd patch: an answer handed from `Request::respond` to the connection thread.
 pub(crate) enum Answer {
-    /// The whole response, head and body, counted against the unsent-answer budget.
-    Bytes(BudgetedBuffer),
+    /// The request thread wrote the whole answer itself.
+    Written,
+    /// The response, head and body, counted against the unsent-answer budget; the
+    /// request thread already wrote the bytes before `from`.
+    Bytes { buffer: BudgetedBuffer, from: usize },
     /// The answer did not fit the budget: the connection is closed instead.
     Abort,
+}
+
+/// mcp-taskd patch: how long a request thread may spend writing an answer itself
+/// before handing the rest to the connection's thread. A client that reads gets its
+/// answer without a thread hop; one that does not costs the request thread this much.
+const DIRECT_WRITE_TIME: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// mcp-taskd patch: where an answer goes on a bounded connection.
+pub(crate) struct AnswerRoute {
+    pub(crate) answers: Sender<Answer>,
+    pub(crate) budget: Arc<Budget>,
+    pub(crate) deadlines: Arc<StreamDeadlines>,
 }
 
 /// mcp-taskd patch: what a bounded connection reads and where its answer goes.
 pub(crate) struct RequestBounds {
     pub(crate) max_body_bytes: usize,
     pub(crate) body_budget: Arc<Budget>,
-    pub(crate) answer_budget: Arc<Budget>,
-    pub(crate) answers: Sender<Answer>,
+    pub(crate) answers: AnswerRoute,
 }
 
 /// mcp-taskd patch: a body read whole before the request is handed out.
@@ -282,7 +296,7 @@ where
             body_length: content_length,
             must_send_continue,
             notify_when_responded: None,
-            answers: Some((bounds.answers, bounds.answer_budget)),
+            answers: Some(bounds.answers),
             close_connection,
         });
     }
@@ -554,14 +568,14 @@ impl Request {
 
         let do_not_send_body = self.method == Method::Head;
 
-        // mcp-taskd patch: print the answer into memory (within the server-wide budget)
-        // and hand it to the connection thread, which writes it under a deadline that
-        // scales with its size.
-        if let Some((answers, budget)) = self.answers.take() {
-            drop(writer);
+        // mcp-taskd patch: print the answer into memory (within the server-wide budget),
+        // write what the socket takes within a few milliseconds, and hand the rest to
+        // the connection thread, which writes it under a deadline that scales with its
+        // size.
+        if let Some(route) = self.answers.take() {
             let mut buffer = BudgetedBuffer {
                 bytes: Vec::new(),
-                reservation: budget.reservation(),
+                reservation: route.budget.reservation(),
             };
             let printed = response.raw_print(
                 &mut buffer,
@@ -571,11 +585,29 @@ impl Request {
                 None,
             );
             let answer = match printed {
-                Ok(()) => Answer::Bytes(buffer),
+                Ok(()) => {
+                    route.deadlines.set_write(Some(DIRECT_WRITE_TIME));
+                    let mut from = 0;
+                    while from < buffer.bytes.len() {
+                        match writer.write(&buffer.bytes[from..]) {
+                            Ok(n) if n > 0 => from += n,
+                            _ => break,
+                        }
+                    }
+                    // Bytes the writer still buffers go out before the rest (same writer).
+                    let flushed = from == buffer.bytes.len() && writer.flush().is_ok();
+                    route.deadlines.set_write(None);
+                    if flushed {
+                        Answer::Written
+                    } else {
+                        Answer::Bytes { buffer, from }
+                    }
+                }
                 Err(_) => Answer::Abort,
             };
+            drop(writer);
             // The connection may be gone already; then there is no one to answer.
-            let _ = answers.send(answer);
+            let _ = route.answers.send(answer);
             return Ok(());
         }
 
