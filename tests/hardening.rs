@@ -558,7 +558,7 @@ fn unsent_answers_share_a_bounded_budget() {
     }
     let ended = started.elapsed();
     eprintln!(
-        "unsent answers over budget: bytes received {received:?}, all closed after {ended:?}"
+        "unsent answers over budget: bytes received {received:?}, read back after {ended:?}"
     );
     let dropped = received.iter().filter(|&&bytes| bytes == 0).count();
     assert!(
