@@ -557,9 +557,7 @@ fn unsent_answers_share_a_bounded_budget() {
         received.push(answer.len());
     }
     let ended = started.elapsed();
-    eprintln!(
-        "unsent answers over budget: bytes received {received:?}, read back after {ended:?}"
-    );
+    eprintln!("unsent answers over budget: bytes received {received:?}, read back after {ended:?}");
     let dropped = received.iter().filter(|&&bytes| bytes == 0).count();
     assert!(
         dropped >= CLIENTS - 1,
