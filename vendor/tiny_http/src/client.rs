@@ -138,10 +138,9 @@ impl ClientConnection {
                 let within = self.shared.bounds.write_deadline(rest.len());
                 self.deadlines.set_write(Some(within));
                 let written = match self.sink.next() {
-                    Some(mut writer) => writer
-                        .write_all(rest)
-                        .and_then(|()| writer.flush())
-                        .is_ok(),
+                    Some(mut writer) => {
+                        writer.write_all(rest).and_then(|()| writer.flush()).is_ok()
+                    }
                     None => false,
                 };
                 self.deadlines.set_write(None);
@@ -185,7 +184,8 @@ impl ClientConnection {
                 response.add_header(header);
             }
         }
-        self.deadlines.set_write(Some(self.shared.bounds.write_timeout));
+        self.deadlines
+            .set_write(Some(self.shared.bounds.write_timeout));
         if let Some(writer) = self.sink.next() {
             response.raw_print(writer, version, &[], false, None).ok();
         }
@@ -215,7 +215,10 @@ impl ClientConnection {
                 None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
             };
             if *head_left == 0 {
-                return Err(IoError::new(ErrorKind::InvalidData, "request head too long"));
+                return Err(IoError::new(
+                    ErrorKind::InvalidData,
+                    "request head too long",
+                ));
             }
             *head_left -= 1;
 
@@ -266,7 +269,8 @@ impl ClientConnection {
                 let rest = self.read_next_line(&mut head_left).map_err(timed)?;
                 let mut line = vec![first[0]];
                 line.extend_from_slice(rest.as_bytes());
-                let line = AsciiString::from_ascii(line).map_err(|_| ReadError::WrongRequestLine)?;
+                let line =
+                    AsciiString::from_ascii(line).map_err(|_| ReadError::WrongRequestLine)?;
 
                 parse_request_line(
                     line.as_str().trim(), // TODO: remove this conversion
@@ -425,8 +429,9 @@ impl Iterator for ClientConnection {
                     return None;
                 }
                 Err(ReadError::BudgetSpent) => {
-                    self.shared
-                        .warn("a request was refused: buffered bodies fill their server-wide budget");
+                    self.shared.warn(
+                        "a request was refused: buffered bodies fill their server-wide budget",
+                    );
                     self.refuse(503, "server busy", HTTPVersion(1, 1));
                     return None;
                 }

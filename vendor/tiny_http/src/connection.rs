@@ -79,7 +79,11 @@ impl std::io::Write for Connection {
 }
 impl Connection {
     /// mcp-taskd patch: the timeout of reads (`read`) or writes, per operation.
-    pub(crate) fn set_timeout(&self, read: bool, timeout: std::time::Duration) -> std::io::Result<()> {
+    pub(crate) fn set_timeout(
+        &self,
+        read: bool,
+        timeout: std::time::Duration,
+    ) -> std::io::Result<()> {
         match (self, read) {
             (Self::Tcp(s), true) => s.set_read_timeout(Some(timeout)),
             (Self::Tcp(s), false) => s.set_write_timeout(Some(timeout)),
