@@ -359,10 +359,11 @@ fn trickle(
     String::from_utf8_lossy(&answer).into_owned()
 }
 
-/// Finding 2: 70 connections trickle their bodies (half a `Content-Length: 100000`,
-/// half a never-ending chunked body), a byte every 500 ms. Bodies are read on the
-/// connection's side under the request deadline (2 s here), so no request thread
-/// waits, and each trickler gets a 408 when its deadline passes.
+/// Finding 2: 70 connections trickle their requests, a byte every 500 ms: a third a
+/// body of `Content-Length: 100000`, a third a never-ending chunked body, a third
+/// never-ending headers. Requests are read whole on the connection's side under the
+/// request deadline (2 s here), so no request thread waits, and each trickler gets a
+/// 408 when its deadline passes.
 #[test]
 fn trickled_bodies_hold_no_request_thread() {
     let config = format!("{ALL_SETS}[server]\nrequest_timeout_ms = 2000\n");
@@ -380,13 +381,20 @@ fn trickled_bodies_hold_no_request_thread() {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
                 let gap = Duration::from_millis(500);
-                if index % 2 == 0 {
-                    head.push_str("Content-Length: 100000\r\n\r\n");
-                    trickle(stream, head, std::iter::repeat(b' '), gap, &stop)
-                } else {
-                    head.push_str("Transfer-Encoding: chunked\r\n\r\n");
-                    let chunks = b"1\r\n \r\n".iter().copied().cycle();
-                    trickle(stream, head, chunks, gap, &stop)
+                match index % 3 {
+                    0 => {
+                        head.push_str("Content-Length: 100000\r\n\r\n");
+                        trickle(stream, head, std::iter::repeat(b' '), gap, &stop)
+                    }
+                    1 => {
+                        head.push_str("Transfer-Encoding: chunked\r\n\r\n");
+                        let chunks = b"1\r\n \r\n".iter().copied().cycle();
+                        trickle(stream, head, chunks, gap, &stop)
+                    }
+                    _ => {
+                        let headers = b"X-Slow: a\r\n".iter().copied().cycle();
+                        trickle(stream, head, headers, gap, &stop)
+                    }
                 }
             })
         })
