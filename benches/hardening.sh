@@ -7,5 +7,5 @@
 set -eu
 cd "$(dirname "$0")/.."
 MCP_TASKD_P99_LIMIT_MS="${P99_LIMIT_MS:-100}" \
-    cargo test --release --test hardening -- --test-threads 1 --nocapture 2>&1 |
+    cargo test --release --test tests hardening:: -- --test-threads 1 --nocapture 2>&1 |
     grep -E '^(test |unread|connection flood|descriptor|trickled|unsent)|test result|panicked'

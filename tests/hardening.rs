@@ -9,15 +9,14 @@
 //! 500 ms and `MCP_TASKD_P99_LIMIT_MS` tightens it; `benches/hardening.sh` runs these
 //! tests against the release build with the strict 100 ms.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{poll_until, HttpResponse, Rpc, Server, ALL_SETS};
+use crate::common::tasks::wait_terminal;
+use crate::common::{poll_until, tasks_caps, HttpResponse, Rpc, Server, ALL_SETS};
 use serde_json::{json, Value};
 
 /// Largest VmHWM accepted during a fault (the figure).
@@ -446,14 +445,12 @@ fn big_answer_config(bytes: usize) -> String {
 fn clients_that_never_read_a_large_answer_stall_nothing() {
     const SIZE: usize = 12_000_000;
     let server = Server::start(&big_answer_config(SIZE));
-    let created = server
-        .call_tool("big", json!({}), common::tasks_caps())
-        .result();
+    let created = server.call_tool("big", json!({}), tasks_caps()).result();
     let task_id = created["taskId"].as_str().expect("taskId").to_owned();
-    let task = common::tasks::wait_terminal(&server, &task_id, Duration::from_secs(30));
+    let task = wait_terminal(&server, &task_id, Duration::from_secs(30));
     assert_eq!(task["status"], "completed", "{task}");
     let request = Rpc::new("tasks/get", json!({"taskId": task_id}))
-        .caps(common::tasks_caps())
+        .caps(tasks_caps())
         .header("Connection", "keep-alive")
         .to_bytes(&server);
     let (hwm_before, rss_before) = memory_kib(server.pid());
@@ -484,7 +481,7 @@ fn clients_that_never_read_a_large_answer_stall_nothing() {
     // A client that reads gets the whole answer.
     let response = server.exchange(
         &Rpc::new("tasks/get", json!({"taskId": task_id}))
-            .caps(common::tasks_caps())
+            .caps(tasks_caps())
             .to_bytes(&server),
     );
     assert_eq!(response.status, 200);

@@ -9,10 +9,11 @@ use serde_json::{json, Map, Value};
 use super::{ask, elicit, PNG_1X1};
 use crate::catalog::{Catalog, Prompt, PromptArgument, PromptCall, Resource, ResourceTemplate};
 use crate::notifications::{Hub, ListKind};
-use crate::protocol::envelope::LogLevel;
-use crate::protocol::error::{code, RpcError};
+use crate::protocol::LogLevel;
+use crate::protocol::{code, RpcError};
 use crate::tools::{
-    error_result, text_result, Admission, Invocation, Outcome, Registry, TaskPolicy, Tool, ToolSpec,
+    error_result, text_result, Admission, Invocation, Outcome, RegistrationError, Registry,
+    TaskPolicy, Tool, ToolSpec,
 };
 
 const WAV: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
@@ -74,11 +75,15 @@ fn tool(
     description: &str,
     schema: Value,
     run: impl Fn(&mut Invocation<'_>) -> Outcome + Send + Sync + 'static,
-) -> Result<(), String> {
+) -> Result<(), RegistrationError> {
     tools.register(ToolSpec::new(name, description, schema), Arc::new(run))
 }
 
-pub fn register(tools: &mut Registry, catalog: &mut Catalog, hub: &Arc<Hub>) -> Result<(), String> {
+pub fn register(
+    tools: &mut Registry,
+    catalog: &mut Catalog,
+    hub: &Arc<Hub>,
+) -> Result<(), RegistrationError> {
     register_content_tools(tools)?;
     register_stateless_tools(tools, hub)?;
     register_mrtr_tools(tools)?;
@@ -88,7 +93,7 @@ pub fn register(tools: &mut Registry, catalog: &mut Catalog, hub: &Arc<Hub>) -> 
     Ok(())
 }
 
-fn register_content_tools(tools: &mut Registry) -> Result<(), String> {
+fn register_content_tools(tools: &mut Registry) -> Result<(), RegistrationError> {
     // First in the list: http-header-validation calls tools[0] with no arguments.
     tool(
         tools,
@@ -206,7 +211,7 @@ fn register_content_tools(tools: &mut Registry) -> Result<(), String> {
     Ok(())
 }
 
-fn register_stateless_tools(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
+fn register_stateless_tools(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), RegistrationError> {
     tools.register(
         ToolSpec::new(
             "test_missing_capability",
@@ -274,7 +279,7 @@ fn register_stateless_tools(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), 
     Ok(())
 }
 
-fn register_mrtr_tools(tools: &mut Registry) -> Result<(), String> {
+fn register_mrtr_tools(tools: &mut Registry) -> Result<(), RegistrationError> {
     tool(
         tools,
         "test_input_required_result_elicitation",
@@ -457,7 +462,7 @@ fn register_mrtr_tools(tools: &mut Registry) -> Result<(), String> {
 }
 
 /// The Tasks extension fixtures (fixtures.md §2.6 and §4).
-fn register_task_tools(tools: &mut Registry) -> Result<(), String> {
+fn register_task_tools(tools: &mut Registry) -> Result<(), RegistrationError> {
     tool(
         tools,
         "greet",
@@ -480,11 +485,7 @@ fn register_task_tools(tools: &mut Registry) -> Result<(), String> {
         )
         .task_policy(TaskPolicy::Optional),
         Arc::new(|call: &mut Invocation<'_>| {
-            let seconds = call
-                .arguments
-                .get("seconds")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
+            let seconds = call.f64_arg("seconds").unwrap_or(0.0);
             let label = call.str_arg("label").unwrap_or("computation").to_owned();
             call.host.progress(0.0, Some(seconds), Some("computing"));
             if !call.host.sleep(Duration::from_secs_f64(seconds)) {

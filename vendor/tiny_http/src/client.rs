@@ -48,6 +48,11 @@ pub struct ClientConnection {
     shared: Arc<Shared>,
     pending_answer: Option<Receiver<Answer>>,
     linger: bool,
+
+    // mcp-taskd patch: the response half's descriptor, handed to each request (see
+    // `Request::socket_fd`).
+    #[cfg(unix)]
+    socket_fd: Option<std::os::unix::io::RawFd>,
 }
 
 /// mcp-taskd patch: what every connection of one server shares.
@@ -106,6 +111,8 @@ impl ClientConnection {
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
+        #[cfg(unix)]
+        let socket_fd = write_socket.raw_fd();
 
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
@@ -117,6 +124,8 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            #[cfg(unix)]
+            socket_fd,
             deadlines,
             shared,
             pending_answer: None,
@@ -351,6 +360,9 @@ impl ClientConnection {
             }
         })?;
         self.pending_answer = Some(answer_source);
+
+        #[cfg(unix)]
+        let request = request.with_socket_fd(self.socket_fd);
 
         // return the request
         Ok(request)

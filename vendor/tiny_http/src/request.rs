@@ -85,6 +85,10 @@ pub struct Request {
     // mcp-taskd patch: the body was left unread, so the connection must close after
     // the answer (the next request would start somewhere in the body).
     pub(crate) close_connection: bool,
+
+    // mcp-taskd patch: the connection's response descriptor (see `socket_fd`).
+    #[cfg(unix)]
+    socket_fd: Option<std::os::unix::io::RawFd>,
 }
 
 /// mcp-taskd patch: an answer handed from `Request::respond` to the connection thread.
@@ -298,6 +302,8 @@ where
             notify_when_responded: None,
             answers: Some(bounds.answers),
             close_connection,
+            #[cfg(unix)]
+            socket_fd: None,
         });
     }
 
@@ -358,6 +364,8 @@ where
         notify_when_responded: None,
         answers: None,
         close_connection: false,
+        #[cfg(unix)]
+        socket_fd: None,
     })
 }
 
@@ -398,6 +406,21 @@ impl Request {
     #[inline]
     pub fn body_length(&self) -> Option<usize> {
         self.body_length
+    }
+
+    /// mcp-taskd patch: the descriptor the response is written to, when the request
+    /// came over a plain socket. It stays open as long as the writer returned by
+    /// [`Request::into_writer`] lives, so a long-lived response can ask the kernel about
+    /// the connection (has the peer hung up? is it reading?) without reading from it.
+    #[cfg(unix)]
+    pub fn socket_fd(&self) -> Option<std::os::unix::io::RawFd> {
+        self.socket_fd
+    }
+
+    #[cfg(unix)]
+    pub(crate) fn with_socket_fd(mut self, fd: Option<std::os::unix::io::RawFd>) -> Self {
+        self.socket_fd = fd;
+        self
     }
 
     /// Returns the address of the client that sent this request.

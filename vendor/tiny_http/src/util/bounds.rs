@@ -1,5 +1,5 @@
 //! mcp-taskd patch: per-connection time bounds, server-wide byte budgets and the
-//! listener's health (see PATCHES.md, patch 6).
+//! listener's health (see PATCHES.md, patches 7–9).
 //!
 //! Upstream bounded nothing: a slow sender or a client that never read its answer held
 //! a request thread for as long as it liked, and every request or answer buffered in
