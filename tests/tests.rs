@@ -13,7 +13,8 @@
 //! - [`reaping`]: descendants of command tools that leave their process group;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
-//! - [`notifications`]: `subscriptions/listen` streams and task notifications.
+//! - [`notifications`]: `subscriptions/listen` streams and task notifications;
+//! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
 //! files here (`autotests = false`): a new area is a module declared below.
@@ -25,6 +26,7 @@ mod common;
 mod command_tools;
 mod demo_tools;
 mod durable_tasks;
+mod hardening;
 mod listen_streams;
 mod notifications;
 mod reaping;
