@@ -12,8 +12,9 @@ use super::model::{CancelEffect, Claim, Finish, Lease, NewTask, Stats, TaskRow, 
 use crate::auth::Identity;
 use crate::later::Later;
 
-/// Why a store operation failed. Details go to the log; clients see a generic internal
-/// error.
+/// Why a store operation failed. Details go to the log. Clients see what they can act
+/// on: `Full`, `ReadOnly`, `Unavailable` and `NotCommitted` are temporary (503 with
+/// `Retry-After`, naming the cause); the rest is a generic internal error.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// No space left for the database or its log.
@@ -117,6 +118,9 @@ pub trait TaskStore: Send + Sync {
     fn log_bytes(&self) -> Option<u64>;
     /// Periodic maintenance that keeps the store's files bounded.
     fn maintain(&self) -> Result<(), StoreError>;
+    /// Whether the store can write, as its last write found (cheap: no I/O). `/healthz`
+    /// reports the error.
+    fn health(&self) -> Result<(), StoreError>;
     /// Pinged after commits (one ping may stand for many).
     fn subscribe(&self) -> Receiver<()>;
     /// Waits up to `limit` until every answer of [`TaskStore::create`] has been
