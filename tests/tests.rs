@@ -12,7 +12,8 @@
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
-//! - [`notifications`]: `subscriptions/listen` streams and task notifications.
+//! - [`notifications`]: `subscriptions/listen` streams and task notifications;
+//! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
 //! files here (`autotests = false`): a new area is a module declared below.
@@ -28,5 +29,6 @@ mod listen_streams;
 mod notifications;
 mod robustness;
 mod smoke;
+mod storage;
 mod task_input;
 mod transport;

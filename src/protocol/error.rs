@@ -29,7 +29,7 @@ pub struct RpcError {
     pub data: Option<Box<Value>>,
     pub http_status: u16,
     /// Seconds for the HTTP `Retry-After` header: the failure is temporary (503).
-    pub retry_after_s: Option<u32>,
+    pub retry_after_s: Option<u16>,
 }
 
 impl RpcError {
@@ -60,7 +60,7 @@ impl RpcError {
 
     /// A temporary failure: HTTP 503 with `Retry-After: seconds`. The message says what
     /// is wrong (no space, read-only storage), never internal details.
-    pub fn unavailable(message: impl Into<String>, seconds: u32) -> Self {
+    pub fn unavailable(message: impl Into<String>, seconds: u16) -> Self {
         RpcError {
             retry_after_s: Some(seconds),
             ..Self::new(code::INTERNAL_ERROR, message).with_status(503)

@@ -36,6 +36,31 @@ pub enum StoreError {
     Other(Box<dyn Error + Send + Sync>),
 }
 
+impl StoreError {
+    /// Whether the same write may succeed later: space returns, the medium is writable
+    /// again, the writer comes back.
+    pub fn is_temporary(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Full(_)
+                | StoreError::ReadOnly(_)
+                | StoreError::Unavailable(_)
+                | StoreError::NotCommitted(_)
+        )
+    }
+
+    /// How loudly a background loop that retries anyway logs this failure: a store
+    /// that cannot write is logged once, when it stops and when it starts writing
+    /// again, not by every loop on every round.
+    pub fn log_level(&self) -> log::Level {
+        if self.is_temporary() {
+            log::Level::Debug
+        } else {
+            log::Level::Error
+        }
+    }
+}
+
 /// Runs inside the claiming transaction, once per claim, before it commits.
 pub type OnClaim = Box<dyn FnMut(&Claim) + Send>;
 

@@ -42,7 +42,7 @@ pub struct TaskService {
 }
 
 /// Seconds a client is asked to wait before retrying when the store cannot write.
-const RETRY_AFTER_S: u32 = 5;
+const RETRY_AFTER_S: u16 = 5;
 
 /// Logs a store failure and answers the client: a temporary one (no space, read-only
 /// storage, the store unavailable) as a 503 that names the cause, with `Retry-After`;
@@ -52,7 +52,7 @@ fn internal(error: StoreError) -> RpcError {
         log::error!("task store: {error}");
         return RpcError::internal();
     };
-    log::warn!("task store: {error}");
+    log::debug!("task store: {error}");
     RpcError::unavailable(
         format!("Service unavailable: {cause}; retry later"),
         RETRY_AFTER_S,

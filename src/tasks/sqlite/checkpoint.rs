@@ -45,7 +45,7 @@ pub(super) fn run_checkpointer(
     let mut failing = false;
     while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_INTERVAL) {
         round = round.wrapping_add(1);
-        if round % WATCH_EVERY == 0 {
+        if round.is_multiple_of(WATCH_EVERY) {
             health.watch_file();
         }
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {

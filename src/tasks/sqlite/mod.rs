@@ -31,6 +31,11 @@
 //!   file is reused from its beginning (see [`checkpoint`]). `journal_size_limit`
 //!   caps the file after a restart, and the janitor runs `wal_checkpoint(TRUNCATE)`
 //!   periodically.
+//! - **A damaged database is refused at start-up; a store that cannot write says so
+//!   and recovers.** A bounded `PRAGMA quick_check` runs before anything else
+//!   ([`integrity`]). A write that fails (no space, a read-only medium, an I/O error)
+//!   tells its caller the cause, [`health`] records it for `/healthz`, and the writer
+//!   makes room and tries again without a restart (see [`writer`]).
 //! - **One server per data dir.** An exclusive lock on `data_dir/lock` is held for the
 //!   process lifetime, so recovery may treat every leased job it finds as orphaned.
 //!   Every connection also opens the database through SQLite's `unix-excl` VFS: the

@@ -523,7 +523,7 @@ impl Writer {
         if !self.conn.is_autocommit() {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
-        if !self.conn.is_autocommit() || tries % REOPEN_EVERY == 0 {
+        if !self.conn.is_autocommit() || tries.is_multiple_of(REOPEN_EVERY) {
             match (self.reopen)() {
                 Ok(conn) => self.conn = conn,
                 Err(error) => log::warn!("reopening the writer's connection: {error}"),

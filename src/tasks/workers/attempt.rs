@@ -36,7 +36,7 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
         .store
         .finish(lease.clone(), finish.clone(), claim_next.then_some(next));
     let committed = match committed {
-        Err(error) if is_temporary(&error) => {
+        Err(error) if error.is_temporary() => {
             registered.forget(&shared.inflight);
             commit_later(shared, lease, finish, error)
         }
@@ -52,7 +52,7 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
         }
         Err(error) => {
             registered.forget(&shared.inflight);
-            log::error!(
+            log::warn!(
                 "committing an attempt's outcome: {error}; the attempt runs again once its \
                  lease expires"
             );
@@ -64,18 +64,6 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
 /// First wait before committing an outcome again; doubles up to [`COMMIT_RETRY_MOST`].
 const COMMIT_RETRY_FIRST: Duration = Duration::from_millis(100);
 const COMMIT_RETRY_MOST: Duration = Duration::from_secs(1);
-
-/// Whether a failed write may succeed if tried again (space returns, the medium is
-/// writable again).
-fn is_temporary(error: &StoreError) -> bool {
-    matches!(
-        error,
-        StoreError::Full(_)
-            | StoreError::ReadOnly(_)
-            | StoreError::Unavailable(_)
-            | StoreError::NotCommitted(_)
-    )
-}
 
 /// Commits an outcome the store could not take, again and again (with backoff) for up
 /// to one lease: a disk that was full for a moment costs no attempt. The attempt stays
@@ -94,7 +82,7 @@ fn commit_later(
     while Instant::now() + wait < give_up && !shared.stopping.load(Ordering::Acquire) {
         std::thread::sleep(wait);
         match shared.store.finish(lease.clone(), finish.clone(), None) {
-            Err(again) if is_temporary(&again) => error = again,
+            Err(again) if again.is_temporary() => error = again,
             done => return done,
         }
         wait = (wait * 2).min(COMMIT_RETRY_MOST);
