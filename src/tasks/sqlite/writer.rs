@@ -623,6 +623,7 @@ fn refuse_into(write: Write, completions: &mut Vec<Completion>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tasks::backend::TaskStore;
     use crate::tasks::sqlite::tests::{fresh_store, rows_in, task_at};
 
     #[test]
@@ -681,5 +682,52 @@ mod tests {
         );
         let stored: i64 = rows_in(&store, "jobs");
         assert_eq!(stored, 3);
+    }
+
+    /// Inserts a row of 64 KiB into the outbox (growing the database by ~16 pages).
+    fn insert_large(conn: &Connection) -> rusqlite::Result<()> {
+        conn.execute(
+            "INSERT INTO outbox (task_id, created_at) VALUES (?1, 1)",
+            ["x".repeat(64 * 1024)],
+        )
+        .map(|_| ())
+    }
+
+    #[test]
+    fn a_full_store_tells_its_callers_and_writes_again_without_a_restart() {
+        let (_dir, store) = fresh_store();
+        // `max_page_count` makes SQLite answer SQLITE_FULL as a full disk would.
+        store
+            .write(|conn| {
+                let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+                conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+            })
+            .unwrap();
+        let failed = store.write(insert_large);
+        assert!(matches!(failed, Err(StoreError::Full(_))), "{failed:?}");
+        assert!(matches!(store.health(), Err(StoreError::Full(_))));
+        // Refused at once while the writer backs off, with the same cause.
+        let refused = store.write(|_| Ok(()));
+        assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+        // Room again (the next try may also run on a reopened connection, which has
+        // no page limit): writes resume within the backoff.
+        let resumed = Instant::now();
+        let written = loop {
+            let attempt = store.write(|conn| {
+                conn.query_row("PRAGMA max_page_count = 1000000", [], |_| Ok(()))?;
+                insert_large(conn)
+            });
+            if attempt.is_ok() || resumed.elapsed() > Duration::from_secs(5) {
+                break attempt;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(written.is_ok(), "{written:?}");
+        assert!(store.health().is_ok());
+        assert_eq!(
+            rows_in(&store, "outbox"),
+            1,
+            "only the write after recovery"
+        );
     }
 }
