@@ -137,8 +137,9 @@ pub struct StoreConfig {
     /// Longest the start-up integrity check (`PRAGMA quick_check`, every page) may run;
     /// past it the rest of the database goes unchecked. `0` skips the check.
     pub integrity_check_ms: u64,
-    /// Free bytes on the data dir's file system below which writes are refused (503),
-    /// keeping room for the checkpoint that lets the WAL be reused. `0`: no floor.
+    /// Free bytes on the data dir's file system below which new tasks are refused (503),
+    /// and below half of which every write: room for running tasks' outcomes and for
+    /// the checkpoint that lets the WAL be reused. `0`: no floor.
     pub min_free_bytes: u64,
 }
 

@@ -86,6 +86,15 @@ impl Problem {
     }
 }
 
+/// How much room the store has left (see [`Health::space`]).
+pub(super) enum Space {
+    Plenty,
+    /// New work is refused.
+    Low(Problem),
+    /// Every write is refused.
+    Exhausted(Problem),
+}
+
 /// The store's write health, shared by the writer, the checkpointer and `/healthz`.
 pub(super) struct Health {
     database: PathBuf,
@@ -142,26 +151,32 @@ impl Health {
         })
     }
 
-    /// Set when the data dir's file system has less than `store.min_free_bytes` left:
-    /// writes stop before the disk is full, so that the checkpoint that lets the WAL
-    /// be reused still finds room to grow `tasks.db` (one `statvfs`, per batch).
-    pub(super) fn low_space(&self) -> Option<Problem> {
-        if self.min_free == 0 {
-            return None;
+    /// Free space on the data dir's file system against `store.min_free_bytes` (one
+    /// `statvfs`, per batch). Below it, writes that admit new work are refused; below
+    /// half of it, every write: the store stops before the disk is full, so that the
+    /// work already admitted can record its outcome, and the checkpoint that lets the
+    /// WAL be reused still finds room to grow `tasks.db`.
+    pub(super) fn space(&self) -> Space {
+        let Some(free) = self.database.parent().and_then(free_bytes) else {
+            return Space::Plenty;
+        };
+        if free >= self.min_free {
+            return Space::Plenty;
         }
-        let dir = self.database.parent()?;
-        let free = free_bytes(dir)?;
-        (free < self.min_free).then(|| {
-            Problem::new(
-                Cause::Full,
-                format!(
-                    "{} KiB left on the data dir's file system, under store.min_free_bytes \
-                     ({} KiB)",
-                    free / 1024,
-                    self.min_free / 1024
-                ),
-            )
-        })
+        let problem = Problem::new(
+            Cause::Full,
+            format!(
+                "{} KiB left on the data dir's file system, under store.min_free_bytes \
+                 ({} KiB)",
+                free / 1024,
+                self.min_free / 1024
+            ),
+        );
+        if free < self.min_free / 2 {
+            Space::Exhausted(problem)
+        } else {
+            Space::Low(problem)
+        }
     }
 
     /// Records a checkpoint's outcome.

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
-use super::health::{Health, Problem};
+use super::health::{Health, Problem, Space};
 use super::reply::reply_slot;
 use super::sql::create::{create_task, create_tasks};
 use super::{classify, OpenError, Store};
@@ -85,6 +85,7 @@ pub(super) fn start(
                 reopen,
                 health,
                 failing: None,
+                closed_to_admissions: None,
             };
             writer.run(&queue, &ping, &continuations, &restart);
             // The writer dropped its end: the completion threads finish what is
@@ -116,14 +117,23 @@ pub(super) enum Completion {
     Continue(Finisher),
 }
 
-/// A write: runs inside the batch transaction (or, refused, does not run: `None`) and
-/// says how to report its outcome, with its own failure if it failed.
-type WriteOp = Box<dyn FnOnce(Option<&Connection>) -> (Completion, Option<Problem>) + Send>;
+/// A write: runs inside the batch transaction (or, refused, does not run: given the
+/// reason) and says how to report its outcome, with its own failure if it failed.
+type WriteOp =
+    Box<dyn FnOnce(Result<&Connection, &Problem>) -> (Completion, Option<Problem>) + Send>;
+
+/// A write's own result: `Ok` with what it returned when it ran, the reason when it
+/// was refused.
+type Ran<R> = Result<rusqlite::Result<R>, Problem>;
 
 /// What the writer's queue carries.
 pub(super) enum Write {
     /// Any write; runs alone under its own savepoint.
     Op(WriteOp),
+    /// A write that admits new work (a task creation with an idempotency key). Like
+    /// creations, refused first when space runs low, so that the work already admitted
+    /// can still record its outcome.
+    Admit(WriteOp),
     /// A task creation without an idempotency key (the writer's most frequent write).
     /// Consecutive ones in a batch are inserted together, see [`Batch`].
     Create(Box<Creation>),
@@ -174,7 +184,9 @@ impl Store {
     {
         let (reply, answer) = reply_slot();
         let job: WriteOp = Box::new(move |conn| {
-            let outcome = conn.map(|conn| run_in_savepoint(conn, op));
+            let outcome = conn
+                .map(|conn| run_in_savepoint(conn, op))
+                .map_err(Problem::clone);
             let failure = failure_of(&outcome);
             let completion = Completion::Wake(Box::new(move |batch| {
                 reply.send(settle(batch, outcome));
@@ -205,7 +217,9 @@ impl Store {
         });
         let owed = self.unanswered.owe();
         let job: WriteOp = Box::new(move |conn| {
-            let outcome = conn.map(|conn| run_in_savepoint(conn, op));
+            let outcome = conn
+                .map(|conn| run_in_savepoint(conn, op))
+                .map_err(Problem::clone);
             let failure = failure_of(&outcome);
             let completion = Completion::Continue(Box::new(move |batch| {
                 fulfil.fulfil(settle(batch, outcome));
@@ -214,7 +228,7 @@ impl Store {
             (completion, failure)
         });
         // A failed send drops the job, and with it `fulfil` and `owed`.
-        let _ = self.writes.send(Write::Op(job));
+        let _ = self.writes.send(Write::Admit(job));
         result
     }
 
@@ -256,21 +270,18 @@ impl Store {
 }
 
 /// A write's result as its caller sees it: only a committed batch makes it true.
-fn settle<R>(
-    batch: BatchOutcome<'_>,
-    outcome: Option<rusqlite::Result<R>>,
-) -> Result<R, StoreError> {
-    match (batch, outcome) {
-        (Ok(()), Some(outcome)) => outcome.map_err(classify),
-        (Ok(()), None) => Err(StoreError::NotCommitted("the write did not run".into())),
+fn settle<R>(batch: BatchOutcome<'_>, ran: Ran<R>) -> Result<R, StoreError> {
+    match (batch, ran) {
+        (Ok(()), Ok(outcome)) => outcome.map_err(classify),
+        (Ok(()), Err(refused)) => Err(refused.to_store_error()),
         (Err(problem), _) => Err(problem.to_store_error()),
     }
 }
 
 /// The failure of a write that ran and failed.
-fn failure_of<R>(outcome: &Option<rusqlite::Result<R>>) -> Option<Problem> {
-    match outcome {
-        Some(Err(error)) => Some(Problem::of(error)),
+fn failure_of<R>(ran: &Ran<R>) -> Option<Problem> {
+    match ran {
+        Ok(Err(error)) => Some(Problem::of(error)),
         _ => None,
     }
 }
@@ -288,6 +299,8 @@ struct Batch {
     /// itself on some errors, `SQLITE_FULL` among them): the rest of the batch is
     /// refused, and nothing commits.
     broken: Option<Problem>,
+    /// Why writes that admit new work are refused in this batch (space runs low).
+    closed_to_admissions: Option<Problem>,
 }
 
 impl Batch {
@@ -296,10 +309,19 @@ impl Batch {
     }
 
     fn push(&mut self, conn: &Connection, write: Write) {
+        if let Some(closed) = &self.closed_to_admissions {
+            if matches!(write, Write::Admit(_) | Write::Create(_)) {
+                refuse_into(write, closed, &mut self.completions);
+                return;
+            }
+        }
         match write {
-            Write::Op(op) => {
+            Write::Op(op) | Write::Admit(op) => {
                 self.create_waiting(conn);
-                let (completion, failure) = op(self.broken.is_none().then_some(conn));
+                let (completion, failure) = match &self.broken {
+                    None => op(Ok(conn)),
+                    Some(broken) => op(Err(broken)),
+                };
                 self.completions.push(completion);
                 self.note_failure(conn, failure);
             }
@@ -324,14 +346,15 @@ impl Batch {
             .into_iter()
             .map(|creation| (creation.task, (creation.fulfil, creation.owed)))
             .unzip();
-        let outcomes: Vec<Option<rusqlite::Result<TaskRow>>> = if self.broken.is_some() {
-            tasks.iter().map(|_| None).collect()
+        let outcomes: Vec<Ran<TaskRow>> = if let Some(broken) = &self.broken {
+            tasks.iter().map(|_| Err(broken.clone())).collect()
         } else {
             match run_in_savepoint(conn, |conn| create_tasks(conn, &tasks)) {
-                Ok(rows) => rows.into_iter().map(|row| Some(Ok(row))).collect(),
+                Ok(rows) => rows.into_iter().map(|row| Ok(Ok(row))).collect(),
                 Err(error) if conn.is_autocommit() => {
-                    self.broken = Some(Problem::of(&error));
-                    tasks.iter().map(|_| None).collect()
+                    let broken = Problem::of(&error);
+                    self.broken = Some(broken.clone());
+                    tasks.iter().map(|_| Err(broken.clone())).collect()
                 }
                 Err(error) => {
                     log::warn!(
@@ -340,10 +363,10 @@ impl Batch {
                     );
                     let mut outcomes = Vec::with_capacity(tasks.len());
                     for task in &tasks {
-                        let outcome = self
-                            .broken
-                            .is_none()
-                            .then(|| run_in_savepoint(conn, |conn| create_task(conn, task)));
+                        let outcome = match &self.broken {
+                            None => Ok(run_in_savepoint(conn, |conn| create_task(conn, task))),
+                            Some(broken) => Err(broken.clone()),
+                        };
                         let failure = failure_of(&outcome);
                         outcomes.push(outcome);
                         self.note_failure(conn, failure);
@@ -377,7 +400,7 @@ fn refuse(
 ) {
     let mut completions = Vec::new();
     for write in writes {
-        refuse_into(write, &mut completions);
+        refuse_into(write, problem, &mut completions);
     }
     deliver(completions, Err(problem), continuations);
 }
@@ -458,6 +481,8 @@ struct Writer {
     reopen: Reopen,
     health: Arc<Health>,
     failing: Option<Failing>,
+    /// Why writes that admit new work are refused, while they are.
+    closed_to_admissions: Option<Problem>,
 }
 
 impl Writer {
@@ -473,13 +498,17 @@ impl Writer {
         restart: &AtomicBool,
     ) {
         while let Ok(first) = queue.recv() {
-            if let Some(problem) = self.refusing() {
-                // Everything queued gets the answer now, not after a wait per write.
-                let queued = std::iter::once(first).chain(queue.try_iter().take(MAX_BATCH));
-                refuse(queued, &problem, continuations);
-                continue;
-            }
-            let (completions, outcome) = self.run_batch(first, queue);
+            let closed_to_admissions = match self.refusing() {
+                Ok(closed) => closed,
+                Err(problem) => {
+                    // Everything queued gets the answer now, not after a wait per write.
+                    let queued = std::iter::once(first).chain(queue.try_iter().take(MAX_BATCH));
+                    refuse(queued, &problem, continuations);
+                    continue;
+                }
+            };
+            self.close_to_admissions(closed_to_admissions.clone());
+            let (completions, outcome) = self.run_batch(first, queue, closed_to_admissions);
             match &outcome {
                 Ok(()) => self.succeeded(),
                 Err(problem) => self.failed(problem.clone()),
@@ -488,7 +517,12 @@ impl Writer {
             if outcome.is_ok() {
                 let _ = ping.try_send(());
             }
-            if outcome.is_ok() && restart.swap(false, Ordering::AcqRel) {
+            if outcome.is_ok() && self.closed_to_admissions.is_some() {
+                // Space runs low: each commit's frames go into `tasks.db` at once and
+                // the WAL gives its file back, so the room left holds outcomes, not a
+                // growing log.
+                self.truncate_wal();
+            } else if outcome.is_ok() && restart.swap(false, Ordering::AcqRel) {
                 let restarted = self
                     .conn
                     .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
@@ -499,22 +533,40 @@ impl Writer {
         }
     }
 
-    /// Why writes are refused right now, if they are; when a refusal's backoff is over,
-    /// makes room for the next try and lets it run.
-    fn refusing(&mut self) -> Option<Problem> {
+    /// Why every write is refused right now (`Err`), or only those that admit new work
+    /// (`Ok(Some)`: space runs low); when a refusal's backoff is over, makes room for
+    /// the next try and lets it run.
+    fn refusing(&mut self) -> Result<Option<Problem>, Problem> {
         if let Some(failing) = &self.failing {
             if Instant::now() < failing.retry_at {
-                return Some(failing.problem.clone());
+                return Err(failing.problem.clone());
             }
         }
+        let (exhausted, low) = match self.health.space() {
+            Space::Plenty => (None, None),
+            Space::Low(problem) => (None, Some(problem)),
+            Space::Exhausted(problem) => (Some(problem), None),
+        };
         let blocking = self.health.blocking_problem();
-        if let Some(problem) = blocking.or_else(|| self.health.low_space()) {
+        if let Some(problem) = blocking.or(exhausted) {
             self.failed(problem.clone());
-            return Some(problem);
+            return Err(problem);
         }
-        let tries = self.failing.as_ref()?.tries;
-        self.make_room(tries);
-        None
+        if let Some(failing) = &self.failing {
+            let tries = failing.tries;
+            self.make_room(tries);
+        }
+        Ok(low)
+    }
+
+    /// Records whether writes that admit new work are refused (`/healthz` reports it).
+    fn close_to_admissions(&mut self, closed: Option<Problem>) {
+        match (&closed, &self.closed_to_admissions) {
+            (Some(problem), None) => self.health.record(Err(problem)),
+            (None, Some(_)) if self.failing.is_none() => self.health.record(Ok(())),
+            _ => {}
+        }
+        self.closed_to_admissions = closed;
     }
 
     /// Before trying again after a failure: no transaction left open, now and then a
@@ -529,13 +581,18 @@ impl Writer {
                 Err(error) => log::warn!("reopening the writer's connection: {error}"),
             }
         }
+        self.truncate_wal();
+    }
+
+    /// Copies the WAL into `tasks.db` and truncates it, giving its file back.
+    fn truncate_wal(&self) {
         let checkpoint = self
             .conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
                 row.get::<_, i64>(0)
             });
         match checkpoint {
-            Ok(0) => log::info!("checkpointed and truncated the WAL to make room"),
+            Ok(0) => log::debug!("checkpointed and truncated the WAL to make room"),
             Ok(_) => log::debug!("WAL truncation deferred: readers busy"),
             Err(error) => log::debug!("WAL truncation: {error}"),
         }
@@ -546,17 +603,21 @@ impl Writer {
         &mut self,
         first: Write,
         queue: &Receiver<Write>,
+        closed_to_admissions: Option<Problem>,
     ) -> (Vec<Completion>, Result<(), Problem>) {
         let conn = &self.conn;
         if let Err(error) = run_cached(conn, "BEGIN IMMEDIATE") {
             let problem = self.refined(&error);
             let mut completions = Vec::new();
-            refuse_into(first, &mut completions);
+            refuse_into(first, &problem, &mut completions);
             return (completions, Err(problem));
         }
         // Writes that arrive while this transaction runs join it: the batch grows to
         // what the clients have in flight and they all share the one commit below.
-        let mut batch = Batch::default();
+        let mut batch = Batch {
+            closed_to_admissions,
+            ..Batch::default()
+        };
         batch.push(conn, first);
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -586,7 +647,7 @@ impl Writer {
     }
 
     fn succeeded(&mut self) {
-        if self.failing.take().is_some() {
+        if self.failing.take().is_some() && self.closed_to_admissions.is_none() {
             self.health.record(Ok(()));
         }
     }
@@ -606,14 +667,15 @@ impl Writer {
     }
 }
 
-/// A write answered without running (its batch could not begin).
-fn refuse_into(write: Write, completions: &mut Vec<Completion>) {
+/// A write answered without running, for `problem`.
+fn refuse_into(write: Write, problem: &Problem, completions: &mut Vec<Completion>) {
     match write {
-        Write::Op(op) => completions.push(op(None).0),
+        Write::Op(op) | Write::Admit(op) => completions.push(op(Err(problem)).0),
         Write::Create(creation) => {
             let Creation { fulfil, owed, .. } = *creation;
+            let refused = problem.clone();
             completions.push(Completion::Continue(Box::new(move |batch| {
-                fulfil.fulfil(settle::<TaskRow>(batch, None));
+                fulfil.fulfil(settle::<TaskRow>(batch, Err(refused)));
                 drop(owed);
             })));
         }
