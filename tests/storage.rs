@@ -185,6 +185,50 @@ fn a_full_disk_answers_503_and_writes_resume_within_seconds_once_space_returns()
     }
 }
 
+#[test]
+fn tasks_admitted_before_space_ran_low_complete_without_freeing_any() {
+    let temp = tempfile::tempdir().unwrap();
+    let Some(disk) = Tmpfs::mount(&temp.path().join("data"), "24m") else {
+        return;
+    };
+    let server = Server::start_in(temp.path(), CONFIG);
+    // 3 MiB left, which the server's own creations use up.
+    let filler = disk.fill();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&filler)
+        .unwrap();
+    let size = file.metadata().unwrap().len();
+    file.set_len(size.saturating_sub(3 << 20)).unwrap();
+    let mut acknowledged = Vec::new();
+    let refusal = poll_until(Duration::from_secs(60), || {
+        let response = server.request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0.2, "label": "y".repeat(4000)}}),
+            tasks_caps(),
+        );
+        match created(&response) {
+            Some(id) => {
+                acknowledged.push(id);
+                None
+            }
+            None => Some(response),
+        }
+    })
+    .expect("creations are refused once space runs low");
+    assert_unavailable(&refusal, "out of disk space");
+    assert!(!acknowledged.is_empty());
+    // The room kept below the floor is for them: every one ends, none is failed.
+    for id in &acknowledged {
+        let task = wait_terminal(&server, id, Duration::from_secs(60));
+        assert_eq!(task["status"], "completed", "{task}");
+    }
+    eprintln!(
+        "{} tasks admitted before the floor, all completed",
+        acknowledged.len()
+    );
+}
+
 /// A server with tasks in `dir/data`, stopped, its WAL checkpointed into `tasks.db`.
 /// Returns the database path.
 fn stopped_database(dir: &Path, tasks: usize) -> PathBuf {
