@@ -159,6 +159,13 @@ pub struct StoreConfig {
     pub busy_timeout_ms: u64,
     /// Read connections in the pool.
     pub read_connections: u32,
+    /// Longest the start-up integrity check (`PRAGMA quick_check`, every page) may run;
+    /// past it the rest of the database goes unchecked. `0` skips the check.
+    pub integrity_check_ms: u64,
+    /// Free bytes on the data dir's file system below which new tasks are refused (503),
+    /// and below half of which every write: room for running tasks' outcomes and for
+    /// the checkpoint that lets the WAL be reused. `0`: no floor.
+    pub min_free_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -167,6 +174,8 @@ impl Default for StoreConfig {
             synchronous: Synchronous::Full,
             busy_timeout_ms: 5000,
             read_connections: 8,
+            integrity_check_ms: 10_000,
+            min_free_bytes: 1 << 20,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
 //! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery.
+//! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
 //! files here (`autotests = false`): a new area is a module declared below.
@@ -32,6 +33,7 @@ mod notifications;
 mod reaping;
 mod robustness;
 mod smoke;
+mod storage;
 mod systemd_notify;
 mod task_input;
 mod transport;

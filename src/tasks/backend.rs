@@ -12,8 +12,9 @@ use super::model::{CancelEffect, Claim, Finish, Lease, NewTask, Stats, TaskRow, 
 use crate::auth::Identity;
 use crate::later::Later;
 
-/// Why a store operation failed. Details go to the log; clients see a generic internal
-/// error.
+/// Why a store operation failed. Details go to the log. Clients see what they can act
+/// on: `Full`, `ReadOnly`, `Unavailable` and `NotCommitted` are temporary (503 with
+/// `Retry-After`, naming the cause); the rest is a generic internal error.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// No space left for the database or its log.
@@ -33,6 +34,31 @@ pub enum StoreError {
     NotCommitted(String),
     #[error("task store: {0}")]
     Other(Box<dyn Error + Send + Sync>),
+}
+
+impl StoreError {
+    /// Whether the same write may succeed later: space returns, the medium is writable
+    /// again, the writer comes back.
+    pub fn is_temporary(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Full(_)
+                | StoreError::ReadOnly(_)
+                | StoreError::Unavailable(_)
+                | StoreError::NotCommitted(_)
+        )
+    }
+
+    /// How loudly a background loop that retries anyway logs this failure: a store
+    /// that cannot write is logged once, when it stops and when it starts writing
+    /// again, not by every loop on every round.
+    pub fn log_level(&self) -> log::Level {
+        if self.is_temporary() {
+            log::Level::Debug
+        } else {
+            log::Level::Error
+        }
+    }
 }
 
 /// Runs inside the claiming transaction, once per claim, before it commits.
@@ -127,6 +153,9 @@ pub trait TaskStore: Send + Sync {
     fn log_bytes(&self) -> Option<u64>;
     /// Periodic maintenance that keeps the store's files bounded.
     fn maintain(&self) -> Result<(), StoreError>;
+    /// Whether the store can write, as its last write found (cheap: no I/O). `/healthz`
+    /// reports the error.
+    fn health(&self) -> Result<(), StoreError>;
     /// Pinged after commits (one ping may stand for many).
     fn subscribe(&self) -> Receiver<()>;
     /// Waits up to `limit` until every answer of [`TaskStore::create`] has been

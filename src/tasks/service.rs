@@ -44,10 +44,34 @@ pub struct TaskService {
     payloads: PayloadGate,
 }
 
-/// Logs a store failure and answers the client with a generic internal error.
+/// Seconds a client is asked to wait before retrying when the store cannot write.
+const RETRY_AFTER_S: u16 = 5;
+
+/// Logs a store failure and answers the client: a temporary one (no space, read-only
+/// storage, the store unavailable) as a 503 that names the cause, with `Retry-After`;
+/// anything else as a generic internal error.
 fn internal(error: StoreError) -> RpcError {
-    log::error!("task store: {error}");
-    RpcError::internal()
+    let Some(cause) = temporary_cause(&error) else {
+        log::error!("task store: {error}");
+        return RpcError::internal();
+    };
+    log::debug!("task store: {error}");
+    RpcError::unavailable(
+        format!("Service unavailable: {cause}; retry later"),
+        RETRY_AFTER_S,
+    )
+}
+
+/// What a client is told about a temporary store failure; `None` for the others.
+fn temporary_cause(error: &StoreError) -> Option<&'static str> {
+    match error {
+        StoreError::Full(_) => Some("the task store is out of disk space"),
+        StoreError::ReadOnly(_) => Some("the task store cannot be written (read-only storage)"),
+        StoreError::Unavailable(_) | StoreError::NotCommitted(_) => {
+            Some("the task store is temporarily unavailable")
+        }
+        StoreError::Corrupt(_) | StoreError::Other(_) => None,
+    }
 }
 
 impl TaskService {
@@ -169,6 +193,16 @@ impl TaskService {
     /// Counts for the metrics page.
     pub fn stats(&self) -> Result<Stats, RpcError> {
         self.store.stats().map_err(internal)
+    }
+
+    /// Why the task store cannot write, if it cannot (as its last write found).
+    pub fn store_problem(&self) -> Option<String> {
+        let error = self.store.health().err()?;
+        Some(
+            temporary_cause(&error)
+                .unwrap_or("the task store fails to write")
+                .to_owned(),
+        )
     }
 
     /// Attempts running in this process.

@@ -87,7 +87,11 @@ fn result_body(id: Value, result: Value) -> Value {
 }
 
 fn error_response(id: &Value, error: &RpcError) -> Response<Body> {
-    json_response(error.http_status, &error_body(id, error))
+    let response = json_response(error.http_status, &error_body(id, error));
+    match error.retry_after_s {
+        Some(seconds) => with_header(response, "Retry-After", &seconds.to_string()),
+        None => response,
+    }
 }
 
 fn with_header(mut response: Response<Body>, name: &str, value: &str) -> Response<Body> {
@@ -463,6 +467,12 @@ impl Frontend {
             json_response(503, &json!({"status": "draining"}))
         } else if let Some(reason) = self.listener.trouble() {
             json_response(503, &json!({"status": "unavailable", "reason": reason}))
+        } else if let Some(reason) = self.service.tasks.store_problem() {
+            with_header(
+                json_response(503, &json!({"status": "unavailable", "reason": reason})),
+                "Retry-After",
+                "5",
+            )
         } else {
             json_response(200, &json!({"status": "ok"}))
         }
@@ -514,7 +524,7 @@ fn answer(
     metrics.record_request(method, result.is_ok());
     match result {
         Ok(result) => sink.finish(200, result_body(id, result)),
-        Err(error) => sink.finish(error.http_status, error_body(&id, &error)),
+        Err(error) => sink.finish_error(&id, &error),
     }
 }
 
@@ -528,6 +538,17 @@ enum ResponseSink {
 }
 
 impl ResponseSink {
+    /// Sends an error as the final message (with its `Retry-After`, when nothing was
+    /// streamed yet).
+    fn finish_error(self, id: &Value, error: &RpcError) {
+        match self {
+            ResponseSink::Pending(request) => {
+                let _ = request.respond(error_response(id, error));
+            }
+            sink => sink.finish(error.http_status, error_body(id, error)),
+        }
+    }
+
     /// Sends the final message: as the whole response (with `status`) when nothing was
     /// streamed yet, else as the last event of the stream.
     fn finish(self, status: u16, message: Value) {

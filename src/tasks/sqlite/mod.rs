@@ -31,6 +31,11 @@
 //!   file is reused from its beginning (see [`checkpoint`]). `journal_size_limit`
 //!   caps the file after a restart, and the janitor runs `wal_checkpoint(TRUNCATE)`
 //!   periodically.
+//! - **A damaged database is refused at start-up; a store that cannot write says so
+//!   and recovers.** A bounded `PRAGMA quick_check` runs before anything else
+//!   ([`integrity`]). A write that fails (no space, a read-only medium, an I/O error)
+//!   tells its caller the cause, [`health`] records it for `/healthz`, and the writer
+//!   makes room and tries again without a restart (see [`writer`]).
 //! - **One server per data dir.** An exclusive lock on `data_dir/lock` is held for the
 //!   process lifetime, so recovery may treat every leased job it finds as orphaned.
 //!   Every connection also opens the database through SQLite's `unix-excl` VFS: the
@@ -41,6 +46,8 @@
 
 mod checkpoint;
 mod connection;
+mod health;
+mod integrity;
 mod migrations;
 mod reply;
 mod sql;
@@ -57,12 +64,13 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{Connection, OpenFlags};
 use serde_json::{Map, Value};
 
 use self::connection::{
     configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
+use self::health::{Health, Problem};
 use self::sql::{attempts, client, upkeep};
 use crate::auth::Identity;
 use crate::clock::now_ms;
@@ -89,25 +97,21 @@ pub enum OpenError {
     Setup(String),
     #[error("{0}")]
     Migration(String),
+    /// The integrity check found the database malformed.
+    #[error(
+        "{} is damaged ({detail}); refusing to start on it. Restore it from a backup \
+         (README: \"Restore from a backup\")",
+        .path.display()
+    )]
+    Damaged { path: PathBuf, detail: String },
     /// A thread of the store could not start.
     #[error("{0}")]
     Start(String),
 }
 
-/// Sorts a SQLite error into what the engine can act on. SQLite reports a write that
-/// met `ENOSPC` as `SQLITE_FULL`.
+/// Sorts a SQLite error into what the engine can act on (see [`Problem::of`]).
 fn classify(error: rusqlite::Error) -> StoreError {
-    let code = error.sqlite_error_code();
-    let source = Box::new(error);
-    match code {
-        Some(ErrorCode::DiskFull) => StoreError::Full(source),
-        Some(ErrorCode::ReadOnly) => StoreError::ReadOnly(source),
-        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt(source),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::CannotOpen) => {
-            StoreError::Unavailable(source)
-        }
-        _ => StoreError::Other(source),
-    }
+    Problem::of(&error).to_store_error()
 }
 
 pub struct Store {
@@ -120,6 +124,8 @@ pub struct Store {
     commits: Receiver<()>,
     /// Continuations of [`Store::write_later`] and [`Store::create_later`] not run yet.
     unanswered: Arc<writer::Unanswered>,
+    /// Whether writes succeed, as the writer last found.
+    health: Arc<Health>,
     /// Dropped with the store: the checkpointer stops.
     _checkpointer: Sender<()>,
     _lock: File,
@@ -149,23 +155,36 @@ impl Store {
             path: path.clone(),
             source: Box::new(e),
         };
-        let mut writer = open_connection(&uri).map_err(opening)?;
-        configure(&writer, config)?;
-        keep_temp_in_memory(&writer)?;
+        integrity::check(
+            &open_connection(&uri).map_err(opening)?,
+            &path,
+            Duration::from_millis(config.integrity_check_ms),
+        )?;
+        let mut writer = open_writer(&uri, config).map_err(|e| match e {
+            OpenError::File { source, .. } => OpenError::File {
+                path: path.clone(),
+                source,
+            },
+            other => other,
+        })?;
         let version = migrations::migrate(&mut writer)?;
         log::info!("task store at schema version {version}");
-        writer
-            .pragma_update(None, "wal_autocheckpoint", 0)
-            .map_err(|e| OpenError::Setup(format!("turning off automatic checkpoints: {e}")))?;
+        let health = Arc::new(Health::new(&path, config.min_free_bytes));
         let (checkpointer, stop_checkpointer) = crossbeam_channel::bounded(0);
         let restart = Arc::new(AtomicBool::new(false));
         let wanted = Arc::clone(&restart);
         let checkpoint_conn = open_connection(&uri).map_err(opening)?;
         configure(&checkpoint_conn, config)?;
+        let watched = Arc::clone(&health);
         std::thread::Builder::new()
             .name("store-checkpoint".into())
             .spawn(move || {
-                checkpoint::run_checkpointer(&checkpoint_conn, &stop_checkpointer, &wanted)
+                checkpoint::run_checkpointer(
+                    &checkpoint_conn,
+                    &stop_checkpointer,
+                    &wanted,
+                    &watched,
+                )
             })
             .map_err(|e| OpenError::Start(format!("starting the checkpointer: {e}")))?;
         let reads = read_pool(&uri, config)?;
@@ -173,7 +192,15 @@ impl Store {
             writes,
             commits,
             thread,
-        } = writer::start(writer, restart)?;
+        } = writer::start(
+            writer,
+            {
+                let (uri, config) = (uri.clone(), config.clone());
+                Box::new(move || open_writer(&uri, &config))
+            },
+            Arc::clone(&health),
+            restart,
+        )?;
         Ok(Opened {
             store: Arc::new(Store {
                 path,
@@ -182,6 +209,7 @@ impl Store {
                 reads,
                 commits,
                 unanswered: Arc::default(),
+                health,
                 _checkpointer: checkpointer,
                 _lock: lock,
             }),
@@ -202,6 +230,20 @@ impl Store {
         wal.push("-wal");
         std::fs::metadata(wal).ok().map(|meta| meta.len())
     }
+}
+
+/// The writer's connection: configured, its temporary storage in memory, automatic
+/// checkpoints off (see [`checkpoint`]).
+fn open_writer(uri: &str, config: &StoreConfig) -> Result<Connection, OpenError> {
+    let conn = open_connection(uri).map_err(|e| OpenError::File {
+        path: PathBuf::from(uri),
+        source: Box::new(e),
+    })?;
+    configure(&conn, config)?;
+    keep_temp_in_memory(&conn)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(|e| OpenError::Setup(format!("turning off automatic checkpoints: {e}")))?;
+    Ok(conn)
 }
 
 /// The readers: query-only connections, configured and verified like the writer's.
@@ -395,6 +437,13 @@ impl TaskStore for Store {
 
     fn maintain(&self) -> Result<(), StoreError> {
         self.checkpoint().map_err(classify)
+    }
+
+    fn health(&self) -> Result<(), StoreError> {
+        match self.health.problem() {
+            Some(problem) => Err(problem.to_store_error()),
+            None => Ok(()),
+        }
     }
 
     fn subscribe(&self) -> Receiver<()> {

@@ -177,7 +177,7 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
                 }
                 Err(error) => {
                     registered.forget(&shared.inflight);
-                    log::error!("claiming jobs: {error}");
+                    log::log!(error.log_level(), "claiming jobs: {error}");
                 }
             }
         }
