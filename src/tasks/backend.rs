@@ -8,7 +8,9 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
 
-use super::model::{CancelEffect, Claim, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect};
+use super::model::{
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+};
 use crate::auth::Identity;
 use crate::later::Later;
 
@@ -62,9 +64,11 @@ pub struct Finished {
 /// `renew_leases`, `set_status_message`) are fenced by the claim's token: once a lease
 /// is taken over, the old holder's writes change nothing. Terminal tasks never change.
 pub trait TaskStore: Send + Sync {
-    /// Creates a task with its first job, or returns the live task that already holds
-    /// its idempotency key. The answer arrives after commit, without blocking the caller.
-    fn create(&self, task: NewTask) -> Later<Result<TaskRow, StoreError>>;
+    /// Creates a task with its first job. With an idempotency key (per identity, across
+    /// tools), the live task that already holds the key answers instead when it has the
+    /// same tool and arguments digest, and a conflict when not (nothing is stored). The
+    /// answer arrives after commit, without blocking the caller.
+    fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>>;
     /// The task, if it exists, has not expired, and is bound to `identity`. Unknown,
     /// expired and foreign tasks are indistinguishable.
     fn find_authorized(

@@ -70,7 +70,7 @@ use crate::config::StoreConfig;
 use crate::later::Later;
 use crate::tasks::backend::{ClaimRequest, Finished, OnClaim, StoreError, TaskStore};
 use crate::tasks::model::{
-    CancelEffect, Claim, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
 };
 
 /// Why the store did not open. The messages are the ones operators know from the log.
@@ -256,7 +256,7 @@ fn claim_noting(
 }
 
 impl TaskStore for Store {
-    fn create(&self, task: NewTask) -> Later<Result<TaskRow, StoreError>> {
+    fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
         self.create_later(task)
     }
 
@@ -430,6 +430,7 @@ pub(crate) mod tests {
             backoff_ms: 10,
             timeout_ms: 60_000,
             idempotency_key: None,
+            arguments_digest: None,
         }
     }
 

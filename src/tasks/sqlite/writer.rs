@@ -15,7 +15,7 @@ use super::sql::create::{create_task, create_tasks};
 use super::{classify, OpenError, Store};
 use crate::later::{later, Fulfil, Later};
 use crate::tasks::backend::StoreError;
-use crate::tasks::model::{NewTask, TaskRow};
+use crate::tasks::model::{Created, NewTask};
 
 /// Most writes committed together in one transaction.
 const MAX_BATCH: usize = 256;
@@ -90,7 +90,7 @@ pub(super) enum Write {
 
 pub(super) struct Creation {
     task: NewTask,
-    fulfil: Fulfil<Result<TaskRow, StoreError>>,
+    fulfil: Fulfil<Result<Created, StoreError>>,
     owed: Owed,
 }
 
@@ -176,7 +176,7 @@ impl Store {
     /// Creates a task in the writer's next transaction without blocking the caller,
     /// like [`Store::write_later`]. Creations without an idempotency key that meet in a
     /// batch go in with one multi-row `INSERT` per table ([`create_tasks`]).
-    pub(super) fn create_later(&self, task: NewTask) -> Later<Result<TaskRow, StoreError>> {
+    pub(super) fn create_later(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
         if task.idempotency_key.is_some() {
             return self.write_later(move |conn| create_task(conn, &task));
         }
@@ -254,8 +254,8 @@ impl Batch {
             .map(|creation| (creation.task, (creation.fulfil, creation.owed)))
             .unzip();
         let together = run_in_savepoint(conn, |conn| create_tasks(conn, &tasks));
-        let outcomes: Vec<rusqlite::Result<TaskRow>> = match together {
-            Ok(rows) => rows.into_iter().map(Ok).collect(),
+        let outcomes: Vec<rusqlite::Result<Created>> = match together {
+            Ok(rows) => rows.into_iter().map(|row| Ok(Created::Task(row))).collect(),
             Err(error) => {
                 log::warn!(
                     "creating {} tasks together: {error}; one by one",
@@ -421,9 +421,13 @@ mod tests {
         let (done, outcomes) = crossbeam_channel::unbounded();
         for (index, id) in ["first", "twin", "first", "last"].into_iter().enumerate() {
             let done = done.clone();
-            store
-                .create_later(task_at(id, 1))
-                .then(move |outcome| done.send((index, outcome.map(|row| row.id))).unwrap());
+            store.create_later(task_at(id, 1)).then(move |outcome| {
+                let id = outcome.map(|created| match created {
+                    Created::Task(row) => row.id,
+                    Created::KeyInUse(conflict) => panic!("no key: {conflict:?}"),
+                });
+                done.send((index, id)).unwrap()
+            });
         }
         release.send(()).unwrap();
         holder.then(|_| {});
