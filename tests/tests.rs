@@ -11,6 +11,7 @@
 //! - [`demo_tools`]: the demo tools of the embedded default configuration;
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
+//! - [`fair_workers`]: a tool at its `max_concurrency` never starves the others;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications.
 //!
@@ -24,6 +25,7 @@ mod common;
 mod command_tools;
 mod demo_tools;
 mod durable_tasks;
+mod fair_workers;
 mod listen_streams;
 mod notifications;
 mod robustness;

@@ -161,7 +161,7 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
         let mut claimed = 0;
         if idle > 0 {
             let (request, registered) =
-                inflight::registering(&shared.inflight, idle, shared.lease_ms);
+                inflight::registering(&shared.inflight, &shared.tools, idle, shared.lease_ms);
             let claimed_now = shared.store.claim(request);
             match claimed_now {
                 Ok(claims) => {
