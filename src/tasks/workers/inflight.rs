@@ -230,3 +230,62 @@ pub(super) fn registering(
     };
     (request, registered)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::{Outcome, ToolSpec};
+
+    fn claim_of(task_id: &str, tool: &str) -> Claim {
+        Claim {
+            task_id: task_id.into(),
+            token: format!("{task_id}-token"),
+            attempt: 1,
+            deadline: i64::MAX,
+            tool: tool.into(),
+            origin: Vec::new(),
+            input_responses: "{}".into(),
+            tool_state: None,
+        }
+    }
+
+    #[test]
+    fn a_claimed_jobs_slot_is_freed_when_its_run_ends_or_its_claim_does_not_commit() {
+        let mut tools = Registry::default();
+        let schema = json!({"type": "object"});
+        let mut limited = ToolSpec::new("limited", "one at a time", schema.clone());
+        limited.max_concurrency = Some(1);
+        let run = |_: &mut crate::tools::Invocation<'_>| Outcome::Cancelled;
+        tools.register(limited, Arc::new(run)).unwrap();
+        tools
+            .register(ToolSpec::new("free", "unbounded", schema), Arc::new(run))
+            .unwrap();
+        let (tools, inflight) = (Arc::new(tools), Arc::new(Inflight::default()));
+
+        let (mut request, registered) = registering(&inflight, &tools, 4, 1000);
+        assert!(request.claimant.saturated().is_empty());
+        assert!(request.claimant.take(&claim_of("a", "limited")));
+        assert_eq!(request.claimant.saturated(), vec!["limited".to_owned()]);
+        assert!(!request.claimant.take(&claim_of("b", "limited")), "no slot");
+        assert!(request.claimant.take(&claim_of("c", "free")));
+        assert!(
+            request.claimant.take(&claim_of("d", "gone")),
+            "no longer served"
+        );
+        assert_eq!(inflight.len(), 3);
+        // The claim did not commit: its attempts never run, and the slot is free.
+        registered.forget(&inflight);
+        assert!(inflight.is_empty());
+        assert!(tools.saturated().is_empty());
+
+        // A run that ends frees its slot, even while its control is still held.
+        let (mut request, _) = registering(&inflight, &tools, 1, 1000);
+        assert!(request.claimant.take(&claim_of("e", "limited")));
+        let control = inflight.get("e", "e-token").unwrap();
+        assert_eq!(tools.saturated(), vec!["limited".to_owned()]);
+        control.release_slot();
+        assert!(tools.saturated().is_empty());
+    }
+}
