@@ -32,8 +32,11 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
             ))
         });
     let finish = execute(shared, &claim, &control);
-    // Before the commit, which may claim this worker's next job of the same tool.
-    control.release_slot();
+    // Before the commit, which may claim this worker's next job of the same tool; idle
+    // workers may take the tool's queued jobs too, so the dispatcher is told.
+    if control.release_slot() {
+        let _ = shared.wake.try_send(());
+    }
     let lease = Lease {
         task_id: claim.task_id.clone(),
         token: claim.token.clone(),

@@ -49,10 +49,10 @@ impl AttemptControl {
         }
     }
 
-    /// Frees the tool's concurrency slot: the run is over.
-    pub(super) fn release_slot(&self) {
+    /// Frees the tool's concurrency slot: the run is over. `true` if it held one.
+    pub(super) fn release_slot(&self) -> bool {
         let slot = self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
-        drop(slot);
+        slot.is_some()
     }
 
     /// Asks the attempt to stop (the first reason wins).
@@ -285,7 +285,8 @@ mod tests {
         assert!(request.claimant.take(&claim_of("e", "limited")));
         let control = inflight.get("e", "e-token").unwrap();
         assert_eq!(tools.saturated(), vec!["limited".to_owned()]);
-        control.release_slot();
+        assert!(control.release_slot());
         assert!(tools.saturated().is_empty());
+        assert!(!control.release_slot(), "once");
     }
 }
