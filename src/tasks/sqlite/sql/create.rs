@@ -148,7 +148,8 @@ pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<Create
 /// still be held by several tasks: one with the same tool and arguments answers.)
 fn key_holder(conn: &Connection, task: &NewTask, key: &str) -> rusqlite::Result<Option<Created>> {
     let mut statement = conn.prepare_cached(concat!(
-        "SELECT arguments_digest, origin, ",
+        // The origin only where it is needed: a key stored without its digest.
+        "SELECT arguments_digest, CASE WHEN arguments_digest IS NULL THEN origin END, ",
         task_columns!(),
         " FROM tasks WHERE endpoint = ?1 AND tenant = ?2 AND principal = ?3 \
          AND idempotency_key = ?4 AND (expires_at IS NULL OR expires_at > ?5)"
@@ -163,7 +164,7 @@ fn key_holder(conn: &Connection, task: &NewTask, key: &str) -> rusqlite::Result<
         ],
         |row| {
             let digest: Option<Vec<u8>> = row.get(0)?;
-            let origin: Vec<u8> = row.get(1)?;
+            let origin: Option<Vec<u8>> = row.get(1)?;
             Ok((digest, origin, task_row_at(row, 2)?))
         },
     )?;
@@ -174,7 +175,7 @@ fn key_holder(conn: &Connection, task: &NewTask, key: &str) -> rusqlite::Result<
             conflict.get_or_insert(KeyConflict::OtherTool(existing.tool));
             continue;
         }
-        let digest = digest.or_else(|| stored_arguments_digest(&origin));
+        let digest = digest.or_else(|| stored_arguments_digest(origin.as_deref()?));
         if digest.is_some() && digest == task.arguments_digest {
             return Ok(Some(Created::Task(existing)));
         }
