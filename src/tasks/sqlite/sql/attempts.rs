@@ -21,7 +21,9 @@ const CLAIM_OLDEST: &str = "UPDATE jobs SET state = 'running', attempt = attempt
 /// queued jobs of a saturated tool: each claim would read them all); instead it visits
 /// `jobs_queued_by_tool` one tool at a time: one seek to find each queued tool, one to
 /// find its oldest ready job. The cost grows with the number of tools that have queued
-/// jobs, not with the number of jobs.
+/// jobs, not with the number of jobs. (Measured with 100 000 queued jobs of a saturated
+/// tool and 2 000 of ten others, release build: 60-150 µs per claim this way, against
+/// 100-145 ms filtering `jobs_ready`; an unsaturated claim stays one seek, ~14 µs.)
 const CLAIM_OLDEST_EXCEPT: &str = "UPDATE jobs SET state = 'running', attempt = attempt + 1, \
      lease_token = ?2, lease_expires = ?1 + ?3, deadline = ?1 + timeout_ms \
      WHERE task_id = ( \
