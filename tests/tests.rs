@@ -12,6 +12,7 @@
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
 //! - [`reaping`]: descendants of command tools that leave their process group;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
+//! - [`fair_workers`]: a tool at its `max_concurrency` never starves the others;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
 //! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery.
@@ -27,6 +28,7 @@ mod common;
 mod command_tools;
 mod demo_tools;
 mod durable_tasks;
+mod fair_workers;
 mod hardening;
 mod listen_streams;
 mod notifications;

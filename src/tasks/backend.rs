@@ -8,7 +8,9 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
 
-use super::model::{CancelEffect, Claim, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect};
+use super::model::{
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+};
 use crate::auth::Identity;
 use crate::later::Later;
 
@@ -61,16 +63,25 @@ impl StoreError {
     }
 }
 
-/// Runs inside the claiming transaction, once per claim, before it commits.
-pub type OnClaim = Box<dyn FnMut(&Claim) + Send>;
+/// The claiming side of a claim, consulted inside the claiming transaction.
+pub trait Claimant: Send {
+    /// Tools whose jobs must stay queued for now (at their concurrency limit); asked
+    /// before each job. Their queued jobs are passed over without being read.
+    fn saturated(&self) -> Vec<String>;
+    /// Takes a claimed job before the claim commits: its tool's concurrency slot, and
+    /// the attempt's registration where cancellations look for it (a `tasks/cancel`
+    /// that sees the job running — it serializes with the claim — always finds the
+    /// attempt). `false` when the tool has no free slot after all (an inline call took
+    /// it meanwhile): the job stays queued as if never claimed, and its tool is passed
+    /// over for the rest of this claim.
+    fn take(&mut self, claim: &Claim) -> bool;
+}
 
-/// Which ready jobs to claim, and what to do with each before the claim commits.
+/// Which ready jobs to claim, and who takes each before the claim commits.
 pub struct ClaimRequest {
     pub limit: usize,
     pub lease_ms: i64,
-    /// Registers the attempt where cancellations look for it: a `tasks/cancel` that sees
-    /// the job running (it serializes with the claim) always finds the attempt.
-    pub on_claim: OnClaim,
+    pub claimant: Box<dyn Claimant>,
 }
 
 /// What a fenced [`TaskStore::finish`] did.
@@ -88,9 +99,11 @@ pub struct Finished {
 /// `renew_leases`, `set_status_message`) are fenced by the claim's token: once a lease
 /// is taken over, the old holder's writes change nothing. Terminal tasks never change.
 pub trait TaskStore: Send + Sync {
-    /// Creates a task with its first job, or returns the live task that already holds
-    /// its idempotency key. The answer arrives after commit, without blocking the caller.
-    fn create(&self, task: NewTask) -> Later<Result<TaskRow, StoreError>>;
+    /// Creates a task with its first job. With an idempotency key (per identity, across
+    /// tools), the live task that already holds the key answers instead when it has the
+    /// same tool and arguments digest, and a conflict when not (nothing is stored). The
+    /// answer arrives after commit, without blocking the caller.
+    fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>>;
     /// The task, if it exists, has not expired, and is bound to `identity`. Unknown,
     /// expired and foreign tasks are indistinguishable.
     fn find_authorized(
@@ -115,7 +128,8 @@ pub trait TaskStore: Send + Sync {
     ) -> Result<UpdateEffect, StoreError>;
     /// `tasks/cancel`: records durable intent.
     fn cancel(&self, identity: &Identity, task_id: &str) -> Result<CancelEffect, StoreError>;
-    /// Claims ready jobs, each with a fresh fencing token and lease.
+    /// Claims up to `limit` ready jobs, oldest first, each with a fresh fencing token
+    /// and lease, passing over the jobs of saturated tools (see [`Claimant`]).
     fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError>;
     /// Records an attempt's outcome (fenced), and in the same write claims the jobs of
     /// `then_claim`: a busy worker goes from job to job with one commit each.

@@ -8,7 +8,10 @@ use crossbeam_channel::Sender;
 use serde_json::{json, Map, Value};
 
 use super::backend::{StoreError, TaskStore};
-use super::model::{CancelEffect, NewTask, Origin, Stats, TaskRow, UpdateEffect};
+use super::model::{
+    arguments_digest, CancelEffect, Created, KeyConflict, NewTask, Origin, Stats, TaskRow,
+    UpdateEffect,
+};
 use super::payload_gate::PayloadGate;
 use super::workers::Inflight;
 use crate::auth::Identity;
@@ -42,6 +45,20 @@ pub struct TaskService {
     wake: Sender<()>,
     /// Large payloads being read into answers at once.
     payloads: PayloadGate,
+}
+
+/// The answer to a submission whose idempotency key is held by another tool's task, or
+/// by a task with other arguments (it names the key, which the client chose).
+fn key_in_use(key: &str, conflict: KeyConflict) -> RpcError {
+    let key = Value::String(key.to_owned());
+    RpcError::invalid_params(match conflict {
+        KeyConflict::OtherTool(tool) => {
+            format!("idempotency key {key} was already used for tool {tool:?}")
+        }
+        KeyConflict::OtherArguments => {
+            format!("idempotency key {key} was already used with different arguments")
+        }
+    })
 }
 
 /// Seconds a client is asked to wait before retrying when the store cannot write.
@@ -134,6 +151,10 @@ impl TaskService {
             }
         };
         let wake = self.wake.clone();
+        let arguments_digest = idempotency_key
+            .is_some()
+            .then(|| arguments_digest(arguments));
+        let key = idempotency_key.clone();
         self.store
             .create(NewTask {
                 id,
@@ -148,9 +169,15 @@ impl TaskService {
                 backoff_ms: execution.backoff.as_millis() as i64,
                 timeout_ms: execution.timeout.as_millis() as i64,
                 idempotency_key,
+                arguments_digest,
             })
-            .map(move |row| {
-                let row = row.map_err(internal)?;
+            .map(move |created| {
+                let row = match created.map_err(internal)? {
+                    Created::Task(row) => row,
+                    Created::KeyInUse(conflict) => {
+                        return Err(key_in_use(key.as_deref().unwrap_or_default(), conflict))
+                    }
+                };
                 let _ = wake.try_send(());
                 let mut result = task_fields(&row);
                 result["resultType"] = json!("task");

@@ -76,9 +76,9 @@ use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::config::StoreConfig;
 use crate::later::Later;
-use crate::tasks::backend::{ClaimRequest, Finished, OnClaim, StoreError, TaskStore};
+use crate::tasks::backend::{ClaimRequest, Finished, StoreError, TaskStore};
 use crate::tasks::model::{
-    CancelEffect, Claim, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
 };
 
 /// Why the store did not open. The messages are the ones operators know from the log.
@@ -282,23 +282,25 @@ fn fresh_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// Claims up to `limit` ready jobs inside a write, handing each to `on_claim` before the
-/// write commits (see [`ClaimRequest::on_claim`]).
-fn claim_noting(
-    conn: &Connection,
-    limit: usize,
-    lease_ms: i64,
-    on_claim: &mut OnClaim,
-) -> rusqlite::Result<Vec<Claim>> {
-    let claims = attempts::claim(conn, limit, now_ms(), lease_ms, fresh_token)?;
-    for claim in &claims {
-        on_claim(claim);
-    }
-    Ok(claims)
+/// Runs a [`ClaimRequest`] inside a write.
+fn claim(conn: &Connection, request: ClaimRequest) -> rusqlite::Result<Vec<Claim>> {
+    let ClaimRequest {
+        limit,
+        lease_ms,
+        mut claimant,
+    } = request;
+    attempts::claim(
+        conn,
+        limit,
+        now_ms(),
+        lease_ms,
+        fresh_token,
+        claimant.as_mut(),
+    )
 }
 
 impl TaskStore for Store {
-    fn create(&self, task: NewTask) -> Later<Result<TaskRow, StoreError>> {
+    fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
         self.create_later(task)
     }
 
@@ -336,12 +338,7 @@ impl TaskStore for Store {
     }
 
     fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError> {
-        let ClaimRequest {
-            limit,
-            lease_ms,
-            mut on_claim,
-        } = request;
-        self.write(move |conn| claim_noting(conn, limit, lease_ms, &mut on_claim))
+        self.write(move |conn| claim(conn, request))
     }
 
     fn finish(
@@ -353,9 +350,7 @@ impl TaskStore for Store {
         self.write(move |conn| {
             let applied = attempts::finish(conn, &lease.task_id, &lease.token, outcome, now_ms())?;
             let next = match then_claim {
-                Some(mut next) => {
-                    claim_noting(conn, next.limit, next.lease_ms, &mut next.on_claim)?
-                }
+                Some(next) => claim(conn, next)?,
                 None => Vec::new(),
             };
             Ok(Finished { applied, next })
@@ -493,6 +488,7 @@ pub(crate) mod tests {
             backoff_ms: 10,
             timeout_ms: 60_000,
             idempotency_key: None,
+            arguments_digest: None,
         }
     }
 

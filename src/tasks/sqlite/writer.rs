@@ -31,7 +31,7 @@ use super::sql::create::{create_task, create_tasks};
 use super::{classify, OpenError, Store};
 use crate::later::{later, Fulfil, Later};
 use crate::tasks::backend::StoreError;
-use crate::tasks::model::{NewTask, TaskRow};
+use crate::tasks::model::{Created, NewTask};
 
 /// Most writes committed together in one transaction.
 const MAX_BATCH: usize = 256;
@@ -141,7 +141,7 @@ pub(super) enum Write {
 
 pub(super) struct Creation {
     task: NewTask,
-    fulfil: Fulfil<Result<TaskRow, StoreError>>,
+    fulfil: Fulfil<Result<Created, StoreError>>,
     owed: Owed,
 }
 
@@ -235,7 +235,7 @@ impl Store {
     /// Creates a task in the writer's next transaction without blocking the caller,
     /// like [`Store::write_later`]. Creations without an idempotency key that meet in a
     /// batch go in with one multi-row `INSERT` per table ([`create_tasks`]).
-    pub(super) fn create_later(&self, task: NewTask) -> Later<Result<TaskRow, StoreError>> {
+    pub(super) fn create_later(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
         if task.idempotency_key.is_some() {
             return self.write_later(move |conn| create_task(conn, &task));
         }
@@ -346,11 +346,14 @@ impl Batch {
             .into_iter()
             .map(|creation| (creation.task, (creation.fulfil, creation.owed)))
             .unzip();
-        let outcomes: Vec<Ran<TaskRow>> = if let Some(broken) = &self.broken {
+        let outcomes: Vec<Ran<Created>> = if let Some(broken) = &self.broken {
             tasks.iter().map(|_| Err(broken.clone())).collect()
         } else {
             match run_in_savepoint(conn, |conn| create_tasks(conn, &tasks)) {
-                Ok(rows) => rows.into_iter().map(|row| Ok(Ok(row))).collect(),
+                Ok(rows) => rows
+                    .into_iter()
+                    .map(|row| Ok(Ok(Created::Task(row))))
+                    .collect(),
                 Err(error) if conn.is_autocommit() => {
                     let broken = Problem::of(&error);
                     self.broken = Some(broken.clone());
@@ -677,7 +680,7 @@ fn refuse_into(write: Write, problem: &Problem, completions: &mut Vec<Completion
             let Creation { fulfil, owed, .. } = *creation;
             let refused = problem.clone();
             completions.push(Completion::Continue(Box::new(move |batch| {
-                fulfil.fulfil(settle::<TaskRow>(batch, Err(refused)));
+                fulfil.fulfil(settle::<Created>(batch, Err(refused)));
                 drop(owed);
             })));
         }
@@ -724,9 +727,13 @@ mod tests {
         let (done, outcomes) = crossbeam_channel::unbounded();
         for (index, id) in ["first", "twin", "first", "last"].into_iter().enumerate() {
             let done = done.clone();
-            store
-                .create_later(task_at(id, 1))
-                .then(move |outcome| done.send((index, outcome.map(|row| row.id))).unwrap());
+            store.create_later(task_at(id, 1)).then(move |outcome| {
+                let id = outcome.map(|created| match created {
+                    Created::Task(row) => row.id,
+                    Created::KeyInUse(conflict) => panic!("no key: {conflict:?}"),
+                });
+                done.send((index, id)).unwrap()
+            });
         }
         release.send(()).unwrap();
         holder.then(|_| {});

@@ -24,14 +24,25 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
     let control = shared
         .inflight
         .get(&claim.task_id, &claim.token)
-        .unwrap_or_else(|| Arc::new(AttemptControl::new(claim.token.clone(), claim.deadline)));
+        .unwrap_or_else(|| {
+            Arc::new(AttemptControl::new(
+                claim.token.clone(),
+                claim.deadline,
+                None,
+            ))
+        });
     let finish = execute(shared, &claim, &control);
+    // Before the commit, which may claim this worker's next job of the same tool; idle
+    // workers may take the tool's queued jobs too, so the dispatcher is told.
+    if control.release_slot() {
+        let _ = shared.wake.try_send(());
+    }
     let lease = Lease {
         task_id: claim.task_id.clone(),
         token: claim.token.clone(),
     };
     let claim_next = !shared.stopping.load(Ordering::Acquire);
-    let (next, registered) = registering(&shared.inflight, 1, shared.lease_ms);
+    let (next, registered) = registering(&shared.inflight, &shared.tools, 1, shared.lease_ms);
     let committed = shared
         .store
         .finish(lease.clone(), finish.clone(), claim_next.then_some(next));
