@@ -4,7 +4,6 @@
 //! reader who keeps up, and a client that stops reading gets an error answer, then the
 //! end of the stream.
 
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 

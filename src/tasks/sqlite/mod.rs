@@ -39,6 +39,7 @@
 //!   dropped a shared lock with two `fcntl` calls.) No other process can open the
 //!   database while the server runs; `GET /metrics` shows its state.
 
+mod backup;
 mod checkpoint;
 mod connection;
 mod migrations;
@@ -60,17 +61,19 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 use serde_json::{Map, Value};
 
+pub use self::backup::verify_database_file;
 use self::connection::{
     configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
-use self::sql::{attempts, client, upkeep};
+use self::sql::{admin, attempts, client, upkeep};
 use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::config::StoreConfig;
 use crate::later::Later;
 use crate::tasks::backend::{ClaimRequest, Finished, OnClaim, StoreError, TaskStore};
 use crate::tasks::model::{
-    CancelEffect, Claim, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+    CancelEffect, Claim, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail, TaskDetail,
+    TaskFilter, TaskRow, TaskSummary, UpdateEffect,
 };
 
 /// Why the store did not open. The messages are the ones operators know from the log.
@@ -385,6 +388,50 @@ impl TaskStore for Store {
 
     fn subscribe(&self) -> Receiver<()> {
         self.commits.clone()
+    }
+
+    fn list_tasks(
+        &self,
+        filter: &TaskFilter,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskSummary>, StoreError> {
+        let conn = self.read()?;
+        admin::list_tasks(&conn, filter, before, limit).map_err(classify)
+    }
+
+    fn task_detail(&self, task_id: &str) -> Result<Option<TaskDetail>, StoreError> {
+        let conn = self.read()?;
+        // One snapshot for the task, its job and its attempts.
+        conn.execute_batch("BEGIN").map_err(classify)?;
+        let detail = admin::task_detail(&conn, task_id);
+        let ended = conn.execute_batch("COMMIT");
+        let detail = detail.map_err(classify)?;
+        ended.map_err(classify)?;
+        Ok(detail)
+    }
+
+    fn admin_cancel(&self, task_id: &str) -> Result<CancelEffect, StoreError> {
+        let id = task_id.to_owned();
+        self.write(move |conn| admin::cancel(conn, &id, now_ms()))
+    }
+
+    fn rerun_source(&self, task_id: &str) -> Result<Option<RerunSource>, StoreError> {
+        let conn = self.read()?;
+        admin::rerun_source(&conn, task_id).map_err(classify)
+    }
+
+    fn stats_detail(&self) -> Result<StatsDetail, StoreError> {
+        let conn = self.read()?;
+        admin::stats_detail(&conn, now_ms()).map_err(classify)
+    }
+
+    fn backup_to(
+        &self,
+        destination: &Path,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), StoreError> {
+        self.backup_into(destination, progress)
     }
 
     fn wait_for_continuations(&self, limit: Duration) -> bool {

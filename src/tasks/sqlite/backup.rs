@@ -1,0 +1,111 @@
+//! Online backup through SQLite's backup API, and the check every copy passes before
+//! it counts as a backup (or is restored).
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::backup::{Backup, StepResult};
+use rusqlite::{Connection, OpenFlags};
+
+use super::migrations::{migrations, SCHEMA};
+use super::{classify, Store};
+use crate::tasks::backend::StoreError;
+
+/// Pages copied per step: between steps the progress callback runs.
+const PAGES_PER_STEP: i32 = 1024;
+
+impl Store {
+    /// Copies the database into `destination` (a new file) and verifies the copy.
+    ///
+    /// The copy is one snapshot: a read transaction stays open on the source for the
+    /// whole copy, so the writer keeps committing (WAL readers never block it) and no
+    /// step sees a change (which would restart the backup). `progress` gets (pages
+    /// copied, pages in all) after each step.
+    pub(super) fn backup_into(
+        &self,
+        destination: &Path,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), StoreError> {
+        let source = self.read()?;
+        source.execute_batch("BEGIN").map_err(classify)?;
+        let copied = source
+            .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |_| Ok(()))
+            .and_then(|()| copy_snapshot(&source, destination, progress));
+        // Ends the read transaction either way; the connection goes back to the pool.
+        let ended = source.execute_batch("COMMIT");
+        copied.and(ended).map_err(classify)?;
+        verify_database_file(destination)
+            .map_err(|why| StoreError::Corrupt(format!("the backup copy: {why}").into()))
+    }
+}
+
+fn copy_snapshot(
+    source: &Connection,
+    destination: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> rusqlite::Result<()> {
+    let mut copy = Connection::open_with_flags(
+        destination,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+    )?;
+    {
+        let backup = Backup::new(source, &mut copy)?;
+        loop {
+            let step = backup.step(PAGES_PER_STEP)?;
+            let state = backup.progress();
+            let total = state.pagecount.max(0) as u64;
+            progress(total.saturating_sub(state.remaining.max(0) as u64), total);
+            match step {
+                StepResult::Done => break,
+                StepResult::More => {}
+                // Only the destination can be busy (nobody else knows its name yet).
+                _ => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+    // One self-contained file: the source's WAL mode came along with its header.
+    copy.query_row("PRAGMA journal_mode = DELETE", [], |_| Ok(()))?;
+    Ok(())
+}
+
+/// Opens `path` read-only and checks that it is an intact task store this binary can
+/// open: `PRAGMA integrity_check` passes, its schema version is one this binary knows,
+/// and it has the task tables.
+pub fn verify_database_file(path: &Path) -> Result<(), String> {
+    if !path.is_file() {
+        return Err(format!("{} is not a file", path.display()));
+    }
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut statement = conn
+        .prepare("PRAGMA integrity_check")
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let problems = statement
+        .query_map([], |row| row.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if problems != ["ok"] {
+        return Err(format!(
+            "{} fails the integrity check: {}",
+            path.display(),
+            problems.join("; ")
+        ));
+    }
+    let version: u32 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let known = migrations(SCHEMA)?.len() as u32;
+    if version == 0 || version > known {
+        return Err(format!(
+            "{} is not a task store this version can open (schema version {version}, \
+             this binary knows 1 to {known})",
+            path.display()
+        ));
+    }
+    for table in ["tasks", "jobs", "attempts", "outbox"] {
+        // Preparing is enough: it fails when the table is missing.
+        conn.prepare(&format!("SELECT 1 FROM {table} LIMIT 1"))
+            .map_err(|e| format!("{}: table {table}: {e}", path.display()))?;
+    }
+    Ok(())
+}
