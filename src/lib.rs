@@ -16,6 +16,7 @@
 //!        │    └─ upkeep               outbox relay, janitor, start-up recovery
 //!        └─ notifications             subscriptions/listen streams
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
+//! ops         operators: admin socket, `tasks`/`stats`/`backup`/`restore` commands
 //! auth, config, clock, later, server (assembly and lifecycle)
 //! ```
 
@@ -28,6 +29,7 @@ pub mod handlers;
 pub mod later;
 pub mod metrics;
 pub mod notifications;
+pub mod ops;
 pub mod protocol;
 pub mod server;
 pub mod tasks;

@@ -12,7 +12,8 @@
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
-//! - [`notifications`]: `subscriptions/listen` streams and task notifications.
+//! - [`notifications`]: `subscriptions/listen` streams and task notifications;
+//! - [`operator`]: the operator commands (`tasks`, `stats`, `backup`, `restore`).
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
 //! files here (`autotests = false`): a new area is a module declared below.
@@ -26,6 +27,7 @@ mod demo_tools;
 mod durable_tasks;
 mod listen_streams;
 mod notifications;
+mod operator;
 mod robustness;
 mod smoke;
 mod task_input;

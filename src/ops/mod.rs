@@ -1,0 +1,7 @@
+//! Running mcp-taskd as a service: the operator interface — an admin socket the server
+//! answers on ([`admin`]), the commands that use it or, with no server running, the
+//! database directly ([`cli`]), and backup and restore files ([`backup`]).
+
+pub mod admin;
+pub mod backup;
+pub mod cli;
