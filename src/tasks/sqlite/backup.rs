@@ -109,3 +109,86 @@ pub fn verify_database_file(path: &Path) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::tasks::sqlite::tests::fresh_store;
+    use crate::tasks::TaskStore;
+
+    #[test]
+    fn a_backup_taken_while_the_writer_commits_is_one_snapshot_that_never_restarts() {
+        let (dir, store) = fresh_store();
+        // About 3 000 pages: the copy takes several steps.
+        store
+            .write(|conn| {
+                conn.execute_batch(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) \
+                     INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, \
+                     created_at, updated_at, poll_interval_ms) \
+                     SELECT printf('%044d', i), '/mcp', 't', 'p', 'tool', randomblob(500), \
+                     'completed', 0, 0, 500 FROM n",
+                )
+            })
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let writing = {
+            let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut commits = 0;
+                while !stop.load(Ordering::Acquire) {
+                    store
+                        .write(|conn| {
+                            conn.execute(
+                                "INSERT INTO outbox (task_id, created_at) VALUES ('x', 1)",
+                                [],
+                            )
+                        })
+                        .unwrap();
+                    commits += 1;
+                }
+                commits
+            })
+        };
+        let copy = dir.path().join("copy.db");
+        let mut seen = Vec::new();
+        store
+            .backup_to(&copy, &mut |done, total| seen.push((done, total)))
+            .unwrap();
+        stop.store(true, Ordering::Release);
+        let commits = writing.join().unwrap();
+        assert!(commits > 0, "the writer committed during the backup");
+        assert!(seen.len() > 1, "the copy took several steps: {seen:?}");
+        assert!(
+            seen.windows(2).all(|pair| pair[0].0 < pair[1].0),
+            "progress only grows (no restart): {seen:?}"
+        );
+        let copied = Connection::open(&copy).unwrap();
+        let tasks: i64 = copied
+            .query_row("SELECT COUNT(*) FROM tasks", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(tasks, 20_000);
+        let mode: String = copied
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete", "the copy is one self-contained file");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_task_store_fails_verification() {
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("garbage");
+        std::fs::write(&garbage, b"not a database").unwrap();
+        assert!(verify_database_file(&garbage).is_err());
+        let empty = dir.path().join("empty.db");
+        Connection::open(&empty)
+            .unwrap()
+            .execute_batch("CREATE TABLE other (x)")
+            .unwrap();
+        let why = verify_database_file(&empty).unwrap_err();
+        assert!(why.contains("schema version 0"), "{why}");
+    }
+}
