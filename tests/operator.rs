@@ -335,3 +335,32 @@ fn restore_refuses_a_running_server_an_existing_store_without_force_and_a_bad_fi
     assert_eq!(listed_ids(&dir, &[]), vec![id]);
     assert!(!listed_ids(&dir, &[]).contains(&later));
 }
+
+#[test]
+fn a_restore_by_root_leaves_the_store_to_the_data_dirs_owner() {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root can give files away");
+        return;
+    }
+    let mut server = Server::start(CONFIG);
+    let dir = server.dir.clone();
+    let backup = dir.join("tasks.backup");
+    ok(&dir, &["backup", backup.to_str().unwrap()]);
+    assert!(server.terminate(Duration::from_secs(10)));
+    // A data dir owned by the service's user (here `nobody`), as StateDirectory= makes it.
+    let data_dir = dir.join("service-data");
+    std::fs::create_dir(&data_dir).unwrap();
+    std::os::unix::fs::chown(&data_dir, Some(65534), Some(65534)).unwrap();
+    let restored = run_on(&dir, &data_dir, &["restore", backup.to_str().unwrap()]);
+    assert!(
+        restored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restored.stderr)
+    );
+    for file in ["tasks.db", "lock"] {
+        let meta = std::fs::metadata(data_dir.join(file)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{file}");
+    }
+}

@@ -278,6 +278,7 @@ impl AdminSocket {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
+        super::backup::remove_leftover_staging_files(&admin.data_dir);
         let listener = UnixListener::bind(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let stopping = Arc::new(AtomicBool::new(false));
@@ -383,11 +384,21 @@ fn serve_one(stream: UnixStream, admin: &Admin) {
     let reply = match admin.handle(request, &mut report) {
         Ok(result) => json!({"result": result}),
         Err(why) => {
-            log::warn!("admin request {op} failed");
+            // Most refusals are the operator's (an unknown id); a failed backup is not.
+            if op == "backup" {
+                log::warn!("admin request {op} failed");
+            } else {
+                log::info!("admin request {op} refused");
+            }
             json!({"error": why})
         }
     };
-    let _ = answer(&stream, &reply);
+    if answer(&stream, &reply).is_err() {
+        // Nobody will move a backup whose client went away.
+        if let Some(staged) = reply["result"]["staged"].as_str() {
+            let _ = std::fs::remove_file(staged);
+        }
+    }
 }
 
 fn read_request(stream: &UnixStream) -> Result<Request, String> {

@@ -27,6 +27,21 @@ pub fn staging_file(data_dir: &Path) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
+/// Removes staging files that no client will move (their server or client died). Runs
+/// under the data-dir lock, when no backup can be under way.
+pub fn remove_leftover_staging_files(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("backup-") && name.ends_with(".partial") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Whether a server holds the data dir (its lock file is locked).
 pub fn server_running(data_dir: &Path) -> Result<bool, String> {
     let path = data_dir.join("lock");
@@ -142,8 +157,25 @@ pub fn restore(
             _ => {}
         }
     }
+    give_to_data_dir_owner(data_dir, &[&incoming, &lock_path])?;
     std::fs::rename(&incoming, &database).map_err(|e| format!("{}: {e}", database.display()))?;
     sync_parent(&database)?;
     drop(lock);
+    Ok(())
+}
+
+/// Run as root (the usual way to reach a service's data), gives `files` to the owner
+/// of the data dir: the server, running as that user, must be able to write them.
+fn give_to_data_dir_owner(data_dir: &Path, files: &[&Path]) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    let owner = std::fs::metadata(data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    for file in files {
+        std::os::unix::fs::chown(file, Some(owner.uid()), Some(owner.gid()))
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+    }
     Ok(())
 }
