@@ -17,6 +17,7 @@ use crate::handlers::{ServerInfo, Service};
 use crate::metrics::Metrics;
 use crate::notifications::Hub;
 use crate::ops::admin::{Admin, AdminSocket};
+use crate::ops::systemd::{Notifier, Serving};
 use crate::tasks::sqlite::{Opened, Store};
 use crate::tasks::upkeep::{self, Upkeep, UpkeepCounters};
 use crate::tasks::workers::{Inflight, WorkerPool};
@@ -130,10 +131,16 @@ pub fn run(config: Config) -> Result<(), String> {
         config.server.endpoint
     );
     log::info!("serving {} on {address}", config.server.endpoint);
+    let systemd = Notifier::ready(Serving {
+        address,
+        store: Arc::clone(&store),
+        inflight: Arc::clone(&inflight),
+    });
 
     wait_for_termination()?;
 
     log::info!("shutting down");
+    systemd.stopping();
     admin.stop();
     frontend.draining.store(true, Ordering::Release);
     hub.close_all();

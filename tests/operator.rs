@@ -346,6 +346,7 @@ fn a_restore_by_root_leaves_the_store_to_the_data_dirs_owner() {
     }
     let mut server = Server::start(CONFIG);
     let dir = server.dir.clone();
+    tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
     let backup = dir.join("tasks.backup");
     ok(&dir, &["backup", backup.to_str().unwrap()]);
     assert!(server.terminate(Duration::from_secs(10)));
@@ -359,8 +360,25 @@ fn a_restore_by_root_leaves_the_store_to_the_data_dirs_owner() {
         "{}",
         String::from_utf8_lossy(&restored.stderr)
     );
-    for file in ["tasks.db", "lock"] {
-        let meta = std::fs::metadata(data_dir.join(file)).unwrap();
-        assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{file}");
-    }
+    let owned_by_nobody = || {
+        for entry in std::fs::read_dir(&data_dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{entry:?}");
+        }
+    };
+    owned_by_nobody();
+    // A command that writes, with no server running, leaves no file to root either.
+    let ids = run_on(&dir, &data_dir, &["tasks", "list", "--json"]);
+    let id = json_lines(&String::from_utf8(ids.stdout).unwrap())[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rerun = run_on(&dir, &data_dir, &["tasks", "rerun", &id]);
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    owned_by_nobody();
 }

@@ -30,5 +30,6 @@ mod notifications;
 mod operator;
 mod robustness;
 mod smoke;
+mod systemd_notify;
 mod task_input;
 mod transport;

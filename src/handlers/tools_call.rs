@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use super::request_state::Binding;
 use super::tasks::tasks_required;
 use super::{complete, input_responses, object_param, Emitter, Reply, Request, Service};
+use crate::liveness;
 use crate::protocol::{LogLevel, RpcError, META_IDEMPOTENCY_KEY};
 use crate::tasks::Submission;
 use crate::tools::{Admission, Invocation, InvocationHost, Outcome, TaskPolicy};
@@ -92,7 +93,8 @@ impl Service {
             if as_task {
                 tool.tool.admit(&mut invocation)
             } else {
-                Admission::Answer(tool.tool.run(&mut invocation))
+                // The tool's timeout bounds the run: not a stall of this request thread.
+                Admission::Answer(liveness::unwatched(|| tool.tool.run(&mut invocation)))
             }
         }))
         .unwrap_or_else(|_| {

@@ -164,6 +164,18 @@ pub fn restore(
     Ok(())
 }
 
+/// After the CLI used the database itself: run as root, gives the store's files that
+/// exist to the data dir's owner (SQLite may have created its log as root).
+pub fn return_store_files(data_dir: &Path) -> Result<(), String> {
+    let files: Vec<PathBuf> = [DATABASE, SIDE_FILES[0], SIDE_FILES[1], "lock"]
+        .iter()
+        .map(|name| data_dir.join(name))
+        .filter(|path| path.exists())
+        .collect();
+    let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    give_to_data_dir_owner(data_dir, &files)
+}
+
 /// Run as root (the usual way to reach a service's data), gives `files` to the owner
 /// of the data dir: the server, running as that user, must be able to write them.
 fn give_to_data_dir_owner(data_dir: &Path, files: &[&Path]) -> Result<(), String> {

@@ -14,7 +14,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::admin::{ask, Admin, Request, SOCKET_NAME};
-use super::backup::{move_into_place, restore, server_running};
+use super::backup::{move_into_place, restore, return_store_files, server_running};
 use crate::clock::now_ms;
 use crate::config::Config;
 use crate::notifications::Hub;
@@ -331,13 +331,14 @@ fn offline(
     let admin = Admin {
         store,
         tasks,
-        data_dir,
+        data_dir: data_dir.clone(),
         worker_threads: None,
     };
     let result = admin.handle(request, progress);
     // Every store handle gone: the writer commits what is queued and ends.
     drop(admin);
     let _ = writer.join();
+    return_store_files(&data_dir)?;
     result
 }
 

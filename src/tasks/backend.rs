@@ -117,6 +117,8 @@ pub trait TaskStore: Send + Sync {
     fn prune_outbox(&self, upto: i64, limit: usize) -> Result<usize, StoreError>;
     /// Counts for the metrics page.
     fn stats(&self) -> Result<Stats, StoreError>;
+    /// Jobs waiting for a worker (backoff included), without reading the tasks.
+    fn queued_jobs(&self) -> Result<u64, StoreError>;
     /// Bytes of the store's log, if it has one (SQLite's WAL).
     fn log_bytes(&self) -> Option<u64>;
     /// Periodic maintenance that keeps the store's files bounded.

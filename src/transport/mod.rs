@@ -159,7 +159,9 @@ impl Frontend {
                 std::thread::Builder::new()
                     .name(format!("http-{index}"))
                     .spawn(move || {
+                        let heartbeat = crate::liveness::LIVENESS.register("http");
                         while let Ok(request) = server.recv() {
+                            let _working = heartbeat.working();
                             if frontend.draining.load(Ordering::Acquire) {
                                 let _ = request.respond(error_response(
                                     &Value::Null,

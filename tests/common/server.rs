@@ -1,6 +1,7 @@
 //! The process harness: starts the real binary on an ephemeral loopback port with a
 //! temporary (or given) data dir, and stops it gently, abruptly, or on drop.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,11 @@ impl Server {
 
     /// Starts the binary with its data in `dir` (reused across restarts).
     pub fn start_in(dir: &Path, config: &str) -> Server {
+        Server::start_in_with_env(dir, config, &[])
+    }
+
+    /// As [`Server::start_in`], with extra environment variables for the server.
+    pub fn start_in_with_env(dir: &Path, config: &str, env: &[(&str, &OsStr)]) -> Server {
         std::fs::create_dir_all(dir).expect("data dir");
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config).expect("write config");
@@ -39,6 +45,7 @@ impl Server {
             .arg("--data-dir")
             .arg(dir.join("data"))
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

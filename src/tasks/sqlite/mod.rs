@@ -378,6 +378,11 @@ impl TaskStore for Store {
         upkeep::stats(&conn, now_ms()).map_err(classify)
     }
 
+    fn queued_jobs(&self) -> Result<u64, StoreError> {
+        let conn = self.read()?;
+        upkeep::queued_jobs(&conn).map_err(classify)
+    }
+
     fn log_bytes(&self) -> Option<u64> {
         self.wal_bytes()
     }

@@ -333,7 +333,9 @@ fn run_writer(
     continuations: Sender<Continuations>,
     restart: &AtomicBool,
 ) {
+    let heartbeat = crate::liveness::LIVENESS.register("writer");
     while let Ok(first) = queue.recv() {
+        let _working = heartbeat.working();
         if let Err(error) = run_cached(&conn, "BEGIN IMMEDIATE") {
             // Dropping the write answers its caller "not committed".
             log::error!("could not begin a write transaction: {error}");

@@ -156,7 +156,9 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
     // Polling bounds the wait for jobs whose backoff ends without any other event.
     const POLL: Duration = Duration::from_millis(200);
+    let heartbeat = crate::liveness::LIVENESS.register("dispatcher");
     while !shared.stopping.load(Ordering::Acquire) {
+        let working = heartbeat.working();
         let idle = shared.idle.load(Ordering::Acquire);
         let mut claimed = 0;
         if idle > 0 {
@@ -179,6 +181,7 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
                 }
             }
         }
+        drop(working);
         if claimed == 0 || claimed == idle {
             let _ = woken.recv_timeout(POLL);
         }

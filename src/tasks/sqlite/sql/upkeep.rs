@@ -102,3 +102,13 @@ pub fn max_outbox_seq(conn: &Connection) -> rusqlite::Result<i64> {
         row.get(0)
     })
 }
+
+/// Jobs waiting for a worker (backoff included): a count over the `jobs_ready` index.
+pub fn queued_jobs(conn: &Connection) -> rusqlite::Result<u64> {
+    let count: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM jobs WHERE state = 'queued'",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(count.max(0) as u64)
+}
