@@ -469,7 +469,10 @@ fn print_task(task: &Value) {
         format!(
             "endpoint {}, tenant {}, principal {}",
             text(&task["endpoint"]),
-            text(&task["tenant"]),
+            match text(&task["tenant"]) {
+                tenant if tenant.is_empty() => "(none)".to_owned(),
+                tenant => tenant,
+            },
             text(&task["principal"])
         ),
     );
@@ -510,7 +513,7 @@ fn print_task(task: &Value) {
         for attempt in attempts {
             println!(
                 "  #{:<4}started {}  ended {}  outcome {}",
-                attempt["attempt"],
+                text(&attempt["attempt"]),
                 text(&attempt["startedAt"]),
                 text(&attempt["endedAt"]),
                 text(&attempt["outcome"])
