@@ -2,6 +2,7 @@
 //! it counts as a backup (or is restored).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rusqlite::backup::{Backup, StepResult};
@@ -27,6 +28,7 @@ impl Store {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), StoreError> {
         let source = self.read()?;
+        let _held = LongSnapshot::hold(&self.long_snapshots);
         source.execute_batch("BEGIN").map_err(classify)?;
         let copied = source
             .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |_| Ok(()))
@@ -36,6 +38,22 @@ impl Store {
         copied.and(ended).map_err(classify)?;
         verify_database_file(destination)
             .map_err(|why| StoreError::Corrupt(format!("the backup copy: {why}").into()))
+    }
+}
+
+/// Counts a long read transaction for as long as it lives (see `Store::long_snapshots`).
+struct LongSnapshot<'a>(&'a AtomicUsize);
+
+impl<'a> LongSnapshot<'a> {
+    fn hold(count: &'a AtomicUsize) -> LongSnapshot<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        LongSnapshot(count)
+    }
+}
+
+impl Drop for LongSnapshot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -114,6 +132,7 @@ pub fn verify_database_file(path: &Path) -> Result<(), String> {
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::time::Duration;
 
     use super::*;
     use crate::tasks::sqlite::tests::fresh_store;
@@ -175,6 +194,66 @@ mod tests {
             .query_row("PRAGMA journal_mode", [], |row| row.get(0))
             .unwrap();
         assert_eq!(mode, "delete", "the copy is one self-contained file");
+    }
+
+    #[test]
+    fn writes_are_not_held_up_while_a_backup_holds_its_snapshot() {
+        let (dir, store) = fresh_store();
+        let stop = Arc::new(AtomicBool::new(false));
+        let filler = "x".repeat(4000);
+        let writing = {
+            let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let (mut written, mut slowest) = (0usize, Duration::ZERO);
+                while !stop.load(Ordering::Acquire) {
+                    let row = filler.clone();
+                    let started = std::time::Instant::now();
+                    store
+                        .write(move |conn| {
+                            for _ in 0..25 {
+                                conn.execute(
+                                    "INSERT INTO outbox (task_id, created_at) VALUES (?1, 1)",
+                                    [&row],
+                                )?;
+                            }
+                            Ok(())
+                        })
+                        .unwrap();
+                    slowest = slowest.max(started.elapsed());
+                    written += 25 * filler.len();
+                }
+                (written, slowest)
+            })
+        };
+        // The snapshot stays open for as long as the copy runs: here until well past
+        // the WAL size at which the checkpointer asks the writer for a RESTART (which
+        // would wait for this snapshot), and the janitor's TRUNCATE.
+        let wal = dir.path().join("tasks.db-wal");
+        let mut held = false;
+        store
+            .backup_to(&dir.path().join("copy.db"), &mut |_, _| {
+                if !held {
+                    held = true;
+                    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+                    while std::fs::metadata(&wal).map_or(0, |m| m.len()) < 40 << 20
+                        && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    store.maintain().unwrap();
+                }
+            })
+            .unwrap();
+        stop.store(true, Ordering::Release);
+        let (written, slowest) = writing.join().unwrap();
+        assert!(
+            written > 20 << 20,
+            "the writer went on during the backup, past the WAL restart size ({written} bytes)"
+        );
+        assert!(
+            slowest < Duration::from_secs(2),
+            "a write waited {slowest:?} behind the backup's snapshot"
+        );
     }
 
     #[test]

@@ -30,7 +30,9 @@
 //!   16 MiB the writer runs a brief `RESTART` between two batches, so the
 //!   file is reused from its beginning (see [`checkpoint`]). `journal_size_limit`
 //!   caps the file after a restart, and the janitor runs `wal_checkpoint(TRUNCATE)`
-//!   periodically.
+//!   periodically. While a backup holds its snapshot (see [`backup`]) both are
+//!   skipped, since they would wait for it with the write lock held: the WAL grows for
+//!   the length of the backup instead.
 //! - **One server per data dir.** An exclusive lock on `data_dir/lock` is held for the
 //!   process lifetime, so recovery may treat every leased job it finds as orphaned.
 //!   Every connection also opens the database through SQLite's `unix-excl` VFS: the
@@ -50,7 +52,7 @@ mod writer;
 use std::error::Error;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -123,6 +125,9 @@ pub struct Store {
     commits: Receiver<()>,
     /// Continuations of [`Store::write_later`] and [`Store::create_later`] not run yet.
     unanswered: Arc<writer::Unanswered>,
+    /// Read transactions held open for long (backups): while there are any, the
+    /// checkpoints that wait for readers are skipped (the WAL grows meanwhile).
+    long_snapshots: Arc<AtomicUsize>,
     /// Dropped with the store: the checkpointer stops.
     _checkpointer: Sender<()>,
     _lock: File,
@@ -162,6 +167,7 @@ impl Store {
             .map_err(|e| OpenError::Setup(format!("turning off automatic checkpoints: {e}")))?;
         let (checkpointer, stop_checkpointer) = crossbeam_channel::bounded(0);
         let restart = Arc::new(AtomicBool::new(false));
+        let long_snapshots = Arc::new(AtomicUsize::new(0));
         let wanted = Arc::clone(&restart);
         let checkpoint_conn = open_connection(&uri).map_err(opening)?;
         configure(&checkpoint_conn, config)?;
@@ -176,7 +182,7 @@ impl Store {
             writes,
             commits,
             thread,
-        } = writer::start(writer, restart)?;
+        } = writer::start(writer, restart, Arc::clone(&long_snapshots))?;
         Ok(Opened {
             store: Arc::new(Store {
                 path,
@@ -185,6 +191,7 @@ impl Store {
                 reads,
                 commits,
                 unanswered: Arc::default(),
+                long_snapshots,
                 _checkpointer: checkpointer,
                 _lock: lock,
             }),

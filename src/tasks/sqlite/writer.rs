@@ -2,7 +2,7 @@
 //! transaction (group commit) and answers each caller only after `COMMIT`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -33,7 +33,11 @@ pub(super) struct Started {
 }
 
 /// Starts the writer thread on `conn`, with its completion threads.
-pub(super) fn start(conn: Connection, restart: Arc<AtomicBool>) -> Result<Started, OpenError> {
+pub(super) fn start(
+    conn: Connection,
+    restart: Arc<AtomicBool>,
+    long_snapshots: Arc<AtomicUsize>,
+) -> Result<Started, OpenError> {
     let (writes, queue) = crossbeam_channel::unbounded::<Write>();
     let (ping, pings) = crossbeam_channel::bounded(1);
     let (continuations, continued) = crossbeam_channel::unbounded();
@@ -49,7 +53,7 @@ pub(super) fn start(conn: Connection, restart: Arc<AtomicBool>) -> Result<Starte
     let thread = std::thread::Builder::new()
         .name("store-writer".into())
         .spawn(move || {
-            run_writer(conn, queue, ping, continuations, &restart);
+            run_writer(conn, queue, ping, continuations, &restart, &long_snapshots);
             // The writer dropped its end: the completion threads finish what is
             // queued and stop.
             for completer in completers {
@@ -324,14 +328,16 @@ fn run_continuations(batches: Receiver<Continuations>) {
 
 /// The writer loop: batch, commit, answer; between batches, restart the WAL when the
 /// checkpointer asks (the RESTART waits, within `busy_timeout`, only for readers still on
-/// an older snapshot — every read here is a short statement). Ends when every [`Store`]
-/// handle is gone.
+/// an older snapshot — every read here is a short statement). Not while a long snapshot
+/// is held (`long_snapshots`, a backup): the RESTART would wait for it, and every write
+/// behind it, for the whole `busy_timeout`. Ends when every [`Store`] handle is gone.
 fn run_writer(
     conn: Connection,
     queue: Receiver<Write>,
     ping: Sender<()>,
     continuations: Sender<Continuations>,
     restart: &AtomicBool,
+    long_snapshots: &AtomicUsize,
 ) {
     let heartbeat = crate::liveness::LIVENESS.register("writer");
     while let Ok(first) = queue.recv() {
@@ -375,7 +381,7 @@ fn run_writer(
         if committed {
             let _ = ping.try_send(());
         }
-        if restart.swap(false, Ordering::AcqRel) {
+        if restart.swap(false, Ordering::AcqRel) && long_snapshots.load(Ordering::Acquire) == 0 {
             let restarted = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
             if let Err(error) = restarted {
                 log::warn!("WAL restart: {error}");
