@@ -213,6 +213,12 @@ fn the_admin_socket_is_private_to_the_servers_user() {
     let mut answer = String::new();
     BufReader::new(&stream).read_line(&mut answer).unwrap();
     assert!(answer.contains("longer than"), "{answer}");
+    // So is one that is not a request.
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    stream.write_all(b"{\"op\":\"drop_tables\"}\n").unwrap();
+    let mut answer = String::new();
+    BufReader::new(&stream).read_line(&mut answer).unwrap();
+    assert!(answer.contains("not a valid request"), "{answer}");
 }
 
 #[test]

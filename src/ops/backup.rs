@@ -57,19 +57,25 @@ pub fn server_running(data_dir: &Path) -> Result<bool, String> {
     }
 }
 
-/// Moves the verified `staged` copy to `destination` (which must not exist): a rename
-/// when both are on one file system, else a copy that is synced before the staged
-/// file goes.
+/// Moves the verified `staged` copy to `destination`, which must not exist (checked
+/// atomically): a hard link when both are on one file system, else a copy that is
+/// synced before the staged file goes.
 pub fn move_into_place(
     staged: &Path,
     destination: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(), String> {
-    if destination.exists() {
-        return Err(format!("{} already exists", destination.display()));
-    }
-    if std::fs::rename(staged, destination).is_ok() {
-        return sync_parent(destination);
+    match std::fs::hard_link(staged, destination) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(staged);
+            return sync_parent(destination);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let _ = std::fs::remove_file(staged);
+            return Err(format!("{} already exists", destination.display()));
+        }
+        // Another file system (or one without links): copy.
+        Err(_) => {}
     }
     let copied = copy_synced(staged, destination, progress);
     let _ = std::fs::remove_file(staged);
