@@ -1,8 +1,8 @@
 //! Assembly and lifecycle: builds every stage from the configuration, serves until
 //! SIGTERM or SIGINT, then drains in order — stop admitting requests, close listen
 //! streams gracefully, let in-flight requests finish, give running task attempts their
-//! grace period (then release them to the queue), stop upkeep, and let the writer
-//! commit what is queued. Tasks are never failed or cancelled by a shutdown.
+//! grace period (then release them to the queue), kill what their programs left behind,
+//! stop upkeep, and let the writer commit what is queued. Tasks are never failed or cancelled by a shutdown.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -22,7 +22,7 @@ use crate::tasks::sqlite::{Opened, Store};
 use crate::tasks::upkeep::{self, Upkeep, UpkeepCounters};
 use crate::tasks::workers::{Inflight, WorkerPool};
 use crate::tasks::{TaskService, TaskStore};
-use crate::tools::{RegistrationError, Registry};
+use crate::tools::{command, RegistrationError, Registry};
 use crate::transport::{Frontend, OriginPolicy};
 
 /// Registers every tool, resource and prompt the configuration asks for. This is all
@@ -49,6 +49,11 @@ pub fn run(config: Config) -> Result<(), String> {
     let hub = Arc::new(Hub::new(config.notifications.clone()));
     let (tools, catalog) = build_catalog(&config, &hub).map_err(|e| e.to_string())?;
     let tools = Arc::new(tools);
+    // Before any program runs: descendants that leave their process group must come
+    // back to the server, not to init, to be found and killed when their run ends.
+    if !command::become_subreaper() {
+        log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
+    }
     let signer = StateSigner::open(data_dir, config.limits.request_state_ttl_ms)
         .map_err(|e| format!("request-state key in {}: {e}", data_dir.display()))?;
 
@@ -156,6 +161,9 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     frontend.wait_for_streams(Duration::from_secs(5));
     workers.shutdown(Duration::from_millis(config.workers.shutdown_grace_ms));
+    // Runs have ended (or been given up on): whatever they left behind goes too, even
+    // descendants whose run could not be told from their environment.
+    command::sweep_all();
     upkeep.stop();
     drop(frontend);
     drop(store);

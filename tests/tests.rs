@@ -10,6 +10,7 @@
 //! - [`robustness`]: hostile and broken input, and HTTP framing after a refusal;
 //! - [`demo_tools`]: the demo tools of the embedded default configuration;
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
+//! - [`reaping`]: descendants of command tools that leave their process group;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
@@ -28,6 +29,7 @@ mod durable_tasks;
 mod listen_streams;
 mod notifications;
 mod operator;
+mod reaping;
 mod robustness;
 mod smoke;
 mod systemd_notify;
