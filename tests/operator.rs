@@ -61,6 +61,24 @@ fn listed_ids(dir: &Path, args: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// Every task id in `data_dir` (listed with the configuration of `dir`).
+fn every_id(dir: &Path, data_dir: &Path) -> Vec<String> {
+    let listed = run_on(
+        dir,
+        data_dir,
+        &["tasks", "list", "--json", "--limit", "10000"],
+    );
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    json_lines(&String::from_utf8(listed.stdout).expect("utf-8 output"))
+        .iter()
+        .map(|task| task["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
 fn show(dir: &Path, id: &str, payload: bool) -> Value {
     let mut args = vec!["tasks", "show", id, "--json"];
     if payload {
@@ -129,6 +147,10 @@ fn list_show_cancel_rerun_and_stats_through_a_running_server() {
     // stats, while one attempt runs.
     let stats: Value = serde_json::from_str(&ok(&dir, &["stats", "--json"])).unwrap();
     assert_eq!(stats["tasksByStatus"]["completed"], 1);
+    assert_eq!(
+        stats["tasksByStatus"]["failed"], 0,
+        "every status is counted"
+    );
     assert_eq!(stats["tasksByTool"]["slow_compute"]["working"], 1);
     assert_eq!(stats["jobs"]["running"], 1);
     assert_eq!(stats["workers"]["busy"], 1);
@@ -285,15 +307,7 @@ fn a_backup_under_load_restores_every_acknowledged_task() {
         "{}",
         String::from_utf8_lossy(&restored.stderr)
     );
-    let listed = run_on(
-        &dir,
-        &fresh,
-        &["tasks", "list", "--json", "--limit", "10000"],
-    );
-    let found: HashSet<String> = json_lines(&String::from_utf8(listed.stdout).unwrap())
-        .iter()
-        .map(|task| task["id"].as_str().unwrap().to_owned())
-        .collect();
+    let found: HashSet<String> = every_id(&dir, &fresh).into_iter().collect();
     let lost: Vec<&String> = before_backup
         .iter()
         .filter(|id| !found.contains(*id))
@@ -330,12 +344,7 @@ fn a_backup_under_load_restores_every_acknowledged_task() {
         "{}",
         String::from_utf8_lossy(&restored.stderr)
     );
-    let listed = run_on(
-        &dir,
-        &again,
-        &["tasks", "list", "--json", "--limit", "10000"],
-    );
-    let found = json_lines(&String::from_utf8(listed.stdout).unwrap()).len();
+    let found = every_id(&dir, &again).len();
     let total = acknowledged.lock().unwrap().len();
     assert_eq!(
         found, total,

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::clock::rfc3339;
+use crate::protocol::TaskStatus;
 use crate::tasks::model::{CancelEffect, Origin, StatsDetail, TaskDetail, TaskFilter, TaskSummary};
 use crate::tasks::{TaskService, TaskStore};
 
@@ -240,7 +241,11 @@ fn stats_json(stats: &StatsDetail, workers: Option<Value>) -> Value {
             .collect::<serde_json::Map<_, _>>()
             .into()
     };
-    let mut by_status = serde_json::Map::new();
+    // Every status, zero included, so scripts need not guess.
+    let mut by_status: serde_json::Map<String, Value> = TaskStatus::ALL
+        .iter()
+        .map(|status| (status.as_str().to_owned(), json!(0)))
+        .collect();
     let mut by_tool = serde_json::Map::new();
     for (tool, status, count) in &stats.by_tool_status {
         let total = by_status.entry(status.as_str()).or_insert(json!(0));

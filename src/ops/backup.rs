@@ -192,8 +192,13 @@ fn give_to_data_dir_owner(data_dir: &Path, files: &[&Path]) -> Result<(), String
     }
     let owner = std::fs::metadata(data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
     for file in files {
-        std::os::unix::fs::chown(file, Some(owner.uid()), Some(owner.gid()))
-            .map_err(|e| format!("{}: {e}", file.display()))?;
+        match std::os::unix::fs::chown(file, Some(owner.uid()), Some(owner.gid())) {
+            // SQLite removes its log when its last connection closes, which may be now.
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("{}: {e}", file.display()))
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
