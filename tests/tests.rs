@@ -14,7 +14,8 @@
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
-//! - [`operator`]: the operator commands (`tasks`, `stats`, `backup`, `restore`).
+//! - [`operator`]: the operator commands (`tasks`, `stats`, `backup`, `restore`);
+//! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
 //! files here (`autotests = false`): a new area is a module declared below.
@@ -26,6 +27,7 @@ mod common;
 mod command_tools;
 mod demo_tools;
 mod durable_tasks;
+mod hardening;
 mod listen_streams;
 mod notifications;
 mod operator;

@@ -76,6 +76,14 @@ pub trait TaskStore: Send + Sync {
         identity: &Identity,
         task_id: &str,
     ) -> Result<Option<TaskRow>, StoreError>;
+    /// Bytes of the stored payloads (result, error, input requests) of the task that
+    /// [`TaskStore::find_authorized`] would return, without reading them; `None` when
+    /// it would return none.
+    fn payload_bytes_authorized(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+    ) -> Result<Option<usize>, StoreError>;
     /// `tasks/update`: accepts the responses that answer outstanding requests.
     fn update(
         &self,

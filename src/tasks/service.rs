@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::backend::{StoreError, TaskStore};
 use super::model::{CancelEffect, NewTask, Origin, Stats, TaskRow, UpdateEffect};
+use super::payload_gate::PayloadGate;
 use super::workers::Inflight;
 use crate::auth::Identity;
 use crate::clock::{now_ms, rfc3339};
@@ -39,6 +40,8 @@ pub struct TaskService {
     inflight: Arc<Inflight>,
     /// Wakes the dispatcher when a job becomes ready.
     wake: Sender<()>,
+    /// Large payloads being read into answers at once.
+    payloads: PayloadGate,
 }
 
 /// Logs a store failure and answers the client with a generic internal error.
@@ -56,6 +59,7 @@ impl TaskService {
         wake: Sender<()>,
     ) -> TaskService {
         TaskService {
+            payloads: PayloadGate::new(defaults.max_payload_bytes_in_flight),
             defaults,
             store,
             tools,
@@ -146,6 +150,16 @@ impl TaskService {
         task_id: &str,
         capabilities: &ClientCapabilities,
     ) -> Result<Value, RpcError> {
+        check_task_id(task_id)?;
+        // Sized before it is read, so a large payload waits for room outside the store
+        // and the request thread. Task notifications are not gated: dropping one would
+        // lose it, and the relay delivers them one at a time.
+        let size = self
+            .store
+            .payload_bytes_authorized(identity, task_id)
+            .map_err(internal)?
+            .ok_or_else(RpcError::task_not_found)?;
+        let _permit = self.payloads.admit(size)?;
         self.snapshot(identity, task_id, capabilities)
             .map(|(_, detailed)| detailed)
     }

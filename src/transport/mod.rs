@@ -7,6 +7,7 @@
 //! `subscriptions/listen` stream.
 
 mod headers;
+pub mod limits;
 mod listen;
 mod peer;
 mod sse;
@@ -44,6 +45,8 @@ pub struct Frontend {
     /// Listen streams still writing (each runs on its own thread).
     pub open_streams: Arc<AtomicUsize>,
     pub metrics: Arc<Metrics>,
+    /// Whether the listener can accept connections (`/healthz` fails when not).
+    pub listener: Arc<tiny_http::ListenerHealth>,
 }
 
 type Body = Cursor<Vec<u8>>;
@@ -269,6 +272,16 @@ impl Frontend {
             let error = RpcError::invalid_request("Host or Origin not allowed").with_status(403);
             return Respond(error_response(&Value::Null, &error));
         }
+        // Two credentials are ambiguous: refuse rather than pick one.
+        let authorizations = request
+            .headers()
+            .iter()
+            .filter(|h| h.field.equiv("Authorization"))
+            .count();
+        if authorizations > 1 {
+            let error = RpcError::invalid_request("more than one Authorization header");
+            return Respond(error_response(&Value::Null, &error.with_status(400)));
+        }
         let identity = match self.auth.authenticate(header(request, "Authorization")) {
             Ok(identity) => identity,
             Err(_) => {
@@ -448,6 +461,8 @@ impl Frontend {
         }
         if self.draining.load(Ordering::Acquire) {
             json_response(503, &json!({"status": "draining"}))
+        } else if let Some(reason) = self.listener.trouble() {
+            json_response(503, &json!({"status": "unavailable", "reason": reason}))
         } else {
             json_response(200, &json!({"status": "ok"}))
         }

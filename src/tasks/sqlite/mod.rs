@@ -279,6 +279,15 @@ impl TaskStore for Store {
         client::find_authorized(&conn, identity, task_id, now_ms()).map_err(classify)
     }
 
+    fn payload_bytes_authorized(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+    ) -> Result<Option<usize>, StoreError> {
+        let conn = self.read()?;
+        client::payload_bytes_authorized(&conn, identity, task_id, now_ms()).map_err(classify)
+    }
+
     fn update(
         &self,
         identity: &Identity,
