@@ -262,6 +262,7 @@ fn flood(server: &Server, count: usize) -> (Vec<TcpStream>, Vec<String>) {
 /// connections as soon as the flood ends.
 #[test]
 fn a_connection_flood_is_capped_and_the_listener_survives() {
+    let _heavy = crate::common::heavy();
     let server = Server::start_with_fd_limit(ALL_SETS, 256);
     let mut probe = Probe::new(&server, true);
     let (held, refusals) = flood(&server, 300);
@@ -302,6 +303,7 @@ fn a_connection_flood_is_capped_and_the_listener_survives() {
 /// again new connections are served.
 #[test]
 fn running_out_of_descriptors_does_not_kill_the_listener() {
+    let _heavy = crate::common::heavy();
     let config = format!("{ALL_SETS}[server]\nmax_connections = 100000\n");
     let mut server = Server::start_with_fd_limit(&config, 160);
     let mut probe = Probe::new(&server, true);
@@ -365,6 +367,7 @@ fn trickle(
 /// 408 when its deadline passes.
 #[test]
 fn trickled_bodies_hold_no_request_thread() {
+    let _heavy = crate::common::heavy();
     let config = format!("{ALL_SETS}[server]\nrequest_timeout_ms = 2000\n");
     let server = Server::start(&config);
     let stop = Arc::new(AtomicBool::new(false));
@@ -443,6 +446,7 @@ fn big_answer_config(bytes: usize) -> String {
 /// and memory stays bounded.
 #[test]
 fn clients_that_never_read_a_large_answer_stall_nothing() {
+    let _heavy = crate::common::heavy();
     const SIZE: usize = 12_000_000;
     let server = Server::start(&big_answer_config(SIZE));
     let created = server.call_tool("big", json!({}), tasks_caps()).result();
@@ -531,6 +535,7 @@ fn more_than_one_authorization_header_is_refused() {
 /// once its write deadline, 1 s + 4 MB at 64 MiB/s, passes.)
 #[test]
 fn unsent_answers_share_a_bounded_budget() {
+    let _heavy = crate::common::heavy();
     const CLIENTS: usize = 4;
     let config = format!(
         "{ALL_SETS}[server]\nwrite_timeout_ms = 1000\nmin_write_bytes_per_sec = 67108864\n\
