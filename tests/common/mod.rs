@@ -46,5 +46,7 @@ pub fn poll_until<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> O
 /// time on two cores measure the box, not the server.
 pub fn heavy() -> MutexGuard<'static, ()> {
     static HEAVY: Mutex<()> = Mutex::new(());
-    HEAVY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    HEAVY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
