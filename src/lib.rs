@@ -16,6 +16,7 @@
 //!        │    └─ upkeep               outbox relay, janitor, start-up recovery
 //!        └─ notifications             subscriptions/listen streams
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
+//! ops         operators: admin socket, `tasks`/`stats`/`backup`/`restore` commands
 //! auth, config, clock, later, server (assembly and lifecycle)
 //! ```
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use mcp_taskd::config::Config;
 use mcp_taskd::notifications::Hub;
+use mcp_taskd::ops::cli::{self, Location, TasksCommand};
 
 /// A single-binary MCP server whose long-running tool calls are durable tasks.
 #[derive(Parser)]
@@ -33,6 +34,37 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Inspect and steer tasks (through the running server, or on the database when
+    /// none runs).
+    Tasks {
+        #[command(subcommand)]
+        command: TasksCommand,
+    },
+    /// Counts by status and tool, queue age, busy workers, recent throughput.
+    Stats {
+        #[command(flatten)]
+        at: Location,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a consistent copy of the task store to FILE (online while serving) and
+    /// verify it.
+    Backup {
+        #[command(flatten)]
+        at: Location,
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Restore the task store from a backup FILE; the server must be stopped.
+    Restore {
+        #[command(flatten)]
+        at: Location,
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Replace an existing task store.
+        #[arg(long)]
+        force: bool,
+    },
     /// Check a configuration file and exit (0 when valid).
     CheckConfig {
         /// TOML configuration file; without it the embedded default is checked.
@@ -42,8 +74,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    // The operator commands print their answers; only warnings go to the log.
+    let default_level = match cli.command {
+        Command::Serve { .. } => "info",
+        _ => "warn",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+        .init();
     let result = match cli.command {
         Command::Serve {
             config,
@@ -51,6 +89,12 @@ fn main() -> ExitCode {
             data_dir,
         } => serve(config.as_deref(), listen, data_dir),
         Command::CheckConfig { config } => check_config(config.as_deref()),
+        Command::Tasks { command } => cli::tasks(command).map_err(Into::into),
+        Command::Stats { at, json } => cli::stats(&at, json).map_err(Into::into),
+        Command::Backup { at, file } => cli::backup(&at, &file).map_err(Into::into),
+        Command::Restore { at, file, force } => {
+            cli::restore_file(&at, &file, force).map_err(Into::into)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

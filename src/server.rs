@@ -16,6 +16,7 @@ use crate::handlers::request_state::StateSigner;
 use crate::handlers::{ServerInfo, Service};
 use crate::metrics::Metrics;
 use crate::notifications::Hub;
+use crate::ops::admin::{Admin, AdminSocket};
 use crate::ops::systemd::{Notifier, Serving};
 use crate::tasks::sqlite::{Opened, Store};
 use crate::tasks::upkeep::{self, Upkeep, UpkeepCounters};
@@ -88,6 +89,14 @@ pub fn run(config: Config) -> Result<(), String> {
         woken,
     );
 
+    let admin = AdminSocket::start(Arc::new(Admin {
+        store: Arc::clone(&store),
+        tasks: Arc::clone(&tasks),
+        data_dir: data_dir.clone(),
+        worker_threads: Some(config.workers.threads),
+    }))
+    .map_err(|e| format!("admin socket in {}: {e}", data_dir.display()))?;
+
     let service = Arc::new(Service {
         info: ServerInfo {
             name: config.server.name.clone(),
@@ -141,6 +150,7 @@ pub fn run(config: Config) -> Result<(), String> {
 
     log::info!("shutting down");
     systemd.stopping();
+    admin.stop();
     frontend.draining.store(true, Ordering::Release);
     hub.close_all();
     for _ in &threads {

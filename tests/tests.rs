@@ -15,6 +15,7 @@
 //! - [`fair_workers`]: a tool at its `max_concurrency` never starves the others;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
+//! - [`operator`]: the operator commands (`tasks`, `stats`, `backup`, `restore`);
 //! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery.
 //! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir.
 //!
@@ -32,6 +33,7 @@ mod fair_workers;
 mod hardening;
 mod listen_streams;
 mod notifications;
+mod operator;
 mod reaping;
 mod robustness;
 mod smoke;

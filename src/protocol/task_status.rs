@@ -3,7 +3,8 @@
 
 /// Where a task stands. `Completed`, `Failed` and `Cancelled` are terminal: once a task
 /// reaches one of them it never changes again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
     Working,
     InputRequired,

@@ -3,13 +3,15 @@
 //! so a store may be another database, in another process.
 
 use std::error::Error;
+use std::path::Path;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
 
 use super::model::{
-    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
+    TaskDetail, TaskFilter, TaskRow, TaskSummary, UpdateEffect,
 };
 use crate::auth::Identity;
 use crate::later::Later;
@@ -172,6 +174,30 @@ pub trait TaskStore: Send + Sync {
     fn health(&self) -> Result<(), StoreError>;
     /// Pinged after commits (one ping may stand for many).
     fn subscribe(&self) -> Receiver<()>;
+    /// Operators: up to `limit` tasks matching `filter`, newest first, below the id
+    /// `before` (a keyset page: the next page starts below the last id seen).
+    fn list_tasks(
+        &self,
+        filter: &TaskFilter,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskSummary>, StoreError>;
+    /// Operators: everything stored about a task (expired or not), with its attempts.
+    fn task_detail(&self, task_id: &str) -> Result<Option<TaskDetail>, StoreError>;
+    /// Operators: [`TaskStore::cancel`] on any task, whatever its binding.
+    fn admin_cancel(&self, task_id: &str) -> Result<CancelEffect, StoreError>;
+    /// Operators: what a rerun of the task copies (binding, tool, origin).
+    fn rerun_source(&self, task_id: &str) -> Result<Option<RerunSource>, StoreError>;
+    /// Operators: on-demand counts (may scan; never on a timer).
+    fn stats_detail(&self) -> Result<StatsDetail, StoreError>;
+    /// Writes a consistent copy of the whole store into the new file `destination`
+    /// while the store keeps serving, and verifies the copy. `progress` gets
+    /// (units done, units in all) as the copy proceeds.
+    fn backup_to(
+        &self,
+        destination: &Path,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), StoreError>;
     /// Waits up to `limit` until every answer of [`TaskStore::create`] has been
     /// delivered; `false` if some are still owed.
     fn wait_for_continuations(&self, limit: Duration) -> bool;

@@ -37,4 +37,4 @@ pub mod workers;
 
 pub use backend::{StoreError, TaskStore};
 pub use model::{Origin, Stats};
-pub use service::{Submission, TaskService};
+pub use service::{RerunError, Submission, TaskService};

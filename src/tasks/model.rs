@@ -256,6 +256,93 @@ pub struct Stats {
     pub outbox_rows: u64,
 }
 
+/// Which tasks an operator lists; every condition is optional.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TaskFilter {
+    pub status: Option<TaskStatus>,
+    pub tool: Option<String>,
+    pub principal: Option<String>,
+    /// Only tasks created at or after this time (Unix ms).
+    pub created_since: Option<i64>,
+}
+
+/// A task as an operator's list shows it: no contents.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskSummary {
+    pub id: String,
+    pub tool: String,
+    pub status: TaskStatus,
+    pub endpoint: String,
+    pub tenant: String,
+    pub principal: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub status_message: Option<String>,
+}
+
+/// One attempt of a task (the `attempts` record).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub attempt: i64,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    /// A terminal status, `input_required`, `retry` or `released`; none while running.
+    pub outcome: Option<String>,
+}
+
+/// The dispatch record of a live task.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub state: String,
+    pub attempt: i64,
+    pub max_attempts: i64,
+    pub run_after: i64,
+    pub lease_expires: Option<i64>,
+    pub last_error: Option<String>,
+}
+
+/// Everything stored about a task, for `tasks show`. Sensitive: the caller decides
+/// what of `origin`, `result` and `input_responses` to show.
+#[derive(Debug, Clone)]
+pub struct TaskDetail {
+    pub summary: TaskSummary,
+    pub ttl_ms: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub cancel_requested: bool,
+    pub error: Option<String>,
+    pub input_requests: Option<String>,
+    pub job: Option<JobRecord>,
+    pub attempts: Vec<AttemptRecord>,
+    pub origin: Vec<u8>,
+    pub result: Option<String>,
+    pub input_responses: String,
+}
+
+/// What a rerun copies from its source task.
+#[derive(Debug, Clone)]
+pub struct RerunSource {
+    pub identity: Identity,
+    pub tool: String,
+    pub origin: Vec<u8>,
+}
+
+/// Counts for `mcp-taskd stats`. On demand only: some of them scan (`/metrics` uses
+/// [`Stats`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StatsDetail {
+    /// (tool, status, count), every pair that has tasks.
+    pub by_tool_status: Vec<(String, TaskStatus, u64)>,
+    /// Jobs by state: queued, running, waiting.
+    pub jobs: Vec<(String, u64)>,
+    /// Age of the oldest job ready to run.
+    pub oldest_ready_age_ms: u64,
+    pub created_last_minute: u64,
+    pub created_last_hour: u64,
+    /// Attempts ended in the window, by outcome.
+    pub ended_last_minute: Vec<(String, u64)>,
+    pub ended_last_hour: Vec<(String, u64)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -131,7 +131,42 @@ impl TaskService {
         let Ok(origin) = serde_json::to_vec(&origin) else {
             return Later::ready(Err(RpcError::internal()));
         };
-        let execution = tool.spec.execution.clone();
+        let responses = Value::Object(input_responses.clone()).to_string();
+        // Kept only with a key: it tells a retry from a reuse with other arguments.
+        let digest = idempotency_key
+            .is_some()
+            .then(|| arguments_digest(arguments));
+        let key = idempotency_key.clone();
+        let task = match self.new_task(identity, tool, origin, responses, idempotency_key, digest) {
+            Ok(task) => task,
+            Err(error) => return Later::ready(Err(error)),
+        };
+        let wake = self.wake.clone();
+        self.store.create(task).map(move |created| {
+            let row = match created.map_err(internal)? {
+                Created::Task(row) => row,
+                Created::KeyInUse(conflict) => {
+                    return Err(key_in_use(key.as_deref().unwrap_or_default(), conflict))
+                }
+            };
+            let _ = wake.try_send(());
+            let mut result = task_fields(&row);
+            result["resultType"] = json!("task");
+            Ok(result)
+        })
+    }
+
+    /// A new task of `tool` for `identity`, with the tool's execution settings.
+    fn new_task(
+        &self,
+        identity: &Identity,
+        tool: &Registered,
+        origin: Vec<u8>,
+        input_responses: String,
+        idempotency_key: Option<String>,
+        arguments_digest: Option<Vec<u8>>,
+    ) -> Result<NewTask, RpcError> {
+        let execution = &tool.spec.execution;
         let ttl_ms = execution
             .ttl
             .map_or(self.defaults.ttl_ms, |ttl| ttl.as_millis() as u64);
@@ -140,49 +175,25 @@ impl TaskService {
             .map_or(self.defaults.poll_interval_ms, |poll| {
                 poll.as_millis() as u64
             });
-        let identity = identity.clone();
-        let tool_name = tool.spec.name.clone();
-        let responses = Value::Object(input_responses.clone()).to_string();
-        let id = match new_task_id(now_ms()) {
-            Ok(id) => id,
-            Err(error) => {
-                log::error!("the OS random source failed: {error}");
-                return Later::ready(Err(RpcError::internal()));
-            }
-        };
-        let wake = self.wake.clone();
-        let arguments_digest = idempotency_key
-            .is_some()
-            .then(|| arguments_digest(arguments));
-        let key = idempotency_key.clone();
-        self.store
-            .create(NewTask {
-                id,
-                identity,
-                tool: tool_name,
-                origin,
-                input_responses: responses,
-                now: now_ms(),
-                ttl_ms: Some(ttl_ms as i64),
-                poll_interval_ms: poll_interval_ms as i64,
-                max_attempts: i64::from(execution.max_attempts),
-                backoff_ms: execution.backoff.as_millis() as i64,
-                timeout_ms: execution.timeout.as_millis() as i64,
-                idempotency_key,
-                arguments_digest,
-            })
-            .map(move |created| {
-                let row = match created.map_err(internal)? {
-                    Created::Task(row) => row,
-                    Created::KeyInUse(conflict) => {
-                        return Err(key_in_use(key.as_deref().unwrap_or_default(), conflict))
-                    }
-                };
-                let _ = wake.try_send(());
-                let mut result = task_fields(&row);
-                result["resultType"] = json!("task");
-                Ok(result)
-            })
+        let id = new_task_id(now_ms()).map_err(|error| {
+            log::error!("the OS random source failed: {error}");
+            RpcError::internal()
+        })?;
+        Ok(NewTask {
+            id,
+            identity: identity.clone(),
+            tool: tool.spec.name.clone(),
+            origin,
+            input_responses,
+            now: now_ms(),
+            ttl_ms: Some(ttl_ms as i64),
+            poll_interval_ms: poll_interval_ms as i64,
+            max_attempts: i64::from(execution.max_attempts),
+            backoff_ms: execution.backoff.as_millis() as i64,
+            timeout_ms: execution.timeout.as_millis() as i64,
+            idempotency_key,
+            arguments_digest,
+        })
     }
 
     /// `tasks/get`: the authoritative snapshot, checked against the caller.
@@ -338,6 +349,68 @@ impl TaskService {
                 Ok(json!({ "resultType": "complete" }))
             }
             CancelEffect::Done => Ok(json!({ "resultType": "complete" })),
+        }
+    }
+}
+
+/// Why an operator's rerun did not create a task.
+#[derive(Debug, thiserror::Error)]
+pub enum RerunError {
+    #[error("no such task")]
+    NotFound,
+    #[error("the task's tool {0:?} is not served by this configuration")]
+    ToolGone(String),
+    #[error("the task could not be created: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Operator actions (`mcp-taskd tasks cancel`, `rerun`): no identity binding, the
+/// operator interface is trusted. They keep every invariant a client's action keeps.
+impl TaskService {
+    /// `tasks/cancel` on any task: the same effects, and a running attempt is told.
+    pub fn admin_cancel(&self, task_id: &str) -> Result<CancelEffect, StoreError> {
+        let effect = self.store.admin_cancel(task_id)?;
+        if effect == CancelEffect::SignalRunning {
+            self.inflight.cancel(task_id);
+        }
+        Ok(effect)
+    }
+
+    /// A new task with the same tool, arguments (its origin) and binding as `task_id`,
+    /// which itself never changes. Returns the new task's id once it is committed.
+    pub fn rerun(&self, task_id: &str) -> Result<String, RerunError> {
+        let source = self
+            .store
+            .rerun_source(task_id)?
+            .ok_or(RerunError::NotFound)?;
+        let tool = self
+            .tools
+            .get(&source.tool)
+            .ok_or_else(|| RerunError::ToolGone(source.tool.clone()))?;
+        let task = self
+            .new_task(
+                &source.identity,
+                tool,
+                source.origin,
+                "{}".into(),
+                None,
+                None,
+            )
+            .map_err(|error| RerunError::Refused(error.to_json().to_string()))?;
+        let (sender, created) = crossbeam_channel::bounded(1);
+        self.store.create(task).then(move |row| {
+            let _ = sender.send(row);
+        });
+        let created = created
+            .recv()
+            .map_err(|_| StoreError::NotCommitted("the writer stopped".into()))??;
+        let _ = self.wake.try_send(());
+        match created {
+            Created::Task(row) => Ok(row.id),
+            // A rerun carries no idempotency key, so no key can be in use.
+            Created::KeyInUse(_) => Err(RerunError::Refused("idempotency key in use".into())),
         }
     }
 }

@@ -30,7 +30,9 @@
 //!   16 MiB the writer runs a brief `RESTART` between two batches, so the
 //!   file is reused from its beginning (see [`checkpoint`]). `journal_size_limit`
 //!   caps the file after a restart, and the janitor runs `wal_checkpoint(TRUNCATE)`
-//!   periodically.
+//!   periodically. While a backup holds its snapshot (see [`backup`]) both are
+//!   skipped, since they would wait for it with the write lock held: the WAL grows for
+//!   the length of the backup instead.
 //! - **A damaged database is refused at start-up; a store that cannot write says so
 //!   and recovers.** A bounded `PRAGMA quick_check` runs before anything else
 //!   ([`integrity`]). A write that fails (no space, a read-only medium, an I/O error)
@@ -44,6 +46,7 @@
 //!   dropped a shared lock with two `fcntl` calls.) No other process can open the
 //!   database while the server runs; `GET /metrics` shows its state.
 
+mod backup;
 mod checkpoint;
 mod connection;
 mod health;
@@ -56,7 +59,7 @@ mod writer;
 use std::error::Error;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -67,18 +70,20 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{Map, Value};
 
+pub use self::backup::verify_database_file;
 use self::connection::{
     configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
 use self::health::{Health, Problem};
-use self::sql::{attempts, client, upkeep};
+use self::sql::{admin, attempts, client, upkeep};
 use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::config::StoreConfig;
 use crate::later::Later;
 use crate::tasks::backend::{ClaimRequest, Finished, StoreError, TaskStore};
 use crate::tasks::model::{
-    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
+    TaskDetail, TaskFilter, TaskRow, TaskSummary, UpdateEffect,
 };
 
 /// Why the store did not open. The messages are the ones operators know from the log.
@@ -126,6 +131,9 @@ pub struct Store {
     unanswered: Arc<writer::Unanswered>,
     /// Whether writes succeed, as the writer last found.
     health: Arc<Health>,
+    /// Read transactions held open for long (backups): while there are any, the
+    /// checkpoints that wait for readers are skipped (the WAL grows meanwhile).
+    long_snapshots: Arc<AtomicUsize>,
     /// Dropped with the store: the checkpointer stops.
     _checkpointer: Sender<()>,
     _lock: File,
@@ -172,6 +180,7 @@ impl Store {
         let health = Arc::new(Health::new(&path, config.min_free_bytes));
         let (checkpointer, stop_checkpointer) = crossbeam_channel::bounded(0);
         let restart = Arc::new(AtomicBool::new(false));
+        let long_snapshots = Arc::new(AtomicUsize::new(0));
         let wanted = Arc::clone(&restart);
         let checkpoint_conn = open_connection(&uri).map_err(opening)?;
         configure(&checkpoint_conn, config)?;
@@ -200,6 +209,7 @@ impl Store {
             },
             Arc::clone(&health),
             restart,
+            Arc::clone(&long_snapshots),
         )?;
         Ok(Opened {
             store: Arc::new(Store {
@@ -210,6 +220,7 @@ impl Store {
                 commits,
                 unanswered: Arc::default(),
                 health,
+                long_snapshots,
                 _checkpointer: checkpointer,
                 _lock: lock,
             }),
@@ -443,6 +454,50 @@ impl TaskStore for Store {
 
     fn subscribe(&self) -> Receiver<()> {
         self.commits.clone()
+    }
+
+    fn list_tasks(
+        &self,
+        filter: &TaskFilter,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskSummary>, StoreError> {
+        let conn = self.read()?;
+        admin::list_tasks(&conn, filter, before, limit).map_err(classify)
+    }
+
+    fn task_detail(&self, task_id: &str) -> Result<Option<TaskDetail>, StoreError> {
+        let conn = self.read()?;
+        // One snapshot for the task, its job and its attempts.
+        conn.execute_batch("BEGIN").map_err(classify)?;
+        let detail = admin::task_detail(&conn, task_id);
+        let ended = conn.execute_batch("COMMIT");
+        let detail = detail.map_err(classify)?;
+        ended.map_err(classify)?;
+        Ok(detail)
+    }
+
+    fn admin_cancel(&self, task_id: &str) -> Result<CancelEffect, StoreError> {
+        let id = task_id.to_owned();
+        self.write(move |conn| admin::cancel(conn, &id, now_ms()))
+    }
+
+    fn rerun_source(&self, task_id: &str) -> Result<Option<RerunSource>, StoreError> {
+        let conn = self.read()?;
+        admin::rerun_source(&conn, task_id).map_err(classify)
+    }
+
+    fn stats_detail(&self) -> Result<StatsDetail, StoreError> {
+        let conn = self.read()?;
+        admin::stats_detail(&conn, now_ms()).map_err(classify)
+    }
+
+    fn backup_to(
+        &self,
+        destination: &Path,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), StoreError> {
+        self.backup_into(destination, progress)
     }
 
     fn wait_for_continuations(&self, limit: Duration) -> bool {

@@ -17,7 +17,7 @@
 //! freed can hold.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -64,6 +64,7 @@ pub(super) fn start(
     reopen: Reopen,
     health: Arc<Health>,
     restart: Arc<AtomicBool>,
+    long_snapshots: Arc<AtomicUsize>,
 ) -> Result<Started, OpenError> {
     let (writes, queue) = crossbeam_channel::unbounded::<Write>();
     let (ping, pings) = crossbeam_channel::bounded(1);
@@ -86,10 +87,12 @@ pub(super) fn start(
                 health,
                 failing: None,
                 closed_to_admissions: None,
+                long_snapshots,
             };
             writer.run(&queue, &ping, &continuations, &restart);
-            // The writer dropped its end: the completion threads finish what is
-            // queued and stop.
+            // Dropping the writer's end lets the completion threads finish what is
+            // queued and stop (joining them with it still open would wait forever).
+            drop(continuations);
             for completer in completers {
                 let _ = completer.join();
             }
@@ -486,6 +489,9 @@ struct Writer {
     failing: Option<Failing>,
     /// Why writes that admit new work are refused, while they are.
     closed_to_admissions: Option<Problem>,
+    /// Read transactions held open for long (backups): the WAL restart would wait for
+    /// them, and every write behind it, for the whole `busy_timeout`, so it waits.
+    long_snapshots: Arc<AtomicUsize>,
 }
 
 impl Writer {
@@ -527,7 +533,10 @@ impl Writer {
                 // the WAL gives its file back, so the room left holds outcomes, not a
                 // growing log.
                 self.truncate_wal();
-            } else if outcome.is_ok() && restart.swap(false, Ordering::AcqRel) {
+            } else if outcome.is_ok()
+                && self.long_snapshots.load(Ordering::Acquire) == 0
+                && restart.swap(false, Ordering::AcqRel)
+            {
                 let restarted = self
                     .conn
                     .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));

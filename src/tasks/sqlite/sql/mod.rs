@@ -17,6 +17,7 @@ macro_rules! task_columns {
     };
 }
 
+pub mod admin;
 pub mod attempts;
 pub mod client;
 pub mod create;
