@@ -39,6 +39,8 @@ pub struct Config {
     #[serde(default)]
     pub auth: AuthConfig,
     #[serde(default)]
+    pub sessions: SessionLimits,
+    #[serde(default)]
     pub builtin: BuiltinConfig,
     /// `[[tools]]`, kept raw until [`Config::parse_in`] types each entry, so that errors
     /// can name the tool.
@@ -232,6 +234,32 @@ impl Default for NotificationLimits {
     }
 }
 
+/// Bounds on legacy (initialize-based, 2025-03-26 to 2025-11-25) sessions, which live
+/// in memory only: a restart ends them all, but no task.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionLimits {
+    /// Sessions open at once, server-wide; `initialize` beyond it gets 503.
+    pub max_sessions: usize,
+    /// A session unused this long is ended (its next request gets 404).
+    pub idle_timeout_ms: u64,
+    /// How long a call waits for the client's answer to a server-to-client request.
+    pub client_request_timeout_ms: u64,
+    /// Events of the standalone GET stream kept for `Last-Event-ID` replay.
+    pub replay_events: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            max_sessions: 4096,
+            idle_timeout_ms: 30 * 60 * 1000,
+            client_request_timeout_ms: 5 * 60 * 1000,
+            replay_events: 64,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
@@ -395,6 +423,13 @@ impl Config {
         }
         if self.workers.janitor_interval_ms == 0 {
             return Err("workers.janitor_interval_ms must be positive".into());
+        }
+        let bounds = &self.sessions;
+        if bounds.max_sessions == 0
+            || bounds.idle_timeout_ms == 0
+            || bounds.client_request_timeout_ms == 0
+        {
+            return Err("[sessions] limits must be positive".into());
         }
         for (index, token) in self.auth.tokens.iter().enumerate() {
             let digest_ok =

@@ -22,6 +22,7 @@ pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod later;
+pub mod legacy;
 pub mod metrics;
 pub mod notifications;
 pub mod ops;

@@ -100,6 +100,12 @@ pub fn run(config: Config) -> Result<(), String> {
     let http = tiny_http::Server::http(config.server.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", config.server.listen))?;
     let http = Arc::new(http);
+    let legacy = crate::legacy::Legacy::start(
+        Arc::clone(&service),
+        Arc::clone(&hub),
+        config.sessions.clone(),
+        Arc::clone(&metrics),
+    );
     let frontend = Arc::new(Frontend {
         service,
         hub: Arc::clone(&hub),
@@ -110,6 +116,7 @@ pub fn run(config: Config) -> Result<(), String> {
         draining: Default::default(),
         open_streams: Default::default(),
         metrics,
+        legacy,
     });
     let threads = frontend.spawn(&http, config.server.handler_threads);
     let address = http

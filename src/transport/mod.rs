@@ -6,8 +6,8 @@
 //! or an SSE stream when a request emits notifications before its result or opens a
 //! `subscriptions/listen` stream.
 
-mod headers;
-mod sse;
+pub(crate) mod headers;
+pub(crate) mod sse;
 
 use std::collections::{HashSet, VecDeque};
 use std::io::{Cursor, Read};
@@ -44,6 +44,8 @@ pub struct Frontend {
     /// Listen streams still writing (each runs on its own thread).
     pub open_streams: Arc<AtomicUsize>,
     pub metrics: Arc<Metrics>,
+    /// Serves initialize-based (2025-03-26 to 2025-11-25) sessions on the same endpoint.
+    pub legacy: Arc<crate::legacy::Legacy>,
 }
 
 type Body = Cursor<Vec<u8>>;
@@ -137,6 +139,8 @@ fn name_source(method: &str) -> Option<&'static str> {
 enum Admitted {
     Respond(Response<Body>),
     Mcp(Box<AdmittedRequest>),
+    /// A request of the legacy era (session, GET, DELETE, or a plain `initialize`).
+    Legacy(Box<crate::legacy::Inbound>),
 }
 
 struct AdmittedRequest {
@@ -182,6 +186,7 @@ impl Frontend {
     fn handle(self: &Arc<Self>, mut request: tiny_http::Request) {
         let admitted = self.admit(&mut request);
         match admitted {
+            Admitted::Legacy(inbound) => self.legacy.serve(request, *inbound),
             Admitted::Respond(response) => {
                 self.metrics.record_rejection(response.status_code().0);
                 // tiny_http neither skips an unread chunked body nor lets us close the
@@ -250,7 +255,10 @@ impl Frontend {
         if path != self.endpoint {
             return Respond(json_response(404, &json!({"error": "not found"})));
         }
-        if *request.method() != Method::Post {
+        // GET and DELETE exist only inside legacy sessions.
+        let legacy_verb = matches!(request.method(), Method::Get | Method::Delete)
+            && header(request, "Mcp-Session-Id").is_some();
+        if *request.method() != Method::Post && !legacy_verb {
             let error =
                 RpcError::invalid_request("the MCP endpoint only accepts POST").with_status(405);
             return Respond(with_header(
@@ -280,6 +288,13 @@ impl Frontend {
                 ));
             }
         };
+        if legacy_verb {
+            let inbound = crate::legacy::Inbound {
+                identity,
+                message: None,
+            };
+            return Admitted::Legacy(Box::new(inbound));
+        }
         // 2. Body: size, nesting, JSON, JSON-RPC shape.
         let body = match self.read_body(request) {
             Ok(body) => body,
@@ -298,6 +313,18 @@ impl Frontend {
                 return Respond(error_response(&Value::Null, &RpcError::parse_error(error)))
             }
         };
+        // Era selection: one header already at hand and one `_meta` lookup.
+        if crate::legacy::era::is_legacy_post(
+            header(request, "Mcp-Session-Id"),
+            header(request, "MCP-Protocol-Version"),
+            &message,
+        ) {
+            let inbound = crate::legacy::Inbound {
+                identity,
+                message: Some(message),
+            };
+            return Admitted::Legacy(Box::new(inbound));
+        }
         let envelope = match Envelope::parse(message) {
             Ok(envelope) => envelope,
             Err(rejected) => return Respond(error_response(&rejected.0, &rejected.1)),
