@@ -370,3 +370,70 @@ fn the_get_stream_carries_list_changes_and_replays_after_last_event_id() {
         "{replayed}"
     );
 }
+
+/// Whether a process is gone: no /proc entry, or a zombie waiting for its reaper.
+fn process_gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state == 'Z' || state == 'X'),
+    }
+}
+
+fn recorded(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn cancelling_a_legacy_call_kills_the_command_tools_process_group() {
+    let temp = tempfile::tempdir().expect("temp dir");
+    let work = temp.path().to_path_buf();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/linger.sh");
+    let config = format!(
+        "[builtin]\nsets = []\n\n[[tools]]\nname = \"slow\"\ndescription = \"lingers\"\n\
+         command = [{script:?}]\nenv = {{ WORK = {work:?} }}\n",
+        script = script.to_string_lossy(),
+        work = work.to_string_lossy(),
+    );
+    let server = Server::start(&config);
+    let client = Client::connect(&server, "2025-11-25", json!({}));
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}}});
+    let mut headers = client.headers();
+    headers.push(("Content-Type", "application/json"));
+    headers.push(("Accept", "application/json, text/event-stream"));
+    let mut call = open(
+        &server,
+        &server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes()),
+    );
+    let started = common::poll_until(Duration::from_secs(20), || {
+        let children = recorded(&work.join("children"));
+        let grandchildren = recorded(&work.join("grandchildren"));
+        (!children.is_empty() && !grandchildren.is_empty())
+            .then(|| [children, grandchildren].concat())
+    })
+    .expect("the tool started its processes");
+    assert!(started.iter().all(|pid| !process_gone(pid)));
+    let cancel = client.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 9, "reason": "test"}}),
+    );
+    assert_eq!(cancel.status, 202);
+    for pid in &started {
+        assert!(
+            common::poll_until(Duration::from_secs(20), || process_gone(pid).then_some(()))
+                .is_some(),
+            "process {pid} survived the cancellation"
+        );
+    }
+    // The cancelled request gets no JSON-RPC response.
+    let rest = read_until(&mut call, Duration::from_secs(5), |_| false);
+    assert!(!rest.contains("\"id\":9"), "{rest}");
+    assert_eq!(client.request("ping", json!({})).result(), json!({}));
+}
