@@ -170,7 +170,8 @@ fn legacy_methods_answer_in_the_legacy_shape() {
         .map(|m| m["params"]["progressToken"].clone())
         .collect();
     assert_eq!(tokens, vec![json!("p-1"); 3]);
-    let unknown = client.request("tasks/result", json!({}));
+    // A 2026-only method does not exist on this wire.
+    let unknown = client.request("tasks/update", json!({}));
     assert_eq!(unknown.json()["error"]["code"], -32601);
 }
 
@@ -436,4 +437,123 @@ fn cancelling_a_legacy_call_kills_the_command_tools_process_group() {
     let rest = read_until(&mut call, Duration::from_secs(5), |_| false);
     assert!(!rest.contains("\"id\":9"), "{rest}");
     assert_eq!(client.request("ping", json!({})).result(), json!({}));
+}
+
+#[test]
+fn legacy_tasks_come_from_the_same_store_and_survive_a_new_session() {
+    let server = Server::start(CONFORMANCE);
+    let client = Client::connect(&server, "2025-11-25", json!({"elicitation": {}}));
+    let tools = client.request("tools/list", json!({})).result();
+    let support = |name: &str| {
+        tools["tools"]
+            .as_array()
+            .and_then(|all| all.iter().find(|tool| tool["name"] == name))
+            .map(|tool| tool["execution"]["taskSupport"].clone())
+    };
+    assert_eq!(support("confirm_delete"), Some(json!("required")));
+    assert_eq!(support("slow_compute"), Some(json!("optional")));
+    assert_eq!(support("test_simple_text"), Some(json!("forbidden")));
+    let untasked = client.request(
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "a.txt"}}),
+    );
+    assert_eq!(untasked.json()["error"]["code"], -32601);
+    let forbidden = client.request(
+        "tools/call",
+        json!({"name": "test_simple_text", "task": {}}),
+    );
+    assert_eq!(forbidden.json()["error"]["code"], -32601);
+
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"filename": "a.txt"}, "task": {"ttl": 60000}}),
+        )
+        .result();
+    let task_id = created["task"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+    assert_eq!(created["task"]["status"], "working");
+    assert!(created["task"]["createdAt"].is_string() && created["task"].get("ttl").is_some());
+
+    // tasks/result blocks, asking for the task's input on its own stream.
+    let body = json!({"jsonrpc": "2.0", "id": 11, "method": "tasks/result", "params": {"taskId": task_id}});
+    let mut headers = client.headers();
+    headers.push(("Content-Type", "application/json"));
+    headers.push(("Accept", "application/json, text/event-stream"));
+    let mut waiting = open(
+        &server,
+        &server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes()),
+    );
+    let asked = read_until(&mut waiting, Duration::from_secs(20), |t| {
+        t.contains("elicitation/create")
+    });
+    let question = data_messages(&asked)
+        .into_iter()
+        .find(|m| m["method"] == "elicitation/create")
+        .unwrap_or_else(|| panic!("no elicitation in {asked}"));
+    assert_eq!(
+        question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task_id
+    );
+    let answer = client.send(&json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"confirm": true}}}));
+    assert_eq!(answer.status, 202);
+    let rest = read_until(&mut waiting, Duration::from_secs(20), |t| {
+        t.contains("\"id\":11")
+    });
+    let result = data_messages(&rest)
+        .into_iter()
+        .find(|m| m["id"] == 11)
+        .unwrap_or_else(|| panic!("no tasks/result answer in {rest}"));
+    assert_eq!(
+        result["result"]["content"][0]["text"], "Deleted a.txt",
+        "{result}"
+    );
+    assert_eq!(
+        result["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task_id
+    );
+    assert!(result["result"].get("resultType").is_none());
+
+    // A new session of the same identity finds the task; so does a 2026 client.
+    let again = Client::connect(&server, "2025-11-25", json!({}));
+    let task = again
+        .request("tasks/get", json!({"taskId": task_id}))
+        .result();
+    assert_eq!(task["status"], "completed");
+    let listed = again.request("tasks/list", json!({})).result();
+    assert!(listed["tasks"]
+        .as_array()
+        .is_some_and(|all| all.iter().any(|t| t["taskId"] == task_id)));
+    let terminal = again.request("tasks/cancel", json!({"taskId": task_id}));
+    assert_eq!(terminal.json()["error"]["code"], -32602);
+    let modern = server
+        .request(
+            "tasks/get",
+            json!({"taskId": task_id}),
+            common::tasks_caps(),
+        )
+        .result();
+    assert_eq!(modern["status"], "completed");
+
+    // Cancelling a running task answers the cancelled Task.
+    let slow = again
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 30}, "task": {}}),
+        )
+        .result();
+    let slow_id = slow["task"]["taskId"].as_str().expect("taskId").to_owned();
+    let cancelled = again
+        .request("tasks/cancel", json!({"taskId": slow_id}))
+        .result();
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    // An older session has no tasks.
+    let old = Client::connect(&server, "2025-06-18", json!({}));
+    assert_eq!(
+        old.request("tasks/get", json!({"taskId": task_id})).json()["error"]["code"],
+        -32601
+    );
 }

@@ -11,8 +11,10 @@ use serde_json::{json, Map, Value};
 use super::outbound;
 use super::sessions::Session;
 use super::stream::CallSink;
+use super::tasks;
 use super::Legacy;
 use crate::auth::Identity;
+use crate::later::Later;
 use crate::protocol::envelope::{Envelope, LogLevel, RequestMeta, TASKS_EXTENSION};
 use crate::protocol::{Reply, Request, RpcError, Service};
 
@@ -31,6 +33,9 @@ const SHARED_METHODS: &[&str] = &[
 /// Result fields only 2026-07-28 defines (strict legacy clients reject them).
 const MODERN_RESULT_FIELDS: &[&str] = &["resultType", "ttlMs", "cacheScope"];
 
+/// Longest wait for a task creation's commit.
+const CREATION_WAIT: Duration = Duration::from_secs(30);
+
 /// Input rounds one call may take before the server gives up on it.
 const MAX_INPUT_ROUNDS: usize = 16;
 
@@ -47,10 +52,20 @@ pub fn initialize_result(service: &Service, version: &str) -> Value {
         },
         "serverInfo": { "name": service.info.name, "version": service.info.version },
     });
+    if version == tasks::TASKS_VERSION {
+        result["capabilities"]["tasks"] = tasks::capabilities();
+    }
     if let Some(instructions) = &service.info.instructions {
         result["instructions"] = json!(instructions);
     }
     result
+}
+
+/// Removes the result fields only 2026-07-28 defines.
+pub fn strip_modern_fields(fields: &mut Map<String, Value>) {
+    for field in MODERN_RESULT_FIELDS {
+        fields.remove(*field);
+    }
 }
 
 impl Legacy {
@@ -89,21 +104,32 @@ impl Legacy {
                 }
                 Ok(json!({}))
             }
+            "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel"
+                if session.version == tasks::TASKS_VERSION =>
+            {
+                self.task_method(session, identity, &envelope, sink)
+            }
+            "tools/call" if session.version == tasks::TASKS_VERSION => {
+                let as_task = self.task_gate(&envelope)?;
+                self.shared(session, identity, envelope, sink, as_task)
+            }
             method if SHARED_METHODS.contains(&method) => {
-                self.shared(session, identity, envelope, sink)
+                self.shared(session, identity, envelope, sink, false)
             }
             method => Err(RpcError::method_not_found(method)),
         }
     }
 
     /// Runs a shared method through the 2026 handlers, answering their input requests
-    /// on the call's stream and re-running with the answers.
+    /// on the call's stream and re-running with the answers. `as_task` is a
+    /// `tools/call` with `params.task`: it answers a 2025-11-25 `CreateTaskResult`.
     fn shared(
         &self,
         session: &Session,
         identity: &Identity,
         mut envelope: Envelope,
         sink: &mut CallSink,
+        as_task: bool,
     ) -> Result<Value, RpcError> {
         let progress_token = envelope
             .params
@@ -111,13 +137,17 @@ impl Legacy {
             .and_then(|meta| meta.get("progressToken"))
             .filter(|token| token.is_string() || token.is_number())
             .cloned();
-        // The session's capabilities never declare the 2026 Tasks extension, so task
-        // tools are refused here rather than answered with a task handle this wire
-        // cannot poll.
-        let mut capabilities = session.capabilities.clone();
-        if let Some(Value::Object(extensions)) = capabilities.0.get_mut("extensions") {
-            extensions.remove(TASKS_EXTENSION);
-        }
+        // The 2026 Tasks extension is how the shared handlers learn that a call opted
+        // in; a session never declares it itself (its task opt-in is `params.task`).
+        let capabilities = if as_task {
+            tasks::with_tasks_extension(&session.capabilities)
+        } else {
+            let mut capabilities = session.capabilities.clone();
+            if let Some(Value::Object(extensions)) = capabilities.0.get_mut("extensions") {
+                extensions.remove(TASKS_EXTENSION);
+            }
+            capabilities
+        };
         let meta = RequestMeta {
             protocol_version: session.version.to_owned(),
             capabilities,
@@ -137,21 +167,30 @@ impl Legacy {
             let mut result = match reply {
                 Reply::Result(result) => result,
                 Reply::Error(error) => return Err(error),
-                Reply::Later(_) | Reply::Listen(_) => return Err(RpcError::internal()),
-            };
-            if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
-                if let Some(fields) = result.as_object_mut() {
-                    for field in MODERN_RESULT_FIELDS {
-                        fields.remove(*field);
-                    }
+                Reply::Later(creation) => wait_for(creation)?,
+                Reply::Listen(listen) => {
+                    self.hub.unsubscribe(listen.subscription.key);
+                    return Err(RpcError::internal());
                 }
-                return Ok(result);
+            };
+            match result.get("resultType").and_then(Value::as_str) {
+                Some("input_required") => {}
+                Some("task") => return Ok(json!({ "task": tasks::legacy_task(&result) })),
+                _ => {
+                    if envelope.method == "tools/list" && session.version == tasks::TASKS_VERSION {
+                        tasks::annotate_tools(&mut result, &self.service.tools);
+                    }
+                    if let Some(fields) = result.as_object_mut() {
+                        strip_modern_fields(fields);
+                    }
+                    return Ok(result);
+                }
             }
             let requests = match result.get("inputRequests") {
                 Some(Value::Object(requests)) => requests.clone(),
                 _ => Map::new(),
             };
-            let responses = outbound::ask_all(session, sink, &requests, timeout)?;
+            let responses = outbound::ask_all(session, sink, &requests, timeout, None)?;
             envelope
                 .params
                 .insert("inputResponses".into(), Value::Object(responses));
@@ -163,4 +202,15 @@ impl Legacy {
         log::warn!("a legacy call asked for input more than {MAX_INPUT_ROUNDS} times");
         Err(RpcError::internal())
     }
+}
+
+/// Waits for a task creation's answer, which arrives once the task is committed.
+fn wait_for(creation: Later<Result<Value, RpcError>>) -> Result<Value, RpcError> {
+    let (answer, answers) = crossbeam_channel::bounded(1);
+    creation.then(move |result| {
+        let _ = answer.send(result);
+    });
+    answers
+        .recv_timeout(CREATION_WAIT)
+        .unwrap_or_else(|_| Err(RpcError::internal()))
 }

@@ -12,6 +12,7 @@ mod methods;
 mod outbound;
 mod sessions;
 mod stream;
+mod tasks;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -12,22 +12,32 @@ use serde_json::{json, Map, Value};
 
 use super::sessions::Session;
 use super::stream::CallSink;
+use super::tasks::RELATED_TASK;
 use crate::protocol::error::code;
 use crate::protocol::{Emitter, RpcError};
 
 /// How often a waiting call checks whether it was cancelled.
 const CANCEL_POLL: Duration = Duration::from_millis(100);
 
-/// Sends `method` to the client and waits for its result.
+/// Sends `method` to the client and waits for its result; a request made for a task
+/// carries the task's id in `_meta`.
 pub fn ask(
     session: &Session,
     sink: &mut CallSink,
     method: &str,
     params: &Value,
     timeout: Duration,
+    related_task: Option<&str>,
 ) -> Result<Value, RpcError> {
     let (answer, answers) = crossbeam_channel::bounded(1);
     let id = session.await_answer(answer);
+    let mut params = params.clone();
+    if let (Some(task_id), Some(fields)) = (related_task, params.as_object_mut()) {
+        let meta = fields.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(RELATED_TASK.into(), json!({ "taskId": task_id }));
+        }
+    }
     let request = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
     if !sink.send(&request) {
         session.forget_answer(id);
@@ -79,6 +89,7 @@ pub fn ask_all(
     sink: &mut CallSink,
     requests: &Map<String, Value>,
     timeout: Duration,
+    related_task: Option<&str>,
 ) -> Result<Map<String, Value>, RpcError> {
     let mut responses = Map::new();
     for (key, request) in requests {
@@ -87,7 +98,7 @@ pub fn ask_all(
             .and_then(Value::as_str)
             .ok_or_else(RpcError::internal)?;
         let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
-        let answer = ask(session, sink, method, &params, timeout)?;
+        let answer = ask(session, sink, method, &params, timeout, related_task)?;
         responses.insert(key.clone(), answer);
     }
     Ok(responses)

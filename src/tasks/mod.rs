@@ -160,6 +160,23 @@ impl TaskService {
         self.detailed(&task, capabilities)
     }
 
+    /// One page of the caller's tasks after task id `after` (legacy `tasks/list`), as
+    /// task fields without payloads.
+    pub fn list(
+        &self,
+        identity: &Identity,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Value>, RpcError> {
+        if let Some(after) = after {
+            check_task_id(after).map_err(|_| RpcError::invalid_params("invalid cursor"))?;
+        }
+        let conn = self.store.read().map_err(internal)?;
+        let rows = sql::list_authorized(&conn, identity, after.unwrap_or(""), limit, now_ms())
+            .map_err(internal)?;
+        Ok(rows.iter().map(task_fields).collect())
+    }
+
     /// Counts for the metrics page.
     pub fn stats(&self) -> Result<sql::Stats, RpcError> {
         let conn = self.store.read().map_err(internal)?;

@@ -89,6 +89,36 @@ pub fn find_authorized(
         .optional()?)
 }
 
+/// Up to `limit` unexpired tasks bound to `identity`, oldest first, after the task id
+/// `after` (legacy `tasks/list`). Ids sort by creation time, so this walks the primary
+/// key in order.
+pub fn list_authorized(
+    conn: &Connection,
+    identity: &Identity,
+    after: &str,
+    limit: usize,
+    now: i64,
+) -> Result<Vec<TaskRow>, StoreError> {
+    let mut statement = conn.prepare_cached(concat!(
+        "SELECT ",
+        task_columns!(),
+        " FROM tasks WHERE id > ?1 AND endpoint = ?2 AND tenant = ?3 \
+         AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5) ORDER BY id LIMIT ?6"
+    ))?;
+    let rows = statement.query_map(
+        params![
+            after,
+            identity.endpoint,
+            identity.tenant,
+            identity.principal,
+            now,
+            limit as i64
+        ],
+        task_row,
+    )?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
 pub fn append_outbox(conn: &Connection, task_id: &str, now: i64) -> Result<(), StoreError> {
     conn.prepare_cached("INSERT INTO outbox (task_id, created_at) VALUES (?1, ?2)")?
         .execute(params![task_id, now])?;
