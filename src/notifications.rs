@@ -21,6 +21,9 @@ use crate::protocol::error::{code, RpcError};
 pub struct Filter {
     pub tools_list_changed: bool,
     pub prompts_list_changed: bool,
+    /// `notifications/resources/updated` (only legacy sessions subscribe to resources;
+    /// their relay asks for these).
+    pub resources_updated: bool,
     /// Tasks whose changes the subscriber hears about (hints only: the stream re-reads
     /// each task with the subscriber's own identity before sending anything).
     pub task_ids: Vec<String>,
@@ -207,6 +210,17 @@ impl Hub {
             ListKind::Tools => subscriber.filter.tools_list_changed,
             ListKind::Prompts => subscriber.filter.prompts_list_changed,
         });
+    }
+
+    /// Announces that the resource at `uri` changed to every subscription that asked.
+    pub fn publish_resource_updated(&self, uri: &str) {
+        let mut params = Map::new();
+        params.insert("uri".into(), Value::String(uri.to_owned()));
+        let frame = Frame::Notify {
+            method: "notifications/resources/updated".into(),
+            params,
+        };
+        self.publish(frame, |subscriber| subscriber.filter.resources_updated);
     }
 
     /// Whether any open subscription follows a task (the relay reads the outbox only

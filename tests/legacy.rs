@@ -359,6 +359,32 @@ fn the_get_stream_carries_list_changes_and_replays_after_last_event_id() {
         t.contains("notifications/tools/list_changed")
     });
     assert!(events.contains("id: 1"), "{events}");
+    // A resource update reaches only the sessions subscribed to that resource.
+    let bystander = Client::connect(&server, "2025-11-25", json!({}));
+    let watched = json!({"uri": "test://watched-resource"});
+    assert_eq!(
+        client.request("resources/subscribe", watched).result(),
+        json!({})
+    );
+    let update = bystander.request(
+        "tools/call",
+        json!({"name": "test_trigger_resource_update", "arguments": {}}),
+    );
+    assert!(update.result()["content"].is_array());
+    let updated = read_until(&mut stream, Duration::from_secs(5), |t| {
+        t.contains("notifications/resources/updated")
+    });
+    assert!(updated.contains("test://watched-resource"), "{updated}");
+    let mut bystander_headers = bystander.headers();
+    bystander_headers.push(("Accept", "text/event-stream"));
+    bystander_headers.push(("Last-Event-ID", "0"));
+    let mut quiet = open(
+        &server,
+        &server.raw_request("GET", "/mcp", &bystander_headers, b""),
+    );
+    let heard = read_until(&mut quiet, Duration::from_millis(500), |_| false);
+    assert!(heard.starts_with("HTTP/1.1 200"), "{heard}");
+    assert!(!heard.contains("resources/updated"), "{heard}");
     drop(stream);
     // Reconnecting after event 0 replays event 1.
     headers.push(("Last-Event-ID", "0"));

@@ -249,6 +249,17 @@ fn register_stateless_tools(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), 
             Outcome::Complete(text_result("Tools list change announced"))
         },
     )?;
+    let resources_hub = Arc::clone(hub);
+    tool(
+        tools,
+        "test_trigger_resource_update",
+        "Announces that test://watched-resource changed to its subscribers",
+        no_args(),
+        move |_| {
+            resources_hub.publish_resource_updated("test://watched-resource");
+            Outcome::Complete(text_result("Resource update announced"))
+        },
+    )?;
     let prompts_hub = Arc::clone(hub);
     tool(
         tools,

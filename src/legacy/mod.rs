@@ -89,37 +89,48 @@ impl Legacy {
         legacy
     }
 
+    /// One hub subscription serves every session: list changes go to all of them,
+    /// a resource update only to the sessions subscribed to that resource.
     fn start_relay(&self) {
-        let relay = Identity {
-            endpoint: String::new(),
-            tenant: String::new(),
-            principal: "legacy-session-relay".into(),
-        };
-        let filter = Filter {
-            tools_list_changed: true,
-            prompts_list_changed: true,
-            task_ids: Vec::new(),
-        };
-        let subscription = match self.hub.subscribe(&relay, filter) {
-            Ok(subscription) => subscription,
-            Err(_) => {
-                log::warn!("legacy sessions will not hear list changes");
-                return;
-            }
-        };
+        let hub = Arc::clone(&self.hub);
         let sessions = Arc::clone(&self.sessions);
         let spawned = std::thread::Builder::new()
             .name("legacy-relay".into())
             .stack_size(256 * 1024)
             .spawn(move || {
+                let relay = Identity {
+                    endpoint: String::new(),
+                    tenant: String::new(),
+                    principal: "legacy-session-relay".into(),
+                };
+                let filter = Filter {
+                    tools_list_changed: true,
+                    prompts_list_changed: true,
+                    resources_updated: true,
+                    task_ids: Vec::new(),
+                };
                 let keep = sessions.limits().replay_events;
-                while let Ok(frame) = subscription.frames.recv() {
-                    let Frame::Notify { method, params } = frame else {
-                        break;
-                    };
-                    let message = json!({ "jsonrpc": "2.0", "method": method, "params": params });
-                    for session in sessions.all() {
-                        session.push_event(message.clone(), keep);
+                // A burst that overflows the queue cuts the relay off: subscribe again
+                // (the burst's tail is lost, as it is for any slow subscriber).
+                while let Ok(subscription) = hub.subscribe(&relay, filter.clone()) {
+                    while let Ok(frame) = subscription.frames.recv() {
+                        let Frame::Notify { method, params } = frame else {
+                            return;
+                        };
+                        let uri = params.get("uri").and_then(Value::as_str).map(str::to_owned);
+                        let message =
+                            json!({ "jsonrpc": "2.0", "method": method, "params": params });
+                        for session in sessions.all() {
+                            let wanted = match (&uri, method.as_str()) {
+                                (Some(uri), "notifications/resources/updated") => {
+                                    session.is_subscribed(uri)
+                                }
+                                _ => true,
+                            };
+                            if wanted {
+                                session.push_event(message.clone(), keep);
+                            }
+                        }
                     }
                 }
             });

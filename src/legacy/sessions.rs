@@ -73,6 +73,10 @@ impl Session {
         self.lock().subscriptions.remove(uri);
     }
 
+    pub fn is_subscribed(&self, uri: &str) -> bool {
+        self.lock().subscriptions.contains(uri)
+    }
+
     /// Registers a request being served; the flag turns true when the client cancels it.
     pub fn start_request(&self, id: &Value) -> Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));
