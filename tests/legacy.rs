@@ -583,3 +583,16 @@ fn legacy_tasks_come_from_the_same_store_and_survive_a_new_session() {
         -32601
     );
 }
+
+#[test]
+fn the_session_maximum_is_configurable_and_refuses_with_503() {
+    let server = Server::start(&format!("{CONFORMANCE}\n[sessions]\nmax_sessions = 1\n"));
+    let first = Client::connect(&server, "2025-11-25", json!({}));
+    let refused = post(&server, &[], &initialize_body("2025-11-25", json!({})));
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert!(refused.header("mcp-session-id").is_none());
+    // Ending a session makes room again.
+    assert_eq!(first.delete().status, 200);
+    let second = Client::connect(&server, "2025-11-25", json!({}));
+    assert_eq!(second.request("ping", json!({})).result(), json!({}));
+}

@@ -317,9 +317,10 @@ impl Legacy {
         ) {
             Ok(session) => session,
             Err(_) => {
-                let error = RpcError::internal()
-                    .with_status(503)
-                    .with_data(json!({ "reason": "too many open sessions" }));
+                let error = RpcError::new(
+                    crate::protocol::error::code::INTERNAL_ERROR,
+                    "Too many open sessions; try again later",
+                );
                 return json_response(503, Some(&error_body(&id, &error)), &[]);
             }
         };
