@@ -140,8 +140,13 @@ impl Legacy {
     }
 
     /// Serves one legacy request to the end (a GET stream on its own thread).
-    pub fn serve(self: &Arc<Self>, request: tiny_http::Request, inbound: Inbound) {
+    pub fn serve(self: &Arc<Self>, mut request: tiny_http::Request, inbound: Inbound) {
         let Inbound { identity, message } = inbound;
+        if message.is_none() && request.body_length().is_none() {
+            // An unread chunked body would be parsed as the next request on this
+            // connection (see the transport's rejection path): read it to its end.
+            let _ = std::io::copy(request.as_reader(), &mut std::io::sink());
+        }
         match (request.method().clone(), message) {
             (Method::Get, None) => self.open_stream(request, &identity),
             (Method::Delete, None) => {
