@@ -6,7 +6,9 @@
 //!     cargo bench --bench notifications            # 1,000 subscriptions
 //!     SUBSCRIPTIONS=200 cargo bench --bench notifications
 
+// The benchmark drives the server with a small part of the test harness.
 #[path = "../tests/common/mod.rs"]
+#[allow(dead_code, unused_imports)]
 mod common;
 
 use std::sync::mpsc;

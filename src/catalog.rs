@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::protocol::envelope::ClientCapabilities;
-use crate::protocol::error::RpcError;
+use crate::protocol::ClientCapabilities;
+use crate::protocol::RpcError;
 use crate::tools::Outcome;
 
 /// Reads a resource: the URI asked for and the template variables it matched (empty for
@@ -68,28 +68,39 @@ pub struct Catalog {
 
 impl Resource {
     pub fn to_json(&self) -> Value {
-        let mut entry = json!({ "uri": self.uri, "name": self.name });
-        if let Some(description) = &self.description {
-            entry["description"] = json!(description);
-        }
-        if let Some(mime) = &self.mime_type {
-            entry["mimeType"] = json!(mime);
-        }
-        entry
+        let entry = json!({ "uri": self.uri, "name": self.name });
+        with_description_and_mime(
+            entry,
+            self.description.as_deref(),
+            self.mime_type.as_deref(),
+        )
     }
 }
 
 impl ResourceTemplate {
     pub fn to_json(&self) -> Value {
-        let mut entry = json!({ "uriTemplate": self.uri_template, "name": self.name });
-        if let Some(description) = &self.description {
-            entry["description"] = json!(description);
-        }
-        if let Some(mime) = &self.mime_type {
-            entry["mimeType"] = json!(mime);
-        }
-        entry
+        let entry = json!({ "uriTemplate": self.uri_template, "name": self.name });
+        with_description_and_mime(
+            entry,
+            self.description.as_deref(),
+            self.mime_type.as_deref(),
+        )
     }
+}
+
+/// Adds the optional members resources and templates share.
+fn with_description_and_mime(
+    mut entry: Value,
+    description: Option<&str>,
+    mime_type: Option<&str>,
+) -> Value {
+    if let Some(description) = description {
+        entry["description"] = json!(description);
+    }
+    if let Some(mime) = mime_type {
+        entry["mimeType"] = json!(mime);
+    }
+    entry
 }
 
 impl Prompt {

@@ -6,17 +6,19 @@
 //! to a default.
 //!
 //! `[[tools]]` entries declare command tools (see [`crate::tools::command`]); each is
-//! checked here — with errors naming the tool and the field — and built into a tool by
-//! [`crate::server::build_catalog`]. Relative paths in them resolve against the
-//! directory of the configuration file (the working directory for the embedded default).
+//! checked and built here, once — with errors naming the tool and the field — and
+//! registered by `server::build_catalog`. Relative paths in them resolve against
+//! the directory of the configuration file (the working directory for the embedded
+//! default).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
+use thiserror::Error;
 
-use crate::tools::TaskPolicy;
+use crate::tools::command::{CommandTool, CommandToolConfig, DeclarationError};
 
 /// The configuration used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../examples/default.toml");
@@ -40,15 +42,18 @@ pub struct Config {
     pub auth: AuthConfig,
     #[serde(default)]
     pub sessions: SessionLimits,
-    #[serde(default)]
+    /// `[builtin]` as written, until [`Config::parse_in`] names each set.
+    #[serde(default, rename = "builtin")]
+    raw_builtin: RawBuiltinConfig,
+    #[serde(skip)]
     pub builtin: BuiltinConfig,
     /// `[[tools]]`, kept raw until [`Config::parse_in`] types each entry, so that errors
     /// can name the tool.
     #[serde(default, rename = "tools")]
     raw_tools: Vec<toml::Table>,
-    /// Command tools, in declaration order.
+    /// Command tools, in declaration order, each built once from its declaration.
     #[serde(skip)]
-    pub tools: Vec<CommandToolConfig>,
+    pub tools: Vec<Arc<CommandTool>>,
     /// The directory relative paths in `[[tools]]` resolve against.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -213,8 +218,12 @@ pub struct NotificationLimits {
     pub max_subscriptions_per_identity: usize,
     /// Task ids one stream may name.
     pub max_task_ids: usize,
-    /// Frames queued per stream; a subscriber that falls this far behind is cut off.
+    /// Frames a stream may have written that the kernel could not send yet (the client
+    /// is not reading); beyond that the stream pauses (its changes keep coalescing).
     pub queue_len: usize,
+    /// How long a paused stream waits for its client to read anything before it is
+    /// ended with an error.
+    pub max_stall_ms: u64,
     /// Quiet time before a keep-alive comment.
     pub keep_alive_ms: u64,
     /// Longest life of a stream; it then ends gracefully and the client reconnects.
@@ -228,6 +237,7 @@ impl Default for NotificationLimits {
             max_subscriptions_per_identity: 32,
             max_task_ids: 256,
             queue_len: 128,
+            max_stall_ms: 10_000,
             keep_alive_ms: 15_000,
             max_stream_lifetime_ms: 24 * 3600 * 1000,
         }
@@ -278,59 +288,127 @@ pub struct TokenConfig {
 }
 
 /// Which built-in tool sets to serve.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, Default)]
 pub struct BuiltinConfig {
-    /// `demo` (example tools), `conformance` (the official suite's fixtures) and
-    /// `testing` (fault-injection tools for the test suite).
-    pub sets: Vec<String>,
+    pub sets: Vec<BuiltinSet>,
 }
 
-impl Default for BuiltinConfig {
+/// A built-in tool set; [`BuiltinSet::name`] is the one list of the names a
+/// configuration may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuiltinSet {
+    /// Example tools, what `mcp-taskd serve` shows with no config.
+    Demo,
+    /// The official conformance suite's fixtures.
+    Conformance,
+    /// Fault-injection tools for the test suite.
+    Testing,
+}
+
+impl BuiltinSet {
+    pub const ALL: [BuiltinSet; 3] = [
+        BuiltinSet::Demo,
+        BuiltinSet::Conformance,
+        BuiltinSet::Testing,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BuiltinSet::Demo => "demo",
+            BuiltinSet::Conformance => "conformance",
+            BuiltinSet::Testing => "testing",
+        }
+    }
+
+    fn named(name: &str) -> Option<BuiltinSet> {
+        BuiltinSet::ALL.into_iter().find(|set| set.name() == name)
+    }
+}
+
+/// `[builtin]` as written: set names, checked by [`Config::parse_in`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawBuiltinConfig {
+    sets: Vec<String>,
+}
+
+impl Default for RawBuiltinConfig {
     fn default() -> Self {
-        BuiltinConfig {
-            sets: vec!["demo".into()],
+        RawBuiltinConfig {
+            sets: vec![BuiltinSet::Demo.name().into()],
         }
     }
 }
 
-/// One `[[tools]]` entry: an executable served as an MCP tool. See
-/// [`crate::tools::command`] for how it runs and README.md for every key.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CommandToolConfig {
-    pub name: String,
-    pub title: Option<String>,
-    pub description: String,
-    /// A TOML table or a string holding JSON; `{"type": "object"}` when absent.
-    pub input_schema: Option<toml::Value>,
-    /// A TOML table or a string holding JSON.
-    pub output_schema: Option<toml::Value>,
-    /// `ToolAnnotations`, as a TOML table or a string holding JSON.
-    pub annotations: Option<toml::Value>,
-    /// `inline`, `optional` (the default) or `required`.
-    #[serde(default = "default_task_policy")]
-    pub task_policy: TaskPolicy,
-    /// The program and its arguments; no shell is involved.
-    pub command: Vec<String>,
-    /// The program's working directory; the configuration file's directory by default.
-    pub working_dir: Option<PathBuf>,
-    /// The program's whole environment besides `PATH` (which has a safe default) and
-    /// the `MCP_TASK_*` variables. Nothing is inherited from the server.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Hard limit for one run of the program.
-    pub timeout_ms: Option<u64>,
-    pub max_attempts: Option<u32>,
-    pub backoff_ms: Option<u64>,
-    /// Most runs of this tool at once (task attempts and inline calls together).
-    pub max_concurrency: Option<usize>,
-    pub ttl_ms: Option<u64>,
-    pub poll_interval_ms: Option<u64>,
-    /// The argument whose value makes task submission idempotent.
-    pub idempotency_argument: Option<String>,
-    /// Most bytes the program may write to stdout in one run.
-    pub max_output_bytes: Option<usize>,
+/// Why a configuration cannot be used. The messages are the ones `mcp-taskd` prints.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("embedded default: {0}")]
+    EmbeddedDefault(Box<ConfigError>),
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        source: Box<ConfigError>,
+    },
+    #[error("{0}")]
+    Toml(Box<toml::de::Error>),
+    #[error("{}: {source}", dir.display())]
+    BaseDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    /// A `[[tools]]` entry that does not deserialize; `detail` locates it in the text.
+    #[error("{label}: {detail}")]
+    ToolEntry { label: String, detail: String },
+    #[error("{label}: {source}")]
+    ToolDeclaration {
+        label: String,
+        source: DeclarationError,
+    },
+    #[error("server.endpoint must start with '/' and not be /healthz")]
+    Endpoint,
+    #[error("server.handler_threads and workers.threads must be at least 1")]
+    NoThreads,
+    #[error("limits.max_body_bytes must be >= 1024 and limits.max_json_depth >= 8")]
+    TinyLimits,
+    #[error("limits.page_size must be at least 1")]
+    PageSize,
+    #[error("workers.lease_ms must be at least 300")]
+    ShortLease,
+    #[error("tasks.ttl_ms and tasks.poll_interval_ms must be positive")]
+    TaskTimes,
+    #[error("[notifications] limits must be positive")]
+    NotificationLimits,
+    #[error("workers.janitor_interval_ms must be positive")]
+    JanitorInterval,
+    #[error("[sessions] limits must be positive")]
+    SessionLimits,
+    #[error("auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)")]
+    TokenDigest { index: usize },
+    #[error("auth.tokens[{index}].principal must not be empty")]
+    TokenPrincipal { index: usize },
+    #[error("builtin.sets: unknown set \"{name}\" (known: {})", known_sets())]
+    UnknownBuiltinSet { name: String },
+    #[error(
+        "refusing to listen on non-loopback {listen} without [[auth.tokens]] \
+         (set server.allow_unauthenticated_remote = true to override)"
+    )]
+    UnauthenticatedRemote { listen: SocketAddr },
+    #[error(
+        "listening on non-loopback {listen} needs server.allowed_hosts \
+         (the Host names clients use), to keep DNS-rebinding protection"
+    )]
+    RemoteWithoutHosts { listen: SocketAddr },
+}
+
+fn known_sets() -> String {
+    let names: Vec<&str> = BuiltinSet::ALL.iter().map(|set| set.name()).collect();
+    names.join(", ")
 }
 
 /// Only the `[[tools]]` of a configuration, typed: used to locate a bad entry's error.
@@ -341,22 +419,23 @@ struct TypedTools {
     tools: Vec<CommandToolConfig>,
 }
 
-fn default_task_policy() -> TaskPolicy {
-    TaskPolicy::Optional
-}
-
 impl Config {
     /// Parses a configuration whose relative tool paths resolve against the working
     /// directory.
-    pub fn parse(text: &str) -> Result<Config, String> {
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse_in(text, Path::new("."))
     }
 
-    /// Parses a configuration whose relative tool paths resolve against `base_dir`.
-    pub fn parse_in(text: &str, base_dir: &Path) -> Result<Config, String> {
-        let mut config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
-        config.base_dir =
-            std::path::absolute(base_dir).map_err(|e| format!("{}: {e}", base_dir.display()))?;
+    /// Parses and checks a configuration, building its command tools; relative tool
+    /// paths resolve against `base_dir`.
+    pub fn parse_in(text: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        let mut config: Config =
+            toml::from_str(text).map_err(|error| ConfigError::Toml(Box::new(error)))?;
+        config.base_dir = std::path::absolute(base_dir).map_err(|source| ConfigError::BaseDir {
+            dir: base_dir.to_path_buf(),
+            source,
+        })?;
+        let mut declared = Vec::new();
         for (index, table) in std::mem::take(&mut config.raw_tools)
             .into_iter()
             .enumerate()
@@ -366,108 +445,111 @@ impl Config {
                 // Parse the text again, typed, for an error that shows the offending line.
                 let located = toml::from_str::<TypedTools>(text).err();
                 let detail = located.map_or_else(|| e.message().to_owned(), |e| e.to_string());
-                format!("{label}: {}", detail.trim_end())
+                ConfigError::ToolEntry {
+                    label,
+                    detail: detail.trim_end().to_owned(),
+                }
             })?;
-            config.tools.push(tool);
+            declared.push(tool);
         }
         config.check()?;
+        for name in &config.raw_builtin.sets {
+            let set = BuiltinSet::named(name)
+                .ok_or_else(|| ConfigError::UnknownBuiltinSet { name: name.clone() })?;
+            config.builtin.sets.push(set);
+        }
+        for (index, declaration) in declared.iter().enumerate() {
+            let tool = CommandTool::build(declaration, &config.base_dir).map_err(|source| {
+                ConfigError::ToolDeclaration {
+                    label: tool_label(index, Some(&declaration.name)),
+                    source,
+                }
+            })?;
+            config.tools.push(Arc::new(tool));
+        }
         Ok(config)
     }
 
-    pub fn load(path: Option<&Path>) -> Result<Config, String> {
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         match path {
-            None => Config::parse(EMBEDDED_DEFAULT).map_err(|e| format!("embedded default: {e}")),
+            None => Config::parse(EMBEDDED_DEFAULT)
+                .map_err(|error| ConfigError::EmbeddedDefault(Box::new(error))),
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
                 let base_dir = match path.parent() {
                     Some(parent) if !parent.as_os_str().is_empty() => parent,
                     _ => Path::new("."),
                 };
-                Config::parse_in(&text, base_dir).map_err(|e| format!("{}: {e}", path.display()))
+                Config::parse_in(&text, base_dir).map_err(|error| ConfigError::InFile {
+                    path: path.to_path_buf(),
+                    source: Box::new(error),
+                })
             }
         }
     }
 
-    /// Cross-field checks that serde cannot express.
-    pub fn check(&self) -> Result<(), String> {
+    /// Cross-field checks that serde cannot express. Run again after command-line
+    /// overrides; tools are not rebuilt.
+    pub fn check(&self) -> Result<(), ConfigError> {
         let s = &self.server;
         if !s.endpoint.starts_with('/') || s.endpoint == "/healthz" {
-            return Err("server.endpoint must start with '/' and not be /healthz".into());
+            return Err(ConfigError::Endpoint);
         }
         if s.handler_threads == 0 || self.workers.threads == 0 {
-            return Err("server.handler_threads and workers.threads must be at least 1".into());
+            return Err(ConfigError::NoThreads);
         }
         if self.limits.max_body_bytes < 1024 || self.limits.max_json_depth < 8 {
-            return Err(
-                "limits.max_body_bytes must be >= 1024 and limits.max_json_depth >= 8".into(),
-            );
+            return Err(ConfigError::TinyLimits);
         }
         if self.limits.page_size == 0 {
-            return Err("limits.page_size must be at least 1".into());
+            return Err(ConfigError::PageSize);
         }
         if self.workers.lease_ms < 300 {
-            return Err("workers.lease_ms must be at least 300".into());
+            return Err(ConfigError::ShortLease);
         }
         if self.tasks.ttl_ms == 0 || self.tasks.poll_interval_ms == 0 {
-            return Err("tasks.ttl_ms and tasks.poll_interval_ms must be positive".into());
+            return Err(ConfigError::TaskTimes);
         }
         let n = &self.notifications;
         if n.max_subscriptions == 0
             || n.max_subscriptions_per_identity == 0
             || n.queue_len == 0
+            || n.max_stall_ms == 0
             || n.keep_alive_ms == 0
             || n.max_stream_lifetime_ms == 0
         {
-            return Err("[notifications] limits must be positive".into());
+            return Err(ConfigError::NotificationLimits);
         }
         if self.workers.janitor_interval_ms == 0 {
-            return Err("workers.janitor_interval_ms must be positive".into());
+            return Err(ConfigError::JanitorInterval);
         }
         let bounds = &self.sessions;
         if bounds.max_sessions == 0
             || bounds.idle_timeout_ms == 0
             || bounds.client_request_timeout_ms == 0
         {
-            return Err("[sessions] limits must be positive".into());
+            return Err(ConfigError::SessionLimits);
         }
         for (index, token) in self.auth.tokens.iter().enumerate() {
             let digest_ok =
                 token.sha256.len() == 64 && token.sha256.bytes().all(|b| b.is_ascii_hexdigit());
             if !digest_ok {
-                return Err(format!(
-                    "auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)"
-                ));
+                return Err(ConfigError::TokenDigest { index });
             }
             if token.principal.is_empty() {
-                return Err(format!("auth.tokens[{index}].principal must not be empty"));
+                return Err(ConfigError::TokenPrincipal { index });
             }
-        }
-        for set in &self.builtin.sets {
-            if !matches!(set.as_str(), "demo" | "conformance" | "testing") {
-                return Err(format!(
-                    "builtin.sets: unknown set \"{set}\" (known: demo, conformance, testing)"
-                ));
-            }
-        }
-        for (index, tool) in self.tools.iter().enumerate() {
-            crate::tools::command::CommandTool::build(tool, &self.base_dir)
-                .map_err(|e| format!("{}: {e}", tool_label(index, Some(&tool.name))))?;
         }
         if !s.listen.ip().is_loopback() {
             if self.auth.tokens.is_empty() && !s.allow_unauthenticated_remote {
-                return Err(format!(
-                    "refusing to listen on non-loopback {} without [[auth.tokens]] \
-                     (set server.allow_unauthenticated_remote = true to override)",
-                    s.listen
-                ));
+                return Err(ConfigError::UnauthenticatedRemote { listen: s.listen });
             }
             if s.allowed_hosts.is_empty() {
-                return Err(format!(
-                    "listening on non-loopback {} needs server.allowed_hosts \
-                     (the Host names clients use), to keep DNS-rebinding protection",
-                    s.listen
-                ));
+                return Err(ConfigError::RemoteWithoutHosts { listen: s.listen });
             }
         }
         Ok(())
@@ -475,7 +557,7 @@ impl Config {
 }
 
 /// How errors name the `index`th `[[tools]]` entry.
-pub fn tool_label(index: usize, name: Option<&str>) -> String {
+fn tool_label(index: usize, name: Option<&str>) -> String {
     match name {
         Some(name) => format!("tools[{index}] (\"{name}\")"),
         None => format!("tools[{index}]"),
@@ -483,76 +565,4 @@ pub fn tool_label(index: usize, name: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn embedded_default_is_valid_and_loopback() {
-        let config = Config::parse(EMBEDDED_DEFAULT).unwrap();
-        assert!(config.server.listen.ip().is_loopback());
-    }
-
-    #[test]
-    fn unknown_keys_are_errors() {
-        let error = Config::parse("[server]\nlisten_addr = \"127.0.0.1:1\"\n").unwrap_err();
-        assert!(error.contains("listen_addr"), "{error}");
-    }
-
-    #[test]
-    fn tools_take_table_or_json_schemas_in_declared_order() {
-        let config = Config::parse(
-            r#"
-[[tools]]
-name = "a"
-description = "d"
-command = ["/bin/sh"]
-input_schema = { type = "object", properties = { zeta = { type = "string" }, alpha = { type = "integer" } } }
-
-[[tools]]
-name = "b"
-description = "d"
-command = ["/bin/sh"]
-input_schema = '{"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}}}'
-"#,
-        )
-        .unwrap();
-        let schema = |index: usize| {
-            crate::tools::command::CommandTool::build(&config.tools[index], &config.base_dir)
-                .unwrap()
-                .0
-                .input_schema
-        };
-        assert_eq!(schema(0), schema(1));
-        let keys: Vec<String> = schema(0)["properties"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .cloned()
-            .collect();
-        assert_eq!(keys, ["zeta", "alpha"]);
-    }
-
-    #[test]
-    fn relative_commands_resolve_against_the_config_directory() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("bin")).unwrap();
-        let program = dir.path().join("bin/tool.sh");
-        std::fs::write(&program, "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let text = "[[tools]]\nname = \"t\"\ndescription = \"d\"\ncommand = [\"bin/tool.sh\"]\n";
-        let config = Config::parse_in(text, dir.path()).unwrap();
-        assert_eq!(config.base_dir, dir.path());
-        let error = Config::parse_in(text, Path::new("/")).unwrap_err();
-        assert!(
-            error.contains("tools[0] (\"t\")") && error.contains("command"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn remote_bind_needs_auth_and_hosts() {
-        let error = Config::parse("[server]\nlisten = \"0.0.0.0:8080\"\n").unwrap_err();
-        assert!(error.contains("auth.tokens"), "{error}");
-    }
-}
+mod tests;

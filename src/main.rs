@@ -1,11 +1,14 @@
 //! The `mcp-taskd` command line.
 
+use std::error::Error;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use mcp_taskd::config::Config;
+use mcp_taskd::notifications::Hub;
 
 /// A single-binary MCP server whose long-running tool calls are durable tasks.
 #[derive(Parser)]
@@ -46,26 +49,8 @@ fn main() -> ExitCode {
             config,
             listen,
             data_dir,
-        } => Config::load(config.as_deref())
-            .and_then(|mut config| {
-                if let Some(listen) = listen {
-                    config.server.listen = listen;
-                }
-                if let Some(data_dir) = data_dir {
-                    config.server.data_dir = data_dir;
-                }
-                config.check()?;
-                Ok(config)
-            })
-            .and_then(mcp_taskd::server::run),
-        Command::CheckConfig { config } => Config::load(config.as_deref())
-            .and_then(|config| {
-                let hub = std::sync::Arc::new(mcp_taskd::notifications::Hub::new(
-                    config.notifications.clone(),
-                ));
-                mcp_taskd::server::build_catalog(&config, &hub).map(|_| ())
-            })
-            .map(|()| println!("configuration is valid")),
+        } => serve(config.as_deref(), listen, data_dir),
+        Command::CheckConfig { config } => check_config(config.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,4 +59,30 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn serve(
+    path: Option<&Path>,
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+) -> Result<(), Box<dyn Error>> {
+    let mut config = Config::load(path)?;
+    if let Some(listen) = listen {
+        config.server.listen = listen;
+    }
+    if let Some(data_dir) = data_dir {
+        config.server.data_dir = data_dir;
+    }
+    config.check()?;
+    Ok(mcp_taskd::server::run(config)?)
+}
+
+/// Loads the configuration (which builds its command tools) and registers every tool,
+/// as `serve` would, without opening the store or listening.
+fn check_config(path: Option<&Path>) -> Result<(), Box<dyn Error>> {
+    let config = Config::load(path)?;
+    let hub = Arc::new(Hub::new(config.notifications.clone()));
+    mcp_taskd::server::build_catalog(&config, &hub)?;
+    println!("configuration is valid");
+    Ok(())
 }

@@ -1,20 +1,25 @@
 //! The in-process notification hub behind `subscriptions/listen` streams.
 //!
-//! Publishers (list-change hooks, and the outbox relay for task changes) call the hub; the hub hands
-//! each open subscription whose filter asks for the event a [`Frame`] through its own
-//! bounded queue. A subscriber whose queue is full is cut off (its sender is dropped, so
-//! its stream ends) rather than allowed to grow memory or slow the publisher down.
+//! Publishers (list-change hooks, and the outbox relay for task changes) call the hub; the
+//! hub marks the change in the [`Mailbox`] of each open subscription whose filter asks for
+//! it, and wakes that subscription's stream. A mailbox coalesces: a list that changed
+//! twice is one pending item, a task hinted at a hundred times is one pending task id
+//! (the stream re-reads the task anyway), a resource updated twice is one pending uri.
+//! What a subscription can have pending is thus bounded by its own filter and the
+//! catalog — two lists, at most `max_task_ids` tasks, the served resources — however
+//! bursty the publishers, so publishing never blocks, never allocates per hint, and
+//! never has to cut a subscriber off. A subscriber that stops reading is the stream's
+//! business (see `transport::listen`).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Condvar, Mutex};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
 use serde_json::{Map, Value};
 
 use crate::auth::Identity;
 use crate::config::NotificationLimits;
-use crate::protocol::error::{code, RpcError};
+use crate::protocol::{code, RpcError};
 
 /// What a subscription asked for and the server agreed to send.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -54,7 +59,7 @@ pub enum ListKind {
 }
 
 impl ListKind {
-    fn method(self) -> &'static str {
+    pub fn method(self) -> &'static str {
         match self {
             ListKind::Tools => "notifications/tools/list_changed",
             ListKind::Prompts => "notifications/prompts/list_changed",
@@ -65,30 +70,159 @@ impl ListKind {
 /// One message for a subscription's stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
-    /// A notification to write (the stream adds the subscription id to `_meta`).
-    Notify {
-        method: String,
-        params: Map<String, Value>,
-    },
-    /// A task the subscriber listens to changed; `seq` is the outbox row of the
+    /// A catalog list changed.
+    ListChanged(ListKind),
+    /// The resource at this uri changed (legacy sessions' `resources/subscribe`).
+    ResourceUpdated(String),
+    /// A task the subscriber listens to changed; `seq` is the outbox row of its newest
     /// (committed) change, so a stream can ignore changes from before it opened.
     TaskChanged { task_id: String, seq: i64 },
-    /// The server is shutting down: answer the listen request and close.
+}
+
+/// What a stream's wait for its mailbox brought.
+#[derive(Debug, PartialEq)]
+pub enum Delivery {
+    /// Everything pending, oldest first, each list or task once.
+    Frames(Vec<Frame>),
+    /// The server is shutting down and nothing is pending: answer the listen and close.
     Close,
+    /// Nothing happened within the wait.
+    Idle,
+}
+
+/// A subscription's pending changes, coalesced (see the module doc).
+#[derive(Debug, Default)]
+struct Pending {
+    /// What changed, each list or task once, in order of its first change since the
+    /// stream last took them (so frames keep publish order).
+    order: VecDeque<Pended>,
+    tools: bool,
+    prompts: bool,
+    /// The outbox row of the newest change of each pending task.
+    task_seq: HashMap<String, i64>,
+    resources: HashSet<String>,
+    closing: bool,
+}
+
+#[derive(Debug)]
+enum Pended {
+    List(ListKind),
+    Resource(String),
+    Task(String),
+}
+
+/// Where the hub leaves a subscription's changes and its stream picks them up.
+#[derive(Debug, Default)]
+pub struct Mailbox {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl Mailbox {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // Every mutation is a handful of field updates that cannot panic halfway.
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn post_list(&self, kind: ListKind) {
+        let mut pending = self.lock();
+        let flag = match kind {
+            ListKind::Tools => &mut pending.tools,
+            ListKind::Prompts => &mut pending.prompts,
+        };
+        if !std::mem::replace(flag, true) {
+            pending.order.push_back(Pended::List(kind));
+        }
+        self.wake.notify_one();
+    }
+
+    fn post_resource(&self, uri: &str) {
+        let mut pending = self.lock();
+        if pending.resources.insert(uri.to_owned()) {
+            pending.order.push_back(Pended::Resource(uri.to_owned()));
+        }
+        self.wake.notify_one();
+    }
+
+    fn post_task(&self, task_id: &str, seq: i64) {
+        let mut pending = self.lock();
+        match pending.task_seq.get_mut(task_id) {
+            Some(newest) => *newest = (*newest).max(seq),
+            None => {
+                pending.task_seq.insert(task_id.to_owned(), seq);
+                pending.order.push_back(Pended::Task(task_id.to_owned()));
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    fn close(&self) {
+        self.lock().closing = true;
+        self.wake.notify_one();
+    }
+
+    /// Whether the server is shutting down.
+    pub fn is_closing(&self) -> bool {
+        self.lock().closing
+    }
+
+    /// Takes everything pending, waiting up to `timeout` for something to arrive.
+    pub fn wait(&self, timeout: Duration) -> Delivery {
+        let mut pending = self.lock();
+        if Self::is_empty(&pending) && !pending.closing {
+            pending = self
+                .wake
+                .wait_timeout_while(pending, timeout, |pending| {
+                    Self::is_empty(pending) && !pending.closing
+                })
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+        if Self::is_empty(&pending) {
+            return if pending.closing {
+                Delivery::Close
+            } else {
+                Delivery::Idle
+            };
+        }
+        pending.tools = false;
+        pending.prompts = false;
+        pending.resources.clear();
+        let order = std::mem::take(&mut pending.order);
+        let mut seqs = std::mem::take(&mut pending.task_seq);
+        let frames = order
+            .into_iter()
+            .filter_map(|pended| match pended {
+                Pended::List(kind) => Some(Frame::ListChanged(kind)),
+                Pended::Resource(uri) => Some(Frame::ResourceUpdated(uri)),
+                Pended::Task(task_id) => {
+                    let seq = seqs.remove(&task_id)?;
+                    Some(Frame::TaskChanged { task_id, seq })
+                }
+            })
+            .collect();
+        Delivery::Frames(frames)
+    }
+
+    fn is_empty(pending: &Pending) -> bool {
+        pending.order.is_empty()
+    }
 }
 
 /// The receiving half handed to a listen stream.
 #[derive(Debug)]
 pub struct Subscription {
     pub key: u64,
-    pub frames: Receiver<Frame>,
+    pub mailbox: Arc<Mailbox>,
 }
 
 struct Subscriber {
     owner: Identity,
     filter: Filter,
     task_ids: HashSet<String>,
-    sender: Sender<Frame>,
+    mailbox: Arc<Mailbox>,
 }
 
 struct HubState {
@@ -140,7 +274,7 @@ impl Hub {
         &self.limits
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HubState> {
+    fn lock(&self) -> MutexGuard<'_, HubState> {
         // A panic while holding this lock leaves the map consistent (every mutation is a
         // single insert or remove), so a poisoned lock is safe to reuse.
         self.state
@@ -172,7 +306,7 @@ impl Hub {
         }
         let key = state.next_key;
         state.next_key += 1;
-        let (sender, frames) = crossbeam_channel::bounded(self.limits.queue_len);
+        let mailbox = Arc::new(Mailbox::default());
         let task_ids: HashSet<String> = filter.task_ids.iter().cloned().collect();
         for task_id in &task_ids {
             state.by_task.entry(task_id.clone()).or_default().push(key);
@@ -186,10 +320,10 @@ impl Hub {
                 owner: owner.clone(),
                 filter,
                 task_ids,
-                sender,
+                mailbox: Arc::clone(&mailbox),
             },
         );
-        Ok(Subscription { key, frames })
+        Ok(Subscription { key, mailbox })
     }
 
     pub fn unsubscribe(&self, key: u64) {
@@ -202,25 +336,26 @@ impl Hub {
 
     /// Announces that a catalog list changed to every subscription that asked.
     pub fn publish_list_changed(&self, kind: ListKind) {
-        let frame = Frame::Notify {
-            method: kind.method().into(),
-            params: Map::new(),
-        };
-        self.publish(frame, |subscriber| match kind {
-            ListKind::Tools => subscriber.filter.tools_list_changed,
-            ListKind::Prompts => subscriber.filter.prompts_list_changed,
-        });
+        let state = self.lock();
+        for subscriber in state.subscribers.values() {
+            let wants = match kind {
+                ListKind::Tools => subscriber.filter.tools_list_changed,
+                ListKind::Prompts => subscriber.filter.prompts_list_changed,
+            };
+            if wants {
+                subscriber.mailbox.post_list(kind);
+            }
+        }
     }
 
     /// Announces that the resource at `uri` changed to every subscription that asked.
     pub fn publish_resource_updated(&self, uri: &str) {
-        let mut params = Map::new();
-        params.insert("uri".into(), Value::String(uri.to_owned()));
-        let frame = Frame::Notify {
-            method: "notifications/resources/updated".into(),
-            params,
-        };
-        self.publish(frame, |subscriber| subscriber.filter.resources_updated);
+        let state = self.lock();
+        for subscriber in state.subscribers.values() {
+            if subscriber.filter.resources_updated {
+                subscriber.mailbox.post_resource(uri);
+            }
+        }
     }
 
     /// Whether any open subscription follows a task (the relay reads the outbox only
@@ -248,37 +383,13 @@ impl Hub {
     /// Hints that a task changed (after its commit, outbox row `seq`) to every
     /// subscription naming it.
     pub fn publish_task_changed(&self, task_id: &str, seq: i64) {
-        let mut state = self.lock();
+        let state = self.lock();
         let Some(keys) = state.by_task.get(task_id) else {
             return;
         };
-        let frame = Frame::TaskChanged {
-            task_id: task_id.to_owned(),
-            seq,
-        };
-        let keys = keys.clone();
-        Self::deliver(&mut state, &frame, keys);
-    }
-
-    fn publish(&self, frame: Frame, wants: impl Fn(&Subscriber) -> bool) {
-        let mut state = self.lock();
-        let keys: Vec<u64> = state
-            .subscribers
-            .iter()
-            .filter(|(_, subscriber)| wants(subscriber))
-            .map(|(key, _)| *key)
-            .collect();
-        Self::deliver(&mut state, &frame, keys);
-    }
-
-    /// Queues `frame` for each of `keys`, cutting off those whose queue is full or gone.
-    fn deliver(state: &mut HubState, frame: &Frame, keys: Vec<u64>) {
         for key in keys {
-            let Some(subscriber) = state.subscribers.get(&key) else {
-                continue;
-            };
-            if subscriber.sender.try_send(frame.clone()).is_err() && state.remove(key).is_some() {
-                log::warn!("closed a subscription whose queue was full or gone");
+            if let Some(subscriber) = state.subscribers.get(key) {
+                subscriber.mailbox.post_task(task_id, seq);
             }
         }
     }
@@ -289,114 +400,10 @@ impl Hub {
         state.closed = true;
         state.by_task.clear();
         for (_, subscriber) in state.subscribers.drain() {
-            // A full queue means the subscriber is being cut off anyway.
-            let _ = subscriber.sender.try_send(Frame::Close);
+            subscriber.mailbox.close();
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn someone() -> Identity {
-        Identity {
-            endpoint: "/mcp".into(),
-            tenant: String::new(),
-            principal: "someone".into(),
-        }
-    }
-
-    #[test]
-    fn filters_and_cuts_off_full_queues() {
-        let hub = Hub::new(NotificationLimits {
-            queue_len: 1,
-            ..NotificationLimits::default()
-        });
-        let tools = hub
-            .subscribe(
-                &someone(),
-                Filter {
-                    tools_list_changed: true,
-                    ..Filter::default()
-                },
-            )
-            .unwrap();
-        let prompts = hub
-            .subscribe(
-                &someone(),
-                Filter {
-                    prompts_list_changed: true,
-                    ..Filter::default()
-                },
-            )
-            .unwrap();
-        hub.publish_list_changed(ListKind::Tools);
-        assert!(matches!(tools.frames.try_recv(), Ok(Frame::Notify { .. })));
-        assert!(prompts.frames.try_recv().is_err());
-        hub.publish_list_changed(ListKind::Tools);
-        hub.publish_list_changed(ListKind::Tools); // queue of 1 is full: cut off
-        assert_eq!(hub.open_subscriptions(), 1);
-        hub.close_all();
-        assert_eq!(prompts.frames.try_recv(), Ok(Frame::Close));
-        assert!(hub.subscribe(&someone(), Filter::default()).is_err());
-    }
-
-    #[test]
-    fn task_hints_reach_only_the_subscriptions_naming_the_task() {
-        let hub = Hub::new(NotificationLimits {
-            queue_len: 1,
-            ..NotificationLimits::default()
-        });
-        let follows = |ids: &[&str]| Filter {
-            task_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
-            ..Filter::default()
-        };
-        let a = hub.subscribe(&someone(), follows(&["a"])).unwrap();
-        let ab = hub.subscribe(&someone(), follows(&["a", "b"])).unwrap();
-        hub.publish_task_changed("b", 1);
-        assert!(a.frames.try_recv().is_err());
-        assert!(matches!(
-            ab.frames.try_recv(),
-            Ok(Frame::TaskChanged { seq: 1, .. })
-        ));
-        hub.publish_task_changed("c", 2);
-        assert!(a.frames.try_recv().is_err() && ab.frames.try_recv().is_err());
-        // `ab`'s queue of 1 fills up on the second hint for "a": it is cut off, and
-        // forgotten for "b" too.
-        hub.publish_task_changed("a", 3);
-        assert!(matches!(
-            a.frames.try_recv(),
-            Ok(Frame::TaskChanged { seq: 3, .. })
-        ));
-        hub.publish_task_changed("a", 4);
-        assert_eq!(hub.open_subscriptions(), 1);
-        hub.publish_task_changed("b", 5);
-        hub.unsubscribe(a.key);
-        assert_eq!(hub.open_subscriptions(), 0);
-        assert!(hub.lock().by_task.is_empty());
-    }
-
-    #[test]
-    fn caps_subscriptions_per_identity() {
-        let hub = Hub::new(NotificationLimits {
-            max_subscriptions_per_identity: 2,
-            ..NotificationLimits::default()
-        });
-        let _first = hub.subscribe(&someone(), Filter::default()).unwrap();
-        let second = hub.subscribe(&someone(), Filter::default()).unwrap();
-        assert_eq!(
-            hub.subscribe(&someone(), Filter::default())
-                .unwrap_err()
-                .http_status,
-            429
-        );
-        let other = Identity {
-            principal: "other".into(),
-            ..someone()
-        };
-        assert!(hub.subscribe(&other, Filter::default()).is_ok());
-        hub.unsubscribe(second.key);
-        assert!(hub.subscribe(&someone(), Filter::default()).is_ok());
-    }
-}
+mod tests;

@@ -1,8 +1,8 @@
 //! Assembly and lifecycle: builds every stage from the configuration, serves until
 //! SIGTERM or SIGINT, then drains in order — stop admitting requests, close listen
 //! streams gracefully, let in-flight requests finish, give running task attempts their
-//! grace period (then release them to the queue), stop upkeep, and let the writer
-//! commit what is queued. Tasks are never failed or cancelled by a shutdown.
+//! grace period (then release them to the queue), kill what their programs left behind,
+//! stop upkeep, and let the writer commit what is queued. Tasks are never failed or cancelled by a shutdown.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -12,29 +12,30 @@ use std::time::Duration;
 use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::handlers::request_state::StateSigner;
+use crate::handlers::{ServerInfo, Service};
 use crate::metrics::Metrics;
 use crate::notifications::Hub;
-use crate::ops::{self, Upkeep};
-use crate::protocol::request_state::StateSigner;
-use crate::protocol::{ServerInfo, Service};
-use crate::tasks::store::{Opened, Store};
-use crate::tasks::TaskService;
-use crate::tools::Registry;
+use crate::ops::systemd::{Notifier, Serving};
+use crate::tasks::sqlite::{Opened, Store};
+use crate::tasks::upkeep::{self, Upkeep, UpkeepCounters};
+use crate::tasks::workers::{Inflight, WorkerPool};
+use crate::tasks::{TaskService, TaskStore};
+use crate::tools::{command, RegistrationError, Registry};
 use crate::transport::{Frontend, OriginPolicy};
-use crate::workers::{Inflight, WorkerPool};
 
 /// Registers every tool, resource and prompt the configuration asks for. This is all
 /// `check-config` needs to validate a configuration.
-pub fn build_catalog(config: &Config, hub: &Arc<Hub>) -> Result<(Registry, Catalog), String> {
+pub fn build_catalog(
+    config: &Config,
+    hub: &Arc<Hub>,
+) -> Result<(Registry, Catalog), RegistrationError> {
     let mut tools = Registry::default();
     let mut catalog = Catalog::default();
     crate::builtin::register(&config.builtin.sets, &mut tools, &mut catalog, hub)?;
-    for (index, declared) in config.tools.iter().enumerate() {
-        let label = crate::config::tool_label(index, Some(&declared.name));
-        let (spec, tool) = crate::tools::command::CommandTool::build(declared, &config.base_dir)
-            .map_err(|e| format!("{label}: {e}"))?;
-        // Registry errors already name the tool.
-        tools.register(spec, Arc::new(tool))?;
+    // Command tools were built when the configuration was loaded.
+    for tool in &config.tools {
+        tools.register(tool.spec().clone(), tool.clone())?;
     }
     Ok((tools, catalog))
 }
@@ -45,17 +46,21 @@ pub fn run(config: Config) -> Result<(), String> {
     std::fs::create_dir_all(data_dir)
         .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    let (tools, catalog) = build_catalog(&config, &hub)?;
+    let (tools, catalog) = build_catalog(&config, &hub).map_err(|e| e.to_string())?;
     let tools = Arc::new(tools);
+    // Before any program runs: descendants that leave their process group must come
+    // back to the server, not to init, to be found and killed when their run ends.
+    if !command::become_subreaper() {
+        log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
+    }
     let signer = StateSigner::open(data_dir, config.limits.request_state_ttl_ms)
         .map_err(|e| format!("request-state key in {}: {e}", data_dir.display()))?;
 
-    let Opened {
-        store,
-        writer,
-        commits,
-    } = Store::open(data_dir, &config.store)?;
-    ops::recover(&store);
+    let Opened { store, writer } =
+        Store::open(data_dir, &config.store).map_err(|e| e.to_string())?;
+    // The engine sees the store through its interface only.
+    let store: Arc<dyn TaskStore> = store;
+    upkeep::recover(store.as_ref());
     let inflight = Arc::new(Inflight::default());
     let (wake, woken) = crossbeam_channel::bounded(1);
     let tasks = Arc::new(TaskService::new(
@@ -70,10 +75,10 @@ pub fn run(config: Config) -> Result<(), String> {
         Arc::clone(&store),
         Arc::clone(&hub),
         Arc::clone(&inflight),
-        Arc::clone(&metrics),
-        commits,
+        Arc::clone(&metrics) as Arc<dyn UpkeepCounters>,
         Duration::from_millis(config.workers.janitor_interval_ms),
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let workers = WorkerPool::start(
         Arc::clone(&store),
         Arc::clone(&tools),
@@ -129,10 +134,16 @@ pub fn run(config: Config) -> Result<(), String> {
         config.server.endpoint
     );
     log::info!("serving {} on {address}", config.server.endpoint);
+    let systemd = Notifier::ready(Serving {
+        address,
+        store: Arc::clone(&store),
+        inflight: Arc::clone(&inflight),
+    });
 
     wait_for_termination()?;
 
     log::info!("shutting down");
+    systemd.stopping();
     frontend.draining.store(true, Ordering::Release);
     hub.close_all();
     for _ in &threads {
@@ -147,6 +158,9 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     frontend.wait_for_streams(Duration::from_secs(5));
     workers.shutdown(Duration::from_millis(config.workers.shutdown_grace_ms));
+    // Runs have ended (or been given up on): whatever they left behind goes too, even
+    // descendants whose run could not be told from their environment.
+    command::sweep_all();
     upkeep.stop();
     drop(frontend);
     drop(store);

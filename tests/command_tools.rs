@@ -1,13 +1,11 @@
 //! Command tools end to end: real shell and Python programs under tests/scripts/, run by
 //! the real binary, observed through tools/call and tasks/get|update|cancel.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{poll_until, tasks_caps, Server};
+use crate::common::{poll_until, tasks_caps, Server};
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(20);

@@ -1,11 +1,9 @@
 //! The demo tools of the embedded default: a task with progress and one that asks for
 //! input, as a first-time user meets them.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{poll_until, tasks_caps, Server};
+use crate::common::{poll_until, tasks_caps, Server};
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(20);

@@ -1,12 +1,10 @@
 //! Durable tasks through the real binary: crashes, restarts, leases, fencing, races,
 //! isolation between identities, expiry.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::tasks::{self, wait_terminal};
-use common::{poll_until, tasks_caps, Server};
+use crate::common::tasks::{self, wait_terminal};
+use crate::common::{self, poll_until, tasks_caps, Server};
 use serde_json::json;
 
 /// A config with `threads` workers and `lease_ms` leases, plus `extra` TOML.

@@ -1,13 +1,11 @@
 //! The legacy era (initialize-based sessions, 2025-03-26 to 2025-11-25) on the same
 //! endpoint as 2026-07-28, through the real binary over raw HTTP.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{HttpResponse, Rpc, Server, ALL_SETS, CONFORMANCE};
+use crate::common::{self, HttpResponse, Rpc, Server, ALL_SETS, CONFORMANCE};
 use serde_json::{json, Value};
 
 /// A legacy client: its session id and negotiated version once initialized.

@@ -1,13 +1,11 @@
 //! Robustness: hostile and broken input against one real server, which must keep
 //! answering correctly afterwards — and HTTP framing that a refusal must not break.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{HttpResponse, Listen, Rpc, Server, ALL_SETS};
+use crate::common::{self, HttpResponse, Listen, Rpc, Server, ALL_SETS};
 use mcp_taskd::protocol::METHODS;
 use serde_json::{json, Value};
 

@@ -1,8 +1,6 @@
 //! The first things a person does: start the server, check health, discover, call a tool.
 
-mod common;
-
-use common::{Server, CONFORMANCE};
+use crate::common::{self, Server, CONFORMANCE};
 use serde_json::json;
 
 #[test]

@@ -1,12 +1,10 @@
 //! Tasks that ask for input: input rounds, tasks/update semantics, the capability check
 //! at poll time, MRTR before creation, and idempotent submission.
 
-mod common;
-
 use std::time::Duration;
 
-use common::tasks::{self, wait_for, wait_terminal};
-use common::{tasks_caps, Server};
+use crate::common::tasks::{self, wait_for, wait_terminal};
+use crate::common::{tasks_caps, Server};
 use serde_json::{json, Value};
 
 const CONFIG: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\

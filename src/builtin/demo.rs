@@ -7,16 +7,17 @@ use serde_json::json;
 
 use crate::catalog::{Catalog, Prompt, PromptArgument, Resource};
 use crate::tools::{
-    text_result, ExecutionPolicy, Invocation, Outcome, Registry, TaskPolicy, ToolSpec,
+    text_result, ExecutionPolicy, Invocation, Outcome, RegistrationError, Registry, TaskPolicy,
+    ToolSpec,
 };
 
-pub fn register(tools: &mut Registry, catalog: &mut Catalog) -> Result<(), String> {
+pub fn register(tools: &mut Registry, catalog: &mut Catalog) -> Result<(), RegistrationError> {
     register_tools(tools)?;
     register_catalog(catalog);
     Ok(())
 }
 
-fn register_tools(tools: &mut Registry) -> Result<(), String> {
+fn register_tools(tools: &mut Registry) -> Result<(), RegistrationError> {
     tools.register(
         ToolSpec::new(
             "echo",

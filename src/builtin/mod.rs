@@ -1,5 +1,5 @@
 //! Built-in tools, resources and prompts, registered through the same [`Registry`] and
-//! [`Catalog`] as anything else. Two sets exist:
+//! [`Catalog`] as anything else. Three sets exist (named in [`BuiltinSet`]):
 //!
 //! - `demo`: what `mcp-taskd serve` shows with no config;
 //! - `conformance`: the fixtures the official MCP conformance suite calls
@@ -11,27 +11,27 @@ mod conformance;
 mod demo;
 mod testing;
 
-use crate::catalog::Catalog;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use crate::catalog::Catalog;
+use crate::config::BuiltinSet;
 use crate::notifications::Hub;
-use crate::tools::{Outcome, Registry};
+use crate::tools::{Outcome, RegistrationError, Registry};
 
 /// Registers the named sets, in order.
 pub fn register(
-    sets: &[String],
+    sets: &[BuiltinSet],
     tools: &mut Registry,
     catalog: &mut Catalog,
     hub: &Arc<Hub>,
-) -> Result<(), String> {
+) -> Result<(), RegistrationError> {
     for set in sets {
-        match set.as_str() {
-            "conformance" => conformance::register(tools, catalog, hub)?,
-            "demo" => demo::register(tools, catalog)?,
-            "testing" => testing::register(tools, hub)?,
-            other => return Err(format!("unknown built-in set \"{other}\"")),
+        match set {
+            BuiltinSet::Conformance => conformance::register(tools, catalog, hub)?,
+            BuiltinSet::Demo => demo::register(tools, catalog)?,
+            BuiltinSet::Testing => testing::register(tools, hub)?,
         }
     }
     Ok(())

@@ -10,10 +10,11 @@ use serde_json::{json, Value};
 use super::{ask, elicit};
 use crate::notifications::{Hub, ListKind};
 use crate::tools::{
-    text_result, ExecutionPolicy, Invocation, Outcome, Registry, TaskPolicy, ToolSpec,
+    text_result, ExecutionPolicy, Invocation, Outcome, RegistrationError, Registry, TaskPolicy,
+    ToolSpec,
 };
 
-pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
+pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), RegistrationError> {
     // Announces `count` tools-list changes at once: traffic to overrun a subscriber
     // that stops reading.
     let flood_hub = Arc::clone(hub);
@@ -47,7 +48,7 @@ pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
             ..ExecutionPolicy::default()
         }),
         Arc::new(|call: &mut Invocation<'_>| {
-            let seconds = call.arguments.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
+            let seconds = call.f64_arg("seconds").unwrap_or(0.0);
             std::thread::sleep(Duration::from_secs_f64(seconds));
             Outcome::Complete(text_result("finished (too late, if the lease was lost)"))
         }),
@@ -89,11 +90,7 @@ pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
         .task_policy(TaskPolicy::Required),
         Arc::new(|call: &mut Invocation<'_>| {
             let Some(approval) = call.input_responses.get("approval") else {
-                let prepare = call
-                    .arguments
-                    .get("prepare_seconds")
-                    .and_then(Value::as_f64)
-                    .unwrap_or(0.0);
+                let prepare = call.f64_arg("prepare_seconds").unwrap_or(0.0);
                 if prepare > 0.0 {
                     if !call.host.sleep(Duration::from_secs_f64(prepare)) {
                         return Outcome::Cancelled;
@@ -113,11 +110,7 @@ pub fn register(tools: &mut Registry, hub: &Arc<Hub>) -> Result<(), String> {
             };
             let approved =
                 approval["action"] == "accept" && approval["content"]["approved"] == true;
-            let seconds = call
-                .arguments
-                .get("work_seconds")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
+            let seconds = call.f64_arg("work_seconds").unwrap_or(0.0);
             if !call.host.sleep(Duration::from_secs_f64(seconds)) {
                 return Outcome::Cancelled;
             }

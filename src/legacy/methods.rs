@@ -14,9 +14,11 @@ use super::stream::CallSink;
 use super::tasks;
 use super::Legacy;
 use crate::auth::Identity;
+use crate::handlers::{Reply, Request, Service};
 use crate::later::Later;
-use crate::protocol::envelope::{Envelope, LogLevel, RequestMeta, TASKS_EXTENSION};
-use crate::protocol::{Reply, Request, RpcError, Service};
+use crate::protocol::envelope::TASKS_EXTENSION;
+use crate::protocol::RpcError;
+use crate::protocol::{Envelope, LogLevel, RequestMeta};
 
 /// Methods a legacy session shares with 2026-07-28, served by the same handlers.
 const SHARED_METHODS: &[&str] = &[

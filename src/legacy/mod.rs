@@ -22,19 +22,17 @@ use tiny_http::{Method, Response};
 
 use crate::auth::Identity;
 use crate::config::SessionLimits;
+use crate::handlers::Service;
 use crate::metrics::Metrics;
-use crate::notifications::{Filter, Frame, Hub};
-use crate::protocol::{RpcError, Service};
+use crate::notifications::{Delivery, Filter, Frame, Hub};
+use crate::protocol::RpcError;
 use crate::transport::headers::header;
+use crate::transport::{Inbound, SessionEra};
 use sessions::{Refused, Session, Sessions};
 use stream::{json_response, Body};
 
-/// A legacy request the transport admitted: who sent it, and its JSON body (`None` for
-/// `GET` and `DELETE`).
-pub struct Inbound {
-    pub identity: Identity,
-    pub message: Option<Value>,
-}
+/// How long the relay sleeps on its mailbox between checks that the hub is open.
+const RELAY_WAIT: Duration = Duration::from_secs(30);
 
 pub struct Legacy {
     service: Arc<Service>,
@@ -110,23 +108,35 @@ impl Legacy {
                     task_ids: Vec::new(),
                 };
                 let keep = sessions.limits().replay_events;
-                // A burst that overflows the queue cuts the relay off: subscribe again
-                // (the burst's tail is lost, as it is for any slow subscriber).
-                while let Ok(subscription) = hub.subscribe(&relay, filter.clone()) {
-                    while let Ok(frame) = subscription.frames.recv() {
-                        let Frame::Notify { method, params } = frame else {
-                            return;
+                let Ok(subscription) = hub.subscribe(&relay, filter) else {
+                    return;
+                };
+                // The mailbox coalesces: a burst never cuts the relay off, and one change
+                // of a list or resource is relayed once however often it was published.
+                loop {
+                    let frames = match subscription.mailbox.wait(RELAY_WAIT) {
+                        Delivery::Frames(frames) => frames,
+                        Delivery::Idle => continue,
+                        Delivery::Close => return,
+                    };
+                    for frame in frames {
+                        let (message, uri) = match frame {
+                            Frame::ListChanged(kind) => {
+                                let message = json!({ "jsonrpc": "2.0", "method": kind.method(), "params": {} });
+                                (message, None)
+                            }
+                            Frame::ResourceUpdated(uri) => (
+                                json!({
+                                    "jsonrpc": "2.0",
+                                    "method": "notifications/resources/updated",
+                                    "params": { "uri": uri },
+                                }),
+                                Some(uri),
+                            ),
+                            Frame::TaskChanged { .. } => continue,
                         };
-                        let uri = params.get("uri").and_then(Value::as_str).map(str::to_owned);
-                        let message =
-                            json!({ "jsonrpc": "2.0", "method": method, "params": params });
                         for session in sessions.all() {
-                            let wanted = match (&uri, method.as_str()) {
-                                (Some(uri), "notifications/resources/updated") => {
-                                    session.is_subscribed(uri)
-                                }
-                                _ => true,
-                            };
+                            let wanted = uri.as_deref().is_none_or(|uri| session.is_subscribed(uri));
                             if wanted {
                                 session.push_event(message.clone(), keep);
                             }
@@ -140,7 +150,7 @@ impl Legacy {
     }
 
     /// Serves one legacy request to the end (a GET stream on its own thread).
-    pub fn serve(self: &Arc<Self>, mut request: tiny_http::Request, inbound: Inbound) {
+    fn serve_request(self: &Arc<Self>, mut request: tiny_http::Request, inbound: Inbound) {
         let Inbound { identity, message } = inbound;
         if message.is_none() && request.body_length().is_none() {
             // An unread chunked body would be parsed as the next request on this
@@ -318,7 +328,7 @@ impl Legacy {
         let session = match self.sessions.open(
             identity,
             version,
-            crate::protocol::envelope::ClientCapabilities(capabilities),
+            crate::protocol::ClientCapabilities(capabilities),
         ) {
             Ok(session) => session,
             Err(_) => {
@@ -333,5 +343,15 @@ impl Legacy {
         let result = methods::initialize_result(&self.service, version);
         let body = json!({ "jsonrpc": "2.0", "id": id, "result": result });
         json_response(200, Some(&body), &[("Mcp-Session-Id", &session.id)])
+    }
+}
+
+impl SessionEra for Legacy {
+    fn claims_post(&self, session: Option<&str>, version: Option<&str>, message: &Value) -> bool {
+        era::is_legacy_post(session, version, message)
+    }
+
+    fn serve(self: Arc<Self>, request: tiny_http::Request, inbound: Inbound) {
+        self.serve_request(request, inbound);
     }
 }

@@ -13,8 +13,9 @@ use serde_json::{json, Map, Value};
 use super::sessions::Session;
 use super::stream::CallSink;
 use super::tasks::RELATED_TASK;
+use crate::handlers::Emitter;
 use crate::protocol::error::code;
-use crate::protocol::{Emitter, RpcError};
+use crate::protocol::RpcError;
 
 /// How often a waiting call checks whether it was cancelled.
 const CANCEL_POLL: Duration = Duration::from_millis(100);

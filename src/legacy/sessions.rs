@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::auth::Identity;
 use crate::config::SessionLimits;
-use crate::protocol::envelope::{ClientCapabilities, LogLevel};
+use crate::protocol::{ClientCapabilities, LogLevel};
 
 /// One event of the standalone GET stream.
 #[derive(Debug, Clone)]

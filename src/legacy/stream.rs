@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tiny_http::{Header, Response, StatusCode};
 
 use super::sessions::{Session, Sessions, StreamEvent};
-use crate::protocol::Emitter;
+use crate::handlers::Emitter;
 use crate::transport::sse::SseWriter;
 
 pub type Body = Cursor<Vec<u8>>;

@@ -17,9 +17,11 @@ use super::sessions::Session;
 use super::stream::CallSink;
 use super::Legacy;
 use crate::auth::Identity;
-use crate::protocol::envelope::{ClientCapabilities, Envelope, TASKS_EXTENSION};
+use crate::handlers::Emitter;
+use crate::protocol::envelope::TASKS_EXTENSION;
 use crate::protocol::error::code;
-use crate::protocol::{Emitter, RpcError};
+use crate::protocol::RpcError;
+use crate::protocol::{ClientCapabilities, Envelope};
 use crate::tools::{Registry, TaskPolicy};
 
 /// The revision that introduced native tasks; older sessions get none of this.

@@ -2,7 +2,9 @@
 
 use serde_json::{Map, Value};
 
+use super::capabilities::ClientCapabilities;
 use super::error::RpcError;
+use super::log_level::LogLevel;
 
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -134,82 +136,5 @@ impl RequestMeta {
             progress_token,
             log_level,
         })
-    }
-}
-
-/// The client's declared capabilities for this one request.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ClientCapabilities(pub Map<String, Value>);
-
-impl ClientCapabilities {
-    fn declares(&self, name: &str) -> bool {
-        self.0.get(name).is_some_and(Value::is_object)
-    }
-
-    pub fn sampling(&self) -> bool {
-        self.declares("sampling")
-    }
-
-    pub fn roots(&self) -> bool {
-        self.declares("roots")
-    }
-
-    /// Form-mode elicitation: an empty `elicitation: {}` means form mode only.
-    pub fn elicitation_form(&self) -> bool {
-        match self.0.get("elicitation") {
-            Some(Value::Object(modes)) => modes.contains_key("form") || !modes.contains_key("url"),
-            _ => false,
-        }
-    }
-
-    pub fn elicitation_url(&self) -> bool {
-        matches!(self.0.get("elicitation"), Some(Value::Object(modes)) if modes.contains_key("url"))
-    }
-
-    /// Whether this request declares the Tasks extension.
-    pub fn tasks(&self) -> bool {
-        matches!(self.0.get("extensions"), Some(Value::Object(ext)) if ext.get(TASKS_EXTENSION).is_some_and(Value::is_object))
-    }
-}
-
-/// Syslog severities as MCP names them, least to most severe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    Debug,
-    Info,
-    Notice,
-    Warning,
-    Error,
-    Critical,
-    Alert,
-    Emergency,
-}
-
-impl LogLevel {
-    pub fn parse(name: &str) -> Option<LogLevel> {
-        Some(match name {
-            "debug" => LogLevel::Debug,
-            "info" => LogLevel::Info,
-            "notice" => LogLevel::Notice,
-            "warning" => LogLevel::Warning,
-            "error" => LogLevel::Error,
-            "critical" => LogLevel::Critical,
-            "alert" => LogLevel::Alert,
-            "emergency" => LogLevel::Emergency,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Notice => "notice",
-            LogLevel::Warning => "warning",
-            LogLevel::Error => "error",
-            LogLevel::Critical => "critical",
-            LogLevel::Alert => "alert",
-            LogLevel::Emergency => "emergency",
-        }
     }
 }

@@ -1,23 +1,21 @@
-//! The MCP protocol layer: JSON-RPC envelope and `_meta`, request validation that needs
-//! the body, and routing of each method to its handler.
-//!
-//! The transport hands this layer a parsed [`envelope::Envelope`] plus the caller's
-//! identity and the headers it needs to cross-check; this layer answers with a
-//! [`Reply`]. It never touches sockets.
+//! The protocol's vocabulary: the ground floor every other module builds on. It imports
+//! nothing else from this crate — JSON-RPC errors and their codes, the request envelope
+//! and its `_meta`, client capabilities, log levels, input-request kinds, task statuses.
+//! The dispatcher that answers each method lives above it, in `handlers`.
 
+pub mod capabilities;
 pub mod envelope;
 pub mod error;
-mod methods;
-pub mod request_state;
+pub mod input;
+pub mod log_level;
+pub mod task_status;
 
-use serde_json::Value;
-
-use crate::auth::Identity;
-use crate::later::Later;
-use crate::notifications::{Filter, Subscription};
-use envelope::{Envelope, RequestMeta};
-pub use error::RpcError;
-pub use methods::{missing_for_input_requests, ServerInfo, Service, META_IDEMPOTENCY_KEY};
+pub use capabilities::{missing_for_input_requests, ClientCapabilities};
+pub use envelope::{Envelope, RequestMeta};
+pub use error::{code, RpcError};
+pub use input::InputKind;
+pub use log_level::LogLevel;
+pub use task_status::TaskStatus;
 
 /// Protocol revisions this server speaks.
 pub const SUPPORTED_VERSIONS: &[&str] = &["2026-07-28"];
@@ -40,53 +38,5 @@ pub const METHODS: &[&str] = &[
     "tasks/cancel",
 ];
 
-/// Receives the notifications a request emits before its result (progress, log
-/// messages). The transport switches the response to an SSE stream on the first one.
-pub trait Emitter {
-    fn notify(&mut self, method: &str, params: Value);
-    /// Whether the client cancelled the request (legacy `notifications/cancelled`); an
-    /// inline tool polls it to stop early.
-    fn cancelled(&self) -> bool {
-        false
-    }
-}
-
-/// A request that passed transport validation, as the handlers see it.
-pub struct Request<'a> {
-    pub identity: &'a Identity,
-    pub envelope: &'a Envelope,
-    pub meta: &'a RequestMeta,
-}
-
-/// A new `subscriptions/listen` stream: the transport writes the acknowledgement first,
-/// then every frame, each tagged with `subscription_id`.
-pub struct Listen {
-    pub subscription_id: Value,
-    pub filter: Filter,
-    pub subscription: Subscription,
-    /// Task notifications are re-read with the subscriber's own identity and
-    /// capabilities, never taken from the hint.
-    pub identity: Identity,
-    pub capabilities: envelope::ClientCapabilities,
-    /// The outbox position when the listen arrived: changes at or before it are not
-    /// replayed.
-    pub changes_after: i64,
-}
-
-/// What a handler answers.
-pub enum Reply {
-    Result(Value),
-    Error(RpcError),
-    Listen(Box<Listen>),
-    /// Answered later, from another thread (a task creation waiting for its commit).
-    Later(Later<Result<Value, RpcError>>),
-}
-
-impl From<Result<Value, RpcError>> for Reply {
-    fn from(result: Result<Value, RpcError>) -> Reply {
-        match result {
-            Ok(value) => Reply::Result(value),
-            Err(error) => Reply::Error(error),
-        }
-    }
-}
+/// `_meta` key a client may set on `tools/call` to make task submission idempotent.
+pub const META_IDEMPOTENCY_KEY: &str = "dev.mcp-taskd/idempotencyKey";

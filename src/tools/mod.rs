@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::protocol::envelope::{ClientCapabilities, LogLevel};
-use crate::protocol::error::RpcError;
+use crate::protocol::RpcError;
+use crate::protocol::{ClientCapabilities, LogLevel};
 
-pub use registry::{Registered, Registry};
+pub use registry::{Registered, RegistrationError, RegistrationProblem, Registry};
 
 /// Whether a tool runs inline in its `tools/call` or as a durable task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -204,6 +204,10 @@ pub struct Invocation<'a> {
 impl Invocation<'_> {
     pub fn str_arg(&self, name: &str) -> Option<&str> {
         self.arguments.get(name).and_then(Value::as_str)
+    }
+
+    pub fn f64_arg(&self, name: &str) -> Option<f64> {
+        self.arguments.get(name).and_then(Value::as_f64)
     }
 
     /// The `content` object of an accepted elicitation answer for `key`.

@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::schema::{header_params, Compiled, HeaderParam};
+use super::schema::{header_params, Compiled, HeaderParam, SchemaError};
 use serde_json::Value;
 
 use super::{Tool, ToolSpec};
-use crate::protocol::error::RpcError;
+use crate::protocol::RpcError;
 
 /// A tool as the server holds it: spec, implementation and compiled contracts.
 pub struct Registered {
@@ -43,6 +43,31 @@ impl Registered {
     }
 }
 
+/// Why a tool cannot be registered; the message names the tool.
+#[derive(Debug, thiserror::Error)]
+#[error("tool \"{name}\": {problem}")]
+pub struct RegistrationError {
+    pub name: String,
+    pub problem: RegistrationProblem,
+}
+
+/// What is wrong with the tool.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistrationProblem {
+    #[error("name must be 1-128 characters of A-Z a-z 0-9 _ . -")]
+    BadName,
+    #[error("registered twice")]
+    Duplicate,
+    #[error("description must not be empty")]
+    NoDescription,
+    #[error("inputSchema must have \"type\": \"object\"")]
+    InputNotObject,
+    #[error("inputSchema: {0}")]
+    InputSchema(SchemaError),
+    #[error("outputSchema: {0}")]
+    OutputSchema(SchemaError),
+}
+
 /// Tools in registration order; `tools/list` pages through them in that order.
 #[derive(Default)]
 pub struct Registry {
@@ -52,38 +77,43 @@ pub struct Registry {
 
 impl Registry {
     /// Adds a tool, checking its name and compiling its schemas. Errors name the tool.
-    pub fn register(&mut self, spec: ToolSpec, tool: Arc<dyn Tool>) -> Result<(), String> {
+    pub fn register(
+        &mut self,
+        spec: ToolSpec,
+        tool: Arc<dyn Tool>,
+    ) -> Result<(), RegistrationError> {
         let name = spec.name.clone();
-        let fail = |what: String| format!("tool \"{name}\": {what}");
+        let fail = |problem| RegistrationError {
+            name: name.clone(),
+            problem,
+        };
         if name.is_empty()
             || name.len() > 128
             || !name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
         {
-            return Err(fail(
-                "name must be 1-128 characters of A-Z a-z 0-9 _ . -".into(),
-            ));
+            return Err(fail(RegistrationProblem::BadName));
         }
         if self.by_name.contains_key(&name) {
-            return Err(fail("registered twice".into()));
+            return Err(fail(RegistrationProblem::Duplicate));
         }
         if spec.description.trim().is_empty() {
-            return Err(fail("description must not be empty".into()));
+            return Err(fail(RegistrationProblem::NoDescription));
         }
         if spec.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
-            return Err(fail("inputSchema must have \"type\": \"object\"".into()));
+            return Err(fail(RegistrationProblem::InputNotObject));
         }
-        let input =
-            Compiled::compile(&spec.input_schema).map_err(|e| fail(format!("inputSchema: {e}")))?;
+        let input_problem = |error| fail(RegistrationProblem::InputSchema(error));
+        let input = Compiled::compile(&spec.input_schema).map_err(input_problem)?;
         let output = match &spec.output_schema {
-            Some(schema) => {
-                Some(Compiled::compile(schema).map_err(|e| fail(format!("outputSchema: {e}")))?)
-            }
+            Some(schema) => Some(
+                Compiled::compile(schema)
+                    .map_err(|error| fail(RegistrationProblem::OutputSchema(error)))?,
+            ),
             None => None,
         };
-        let header_params =
-            header_params(&spec.input_schema).map_err(|e| fail(format!("inputSchema: {e}")))?;
+        let header_params = header_params(&spec.input_schema).map_err(input_problem)?;
         self.by_name.insert(name, self.tools.len());
         self.tools.push(Arc::new(Registered {
             spec,

@@ -7,14 +7,30 @@
 
 use serde_json::{Map, Value};
 
+/// Why a tool's schema cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// Not a JSON Schema the validator accepts.
+    #[error("{0}")]
+    Invalid(Box<jsonschema::ValidationError<'static>>),
+    #[error("x-mcp-header \"{name}\" is used more than once")]
+    HeaderRepeated { name: String },
+    #[error("x-mcp-header is only allowed on properties reachable through \"properties\" keys")]
+    HeaderUnreachable,
+    #[error("x-mcp-header on \"{property}\" must be a non-empty HTTP token")]
+    HeaderNotToken { property: String },
+    #[error("x-mcp-header on \"{property}\" needs type string, integer or boolean")]
+    HeaderNotPrimitive { property: String },
+}
+
 /// A compiled schema.
 pub struct Compiled(jsonschema::Validator);
 
 impl Compiled {
-    pub fn compile(schema: &Value) -> Result<Compiled, String> {
+    pub fn compile(schema: &Value) -> Result<Compiled, SchemaError> {
         jsonschema::validator_for(schema)
             .map(Compiled)
-            .map_err(|error| error.to_string())
+            .map_err(|error| SchemaError::Invalid(Box::new(error)))
     }
 
     pub fn is_valid(&self, instance: &Value) -> bool {
@@ -69,25 +85,21 @@ impl HeaderParam {
 /// Finds every `x-mcp-header` annotation and checks the spec's constraints on it: only
 /// on primitive (string, integer, boolean) properties reachable through `properties`
 /// chains alone, a valid header token, unique (case-insensitively) within the schema.
-pub fn header_params(input_schema: &Value) -> Result<Vec<HeaderParam>, String> {
+pub fn header_params(input_schema: &Value) -> Result<Vec<HeaderParam>, SchemaError> {
     let mut found = Vec::new();
     collect(input_schema, &mut Vec::new(), &mut found)?;
     let mut seen = std::collections::HashSet::new();
     for param in &found {
         if !seen.insert(param.name.to_ascii_lowercase()) {
-            return Err(format!(
-                "x-mcp-header \"{}\" is used more than once",
-                param.name
-            ));
+            return Err(SchemaError::HeaderRepeated {
+                name: param.name.clone(),
+            });
         }
     }
     // An annotation anywhere but on a statically reachable property is invalid.
     let reachable = found.len();
     if count_annotations(input_schema) != reachable {
-        return Err(
-            "x-mcp-header is only allowed on properties reachable through \"properties\" keys"
-                .into(),
-        );
+        return Err(SchemaError::HeaderUnreachable);
     }
     Ok(found)
 }
@@ -96,7 +108,7 @@ fn collect(
     schema: &Value,
     path: &mut Vec<String>,
     found: &mut Vec<HeaderParam>,
-) -> Result<(), String> {
+) -> Result<(), SchemaError> {
     let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
         return Ok(());
     };
@@ -104,16 +116,18 @@ fn collect(
         path.push(key.clone());
         if let Some(name) = property.get("x-mcp-header") {
             let name = name.as_str().filter(|name| is_token(name)).ok_or_else(|| {
-                format!("x-mcp-header on \"{key}\" must be a non-empty HTTP token")
+                SchemaError::HeaderNotToken {
+                    property: key.clone(),
+                }
             })?;
             let kind = match property.get("type").and_then(Value::as_str) {
                 Some("string") => HeaderParamType::String,
                 Some("integer") => HeaderParamType::Integer,
                 Some("boolean") => HeaderParamType::Boolean,
                 _ => {
-                    return Err(format!(
-                        "x-mcp-header on \"{key}\" needs type string, integer or boolean"
-                    ))
+                    return Err(SchemaError::HeaderNotPrimitive {
+                        property: key.clone(),
+                    })
                 }
             };
             found.push(HeaderParam {

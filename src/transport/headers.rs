@@ -105,20 +105,43 @@ pub fn decode_header_value(raw: &str) -> Result<String, &'static str> {
     }
 }
 
+/// Why a `tools/call`'s `Mcp-Param-*` headers do not agree with its body.
+#[derive(Debug, thiserror::Error)]
+pub enum ParamHeaderError {
+    #[error("missing {header} header")]
+    Missing { header: String },
+    #[error("{header}: {why}")]
+    Undecodable { header: String, why: &'static str },
+    #[error("{header} does not match the request body")]
+    Mismatch { header: String },
+}
+
 /// Checks every `Mcp-Param-*` header a tool declares against the call's arguments.
 /// `lookup` finds a header by name.
 pub fn check_param_headers<'h>(
     params: &[HeaderParam],
     arguments: &Map<String, Value>,
     lookup: impl Fn(&str) -> Option<&'h str>,
-) -> Result<(), String> {
+) -> Result<(), ParamHeaderError> {
     for param in params {
         let header_name = format!("Mcp-Param-{}", param.name);
         let Some(body) = param.value_in(arguments) else {
             continue; // no value in the body: the header is not expected
         };
-        let raw = lookup(&header_name).ok_or_else(|| format!("missing {header_name} header"))?;
-        let decoded = decode_header_value(raw).map_err(|why| format!("{header_name}: {why}"))?;
+        let Some(raw) = lookup(&header_name) else {
+            return Err(ParamHeaderError::Missing {
+                header: header_name,
+            });
+        };
+        let decoded = match decode_header_value(raw) {
+            Ok(decoded) => decoded,
+            Err(why) => {
+                return Err(ParamHeaderError::Undecodable {
+                    header: header_name,
+                    why,
+                })
+            }
+        };
         let matches = match (param.kind, body) {
             (HeaderParamType::String, Value::String(text)) => decoded == *text,
             (HeaderParamType::Integer, Value::Number(number)) => {
@@ -132,7 +155,9 @@ pub fn check_param_headers<'h>(
             _ => true,
         };
         if !matches {
-            return Err(format!("{header_name} does not match the request body"));
+            return Err(ParamHeaderError::Mismatch {
+                header: header_name,
+            });
         }
     }
     Ok(())

@@ -6,30 +6,32 @@
 //! or an SSE stream when a request emits notifications before its result or opens a
 //! `subscriptions/listen` stream.
 
+mod era;
 pub(crate) mod headers;
+mod listen;
+mod peer;
 pub(crate) mod sse;
 
-use std::collections::{HashSet, VecDeque};
 use std::io::{Cursor, Read};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::RecvTimeoutError;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Response, StatusCode};
 
 use crate::auth::Authenticator;
 use crate::config::Limits;
+use crate::handlers::{Emitter, Listen, Reply, Request, Service};
 use crate::metrics::{Metrics, Snapshot};
-use crate::notifications::{Frame, Hub};
-use crate::protocol::envelope::{Envelope, RequestMeta, META_SUBSCRIPTION_ID};
-use crate::protocol::{
-    Emitter, Listen, Reply, Request, RpcError, Service, METHODS, SUPPORTED_VERSIONS,
-};
+use crate::notifications::Hub;
+use crate::protocol::envelope::{Envelope, RequestMeta};
+use crate::protocol::{RpcError, METHODS, SUPPORTED_VERSIONS};
+pub use era::{Inbound, SessionEra};
 use headers::{check_param_headers, header};
 pub use headers::{decode_header_value, OriginPolicy};
+use listen::run_listen;
 use sse::SseWriter;
 
 pub struct Frontend {
@@ -45,7 +47,7 @@ pub struct Frontend {
     pub open_streams: Arc<AtomicUsize>,
     pub metrics: Arc<Metrics>,
     /// Serves initialize-based (2025-03-26 to 2025-11-25) sessions on the same endpoint.
-    pub legacy: Arc<crate::legacy::Legacy>,
+    pub legacy: Arc<dyn SessionEra>,
 }
 
 type Body = Cursor<Vec<u8>>;
@@ -140,7 +142,7 @@ enum Admitted {
     Respond(Response<Body>),
     Mcp(Box<AdmittedRequest>),
     /// A request of the legacy era (session, GET, DELETE, or a plain `initialize`).
-    Legacy(Box<crate::legacy::Inbound>),
+    Legacy(Box<Inbound>),
 }
 
 struct AdmittedRequest {
@@ -163,12 +165,14 @@ impl Frontend {
                 std::thread::Builder::new()
                     .name(format!("http-{index}"))
                     .spawn(move || {
+                        let heartbeat = crate::liveness::LIVENESS.register("http");
                         while let Ok(request) = server.recv() {
+                            let _working = heartbeat.working();
                             if frontend.draining.load(Ordering::Acquire) {
                                 let _ = request.respond(error_response(
                                     &Value::Null,
                                     &RpcError::new(
-                                        crate::protocol::error::code::INTERNAL_ERROR,
+                                        crate::protocol::code::INTERNAL_ERROR,
                                         "Server is shutting down",
                                     )
                                     .with_status(503),
@@ -186,7 +190,7 @@ impl Frontend {
     fn handle(self: &Arc<Self>, mut request: tiny_http::Request) {
         let admitted = self.admit(&mut request);
         match admitted {
-            Admitted::Legacy(inbound) => self.legacy.serve(request, *inbound),
+            Admitted::Legacy(inbound) => Arc::clone(&self.legacy).serve(request, *inbound),
             Admitted::Respond(response) => {
                 self.metrics.record_rejection(response.status_code().0);
                 // tiny_http neither skips an unread chunked body nor lets us close the
@@ -289,7 +293,7 @@ impl Frontend {
             }
         };
         if legacy_verb {
-            let inbound = crate::legacy::Inbound {
+            let inbound = Inbound {
                 identity,
                 message: None,
             };
@@ -314,12 +318,12 @@ impl Frontend {
             }
         };
         // Era selection: one header already at hand and one `_meta` lookup.
-        if crate::legacy::era::is_legacy_post(
+        if self.legacy.claims_post(
             header(request, "Mcp-Session-Id"),
             header(request, "MCP-Protocol-Version"),
             &message,
         ) {
-            let inbound = crate::legacy::Inbound {
+            let inbound = Inbound {
                 identity,
                 message: Some(message),
             };
@@ -511,84 +515,6 @@ impl Frontend {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-}
-
-fn run_listen(
-    request: tiny_http::Request,
-    listen: &Listen,
-    service: &Service,
-) -> std::io::Result<()> {
-    let id = &listen.subscription_id;
-    let tag = |mut params: serde_json::Map<String, Value>| {
-        params.insert("_meta".into(), json!({ META_SUBSCRIPTION_ID: id }));
-        params
-    };
-    let mut stream = SseWriter::start(request)?;
-    stream.send(&json!({
-        "jsonrpc": "2.0",
-        "method": "notifications/subscriptions/acknowledged",
-        "params": { "notifications": listen.filter.to_json(), "_meta": { META_SUBSCRIPTION_ID: id } },
-    }))?;
-    let limits = service.hub.limits();
-    let keep_alive = Duration::from_millis(limits.keep_alive_ms);
-    let lifetime = Duration::from_millis(limits.max_stream_lifetime_ms);
-    let opened = Instant::now();
-    let frames = &listen.subscription.frames;
-    let mut backlog: VecDeque<Frame> = VecDeque::new();
-    let mut finished_tasks: HashSet<String> = HashSet::new();
-    loop {
-        let next = match backlog.pop_front() {
-            Some(frame) => Ok(frame),
-            None => frames.recv_timeout(keep_alive.min(lifetime.saturating_sub(opened.elapsed()))),
-        };
-        match next {
-            Ok(Frame::Notify { method, params }) => {
-                stream
-                    .send(&json!({ "jsonrpc": "2.0", "method": method, "params": tag(params) }))?;
-            }
-            Ok(Frame::TaskChanged { task_id, seq }) => {
-                let wanted = listen.filter.task_ids.contains(&task_id)
-                    && seq > listen.changes_after
-                    && !finished_tasks.contains(&task_id);
-                if !wanted {
-                    continue;
-                }
-                // Coalesce: one fresh read covers every queued hint for this task.
-                backlog.extend(frames.try_iter());
-                backlog.retain(
-                    |frame| !matches!(frame, Frame::TaskChanged { task_id: other, .. } if *other == task_id),
-                );
-                let Some(task) =
-                    service.task_notification(&listen.identity, &listen.capabilities, &task_id)
-                else {
-                    continue;
-                };
-                if matches!(
-                    task["status"].as_str(),
-                    Some("completed" | "failed" | "cancelled")
-                ) {
-                    finished_tasks.insert(task_id);
-                }
-                let Value::Object(params) = task else {
-                    continue;
-                };
-                stream.send(&json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": tag(params) }))?;
-            }
-            Ok(Frame::Close) => break,
-            Err(RecvTimeoutError::Timeout) => stream.keep_alive()?,
-            // Cut off by the hub (queue overflow): end without the graceful answer.
-            Err(RecvTimeoutError::Disconnected) => return stream.finish(),
-        }
-        if opened.elapsed() >= lifetime {
-            break;
-        }
-    }
-    stream.send(&json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "result": { "resultType": "complete", "_meta": { META_SUBSCRIPTION_ID: id } },
-    }))?;
-    stream.finish()
 }
 
 /// Counts a request's outcome and writes its final message.

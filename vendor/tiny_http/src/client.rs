@@ -34,6 +34,11 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // mcp-taskd patch: the response half's descriptor, handed to each request (see
+    // `Request::socket_fd`).
+    #[cfg(unix)]
+    socket_fd: Option<std::os::unix::io::RawFd>,
 }
 
 /// Error that can happen when reading a request.
@@ -54,6 +59,8 @@ impl ClientConnection {
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
+        #[cfg(unix)]
+        let socket_fd = write_socket.raw_fd();
 
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
@@ -65,6 +72,8 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            #[cfg(unix)]
+            socket_fd,
         }
     }
 
@@ -173,6 +182,9 @@ impl ClientConnection {
                 }
             }
         })?;
+
+        #[cfg(unix)]
+        let request = request.with_socket_fd(self.socket_fd);
 
         // return the request
         Ok(request)

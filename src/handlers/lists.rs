@@ -1,0 +1,201 @@
+//! Discovery and the catalog methods: `server/discover`, the `*/list` methods with their
+//! cursor pagination, `resources/read`, `prompts/get` and `completion/complete`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{json, Value};
+
+use super::request_state::Binding;
+use super::{input_responses, object_param, Request, Service};
+use crate::catalog::PromptCall;
+use crate::protocol::envelope::{META_SERVER_INFO, TASKS_EXTENSION};
+use crate::protocol::{RpcError, SUPPORTED_VERSIONS};
+use crate::tools::Outcome;
+
+impl Service {
+    pub(super) fn discover(&self) -> Value {
+        let mut result = json!({
+            "supportedVersions": SUPPORTED_VERSIONS,
+            "capabilities": {
+                "tools": { "listChanged": true },
+                "prompts": { "listChanged": true },
+                "resources": {},
+                "completions": {},
+                "logging": {},
+                "extensions": { TASKS_EXTENSION: {} },
+            },
+            "_meta": { META_SERVER_INFO: { "name": self.info.name, "version": self.info.version } },
+        });
+        if let Some(instructions) = &self.info.instructions {
+            result["instructions"] = json!(instructions);
+        }
+        self.cacheable(result)
+    }
+
+    /// One page of `items` after the request's cursor.
+    pub(super) fn page(
+        &self,
+        request: &Request<'_>,
+        key: &str,
+        items: impl ExactSizeIterator<Item = Value>,
+    ) -> Result<Value, RpcError> {
+        let total = items.len();
+        let start = match request.envelope.params.get("cursor") {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(cursor)) => decode_cursor(cursor)
+                .filter(|&start| start <= total)
+                .ok_or_else(|| RpcError::invalid_params("invalid cursor"))?,
+            Some(_) => return Err(RpcError::invalid_params("cursor must be a string")),
+        };
+        let page: Vec<Value> = items.skip(start).take(self.page_size).collect();
+        let end = start + page.len();
+        let mut result = json!({ key: page });
+        if end < total {
+            result["nextCursor"] = json!(URL_SAFE_NO_PAD.encode(format!("offset:{end}")));
+        }
+        Ok(self.cacheable(result))
+    }
+
+    pub(super) fn tools_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
+        let tools = self.tools.all().iter().map(|tool| tool.spec.to_json());
+        self.page(request, "tools", tools)
+    }
+
+    pub(super) fn resources_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
+        let resources = self.catalog.resources.iter().map(|r| r.to_json());
+        self.page(request, "resources", resources)
+    }
+
+    pub(super) fn templates_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
+        let templates = self.catalog.templates.iter().map(|t| t.to_json());
+        self.page(request, "resourceTemplates", templates)
+    }
+
+    pub(super) fn prompts_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
+        let prompts = self.catalog.prompts.iter().map(|p| p.to_json());
+        self.page(request, "prompts", prompts)
+    }
+
+    pub(super) fn resources_read(&self, request: &Request<'_>) -> Result<Value, RpcError> {
+        let uri = request
+            .envelope
+            .str_param("uri")
+            .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
+        let contents = self.catalog.read(uri)?;
+        Ok(self.cacheable(json!({ "contents": contents })))
+    }
+
+    pub(super) fn prompts_get(&self, request: &Request<'_>) -> Result<Value, RpcError> {
+        let params = &request.envelope.params;
+        let name = request
+            .envelope
+            .str_param("name")
+            .ok_or_else(|| RpcError::invalid_params("name must be a string"))?;
+        let prompt = self
+            .catalog
+            .prompt(name)
+            .ok_or_else(|| RpcError::invalid_params(format!("Unknown prompt: {name}")))?;
+        let arguments = object_param(params, "arguments")?;
+        for argument in &prompt.arguments {
+            match arguments.get(&argument.name) {
+                Some(Value::String(_)) => {}
+                None if !argument.required => {}
+                _ => {
+                    return Err(RpcError::invalid_params(format!(
+                        "argument \"{}\" must be a string{}",
+                        argument.name,
+                        if argument.required {
+                            " and is required"
+                        } else {
+                            ""
+                        }
+                    )))
+                }
+            }
+        }
+        let input_responses = input_responses(params)?;
+        let binding = Binding {
+            identity: request.identity,
+            method: "prompts/get",
+            name,
+            arguments: &arguments,
+        };
+        let state = self.open_request_state(params, &binding)?;
+        let call = PromptCall {
+            arguments: &arguments,
+            input_responses: &input_responses,
+            state: state.as_ref(),
+            capabilities: &request.meta.capabilities,
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| (prompt.get)(&call))).unwrap_or_else(|_| {
+            log::error!("prompt handler panicked");
+            Outcome::Error(RpcError::internal())
+        });
+        match outcome {
+            Outcome::Complete(mut result) => {
+                result["resultType"] = json!("complete");
+                Ok(result)
+            }
+            Outcome::InputRequired { requests, state } => {
+                self.input_required(&binding, &request.meta.capabilities, requests, state)
+            }
+            Outcome::Error(error) => Err(error),
+            Outcome::Cancelled => Err(RpcError::internal()),
+            Outcome::Retry(reason) => {
+                log::error!("prompt {name} failed: {reason}");
+                Err(RpcError::internal())
+            }
+        }
+    }
+
+    pub(super) fn complete(&self, request: &Request<'_>) -> Result<Value, RpcError> {
+        let params = &request.envelope.params;
+        let reference = params
+            .get("ref")
+            .and_then(Value::as_object)
+            .ok_or_else(|| RpcError::invalid_params("ref must be an object"))?;
+        let argument = params
+            .get("argument")
+            .and_then(Value::as_object)
+            .ok_or_else(|| RpcError::invalid_params("argument must be an object"))?;
+        let (Some(arg_name), Some(prefix)) = (
+            argument.get("name").and_then(Value::as_str),
+            argument.get("value").and_then(Value::as_str),
+        ) else {
+            return Err(RpcError::invalid_params(
+                "argument needs string name and value",
+            ));
+        };
+        let values = match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let name = reference
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| RpcError::invalid_params("ref.name must be a string"))?;
+                if self.catalog.prompt(name).is_none() {
+                    return Err(RpcError::invalid_params(format!("Unknown prompt: {name}")));
+                }
+                self.catalog
+                    .complete_prompt_argument(name, arg_name, prefix)
+                    .unwrap_or_default()
+            }
+            Some("ref/resource") => Vec::new(),
+            _ => return Err(RpcError::invalid_params("unknown ref type")),
+        };
+        Ok(json!({
+            "resultType": "complete",
+            "completion": { "values": values, "total": values.len(), "hasMore": false },
+        }))
+    }
+}
+
+fn decode_cursor(cursor: &str) -> Option<usize> {
+    let decoded = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    std::str::from_utf8(&decoded)
+        .ok()?
+        .strip_prefix("offset:")?
+        .parse()
+        .ok()
+}

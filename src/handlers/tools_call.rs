@@ -1,0 +1,223 @@
+//! `tools/call`: validation, capability gates, inline runs (with progress and log
+//! messages on the response stream), MRTR rounds, and handing task calls to the engine.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::request_state::Binding;
+use super::tasks::tasks_required;
+use super::{complete, input_responses, object_param, Emitter, Reply, Request, Service};
+use crate::liveness;
+use crate::protocol::{LogLevel, RpcError, META_IDEMPOTENCY_KEY};
+use crate::tasks::Submission;
+use crate::tools::{Admission, Invocation, InvocationHost, Outcome, TaskPolicy};
+
+/// Longest idempotency key accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 256;
+
+impl Service {
+    pub(super) fn tools_call(&self, request: &Request<'_>, emitter: &mut dyn Emitter) -> Reply {
+        match self.tools_call_inner(request, emitter) {
+            Ok(reply) => reply,
+            Err(error) => Reply::Error(error),
+        }
+    }
+
+    pub(super) fn tools_call_inner(
+        &self,
+        request: &Request<'_>,
+        emitter: &mut dyn Emitter,
+    ) -> Result<Reply, RpcError> {
+        let params = &request.envelope.params;
+        let name = request
+            .envelope
+            .str_param("name")
+            .ok_or_else(|| RpcError::invalid_params("name must be a string"))?;
+        let tool = self
+            .tools
+            .get(name)
+            .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?;
+        let arguments = object_param(params, "arguments")?;
+        let capabilities = &request.meta.capabilities;
+        let as_task = match tool.spec.task_policy {
+            TaskPolicy::Inline => false,
+            TaskPolicy::Optional => capabilities.tasks(),
+            TaskPolicy::Required if capabilities.tasks() => true,
+            TaskPolicy::Required => return Err(tasks_required()),
+        };
+        if let Some(required) = &tool.spec.required_capabilities {
+            let missing: Map<String, Value> = required
+                .iter()
+                .filter(|(capability, _)| !capabilities.0.contains_key(capability.as_str()))
+                .map(|(capability, value)| (capability.clone(), value.clone()))
+                .collect();
+            if !missing.is_empty() {
+                return Err(RpcError::missing_capability(Value::Object(missing)));
+            }
+        }
+        if !tool.input.is_valid(&Value::Object(arguments.clone())) {
+            let violations = tool
+                .input
+                .violations(&Value::Object(arguments.clone()), 5)
+                .join("; ");
+            return Ok(Reply::Result(complete(crate::tools::error_result(
+                format!("Arguments do not match the tool's inputSchema: {violations}"),
+            ))));
+        }
+        let input_responses = input_responses(params)?;
+        let binding = Binding {
+            identity: request.identity,
+            method: "tools/call",
+            name,
+            arguments: &arguments,
+        };
+        let state = self.open_request_state(params, &binding)?;
+        let mut host = InlineHost {
+            emitter,
+            progress_token: request.meta.progress_token.clone(),
+            log_level: request.meta.log_level,
+            tool: &tool.spec.name,
+        };
+        let mut invocation = Invocation {
+            arguments: &arguments,
+            input_responses: &input_responses,
+            state: state.as_ref(),
+            capabilities,
+            host: &mut host,
+        };
+        // Inline tools run here; task tools only decide here whether the task can be
+        // created yet (an MRTR exchange may come first).
+        let admission = catch_unwind(AssertUnwindSafe(|| {
+            if as_task {
+                tool.tool.admit(&mut invocation)
+            } else {
+                // The tool's timeout bounds the run: not a stall of this request thread.
+                Admission::Answer(liveness::unwatched(|| tool.tool.run(&mut invocation)))
+            }
+        }))
+        .unwrap_or_else(|_| {
+            log::error!("tool {} panicked during tools/call", tool.spec.name);
+            Admission::Answer(Outcome::Error(RpcError::internal()))
+        });
+        let outcome = match admission {
+            Admission::Answer(outcome) => outcome,
+            Admission::Proceed => {
+                let key = idempotency_key(
+                    request,
+                    &arguments,
+                    tool.spec.idempotency_argument.as_deref(),
+                )?;
+                return Ok(Reply::Later(self.tasks.create(Submission {
+                    identity: request.identity,
+                    tool,
+                    arguments: &arguments,
+                    protocol_version: &request.meta.protocol_version,
+                    capabilities,
+                    input_responses: &input_responses,
+                    idempotency_key: key,
+                })));
+            }
+        };
+        let answer = match outcome {
+            Outcome::Complete(result) => tool.check_result(result).map(complete),
+            Outcome::InputRequired { requests, state } => {
+                self.input_required(&binding, capabilities, requests, state)
+            }
+            Outcome::Error(error) => Err(error),
+            Outcome::Cancelled => Err(RpcError::internal()),
+            // Inline there is no retry: the client sees a generic internal error, the
+            // reason (which never holds arguments or results) goes to the log.
+            Outcome::Retry(reason) => {
+                log::error!("tool {} failed during tools/call: {reason}", tool.spec.name);
+                Err(RpcError::internal())
+            }
+        };
+        answer.map(Reply::Result)
+    }
+}
+
+/// The idempotency key of a task submission: `_meta["dev.mcp-taskd/idempotencyKey"]`,
+/// else the tool's designated argument (string or integer).
+fn idempotency_key(
+    request: &Request<'_>,
+    arguments: &Map<String, Value>,
+    argument: Option<&str>,
+) -> Result<Option<String>, RpcError> {
+    let from_meta = request
+        .envelope
+        .params
+        .get("_meta")
+        .and_then(|meta| meta.get(META_IDEMPOTENCY_KEY));
+    let from_argument = argument.and_then(|name| arguments.get(name));
+    let key = match from_meta.or(from_argument) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(key)) => key.clone(),
+        Some(Value::Number(number)) if number.is_i64() || number.is_u64() => number.to_string(),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "an idempotency key must be a string or an integer",
+            ))
+        }
+    };
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(RpcError::invalid_params(format!(
+            "an idempotency key must be 1-{MAX_IDEMPOTENCY_KEY} bytes"
+        )));
+    }
+    Ok(Some(key))
+}
+
+/// The host of an inline call: progress and log messages go to the response stream.
+struct InlineHost<'a> {
+    emitter: &'a mut dyn Emitter,
+    progress_token: Option<Value>,
+    log_level: Option<LogLevel>,
+    tool: &'a str,
+}
+
+impl InvocationHost for InlineHost<'_> {
+    fn progress(&mut self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.progress_token else {
+            return;
+        };
+        let mut params = json!({ "progressToken": token, "progress": progress });
+        if let Some(total) = total {
+            params["total"] = json!(total);
+        }
+        if let Some(message) = message {
+            params["message"] = json!(message);
+        }
+        self.emitter.notify("notifications/progress", params);
+    }
+
+    fn log(&mut self, level: LogLevel, data: Value) {
+        if self.log_level.is_some_and(|minimum| level >= minimum) {
+            self.emitter.notify(
+                "notifications/message",
+                json!({ "level": level.as_str(), "logger": self.tool, "data": data }),
+            );
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.emitter.cancelled()
+    }
+
+    /// Sleeps in short slices so that a cancelled request stops within one of them.
+    fn sleep(&mut self, duration: Duration) -> bool {
+        const SLICE: Duration = Duration::from_millis(50);
+        let deadline = std::time::Instant::now() + duration;
+        loop {
+            if self.emitter.cancelled() {
+                return false;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(SLICE));
+        }
+    }
+}

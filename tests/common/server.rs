@@ -1,0 +1,115 @@
+//! The process harness: starts the real binary on an ephemeral loopback port with a
+//! temporary (or given) data dir, and stops it gently, abruptly, or on drop.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts the binary on `config` (TOML; listen address and data dir are overridden).
+    pub fn start(config: &str) -> Server {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().to_path_buf();
+        let mut server = Server::start_in(&dir, config);
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Starts the binary with its data in `dir` (reused across restarts).
+    pub fn start_in(dir: &Path, config: &str) -> Server {
+        Server::start_in_with_env(dir, config, &[])
+    }
+
+    /// As [`Server::start_in`], with extra environment variables for the server.
+    pub fn start_in_with_env(dir: &Path, config: &str, env: &[(&str, &OsStr)]) -> Server {
+        std::fs::create_dir_all(dir).expect("data dir");
+        let config_path = dir.join("config.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn mcp-taskd");
+        let stdout = child.stdout.take().expect("stdout");
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let line = receiver
+            .recv_timeout(Duration::from_secs(20))
+            .expect("server printed its address");
+        let url = line
+            .strip_prefix("mcp-taskd listening on http://")
+            .expect("address line");
+        let addr = url
+            .trim_end_matches("/mcp")
+            .parse()
+            .expect("socket address");
+        Server {
+            child,
+            addr,
+            dir: dir.to_path_buf(),
+            _temp: None,
+        }
+    }
+
+    /// SIGKILL: no chance to clean up.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for exit (up to `limit`); returns whether it exited.
+    pub fn terminate(&mut self, limit: Duration) -> bool {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[allow(dead_code)] // read by benches/notifications.rs (the server's memory use), not by tests
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

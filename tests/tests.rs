@@ -1,0 +1,37 @@
+//! The integration suite: one test binary, one module per area.
+//!
+//! Every test drives the real `mcp-taskd` binary, started by the harness in [`common`]
+//! on an ephemeral loopback port with a temporary data dir, and speaks raw HTTP/1.1 to
+//! it, so a test controls every byte and observes only what a client could.
+//!
+//! Areas:
+//! - [`smoke`]: the first things a person does (health, discovery, a tool call);
+//! - [`transport`]: every error path of the transport and protocol layers;
+//! - [`robustness`]: hostile and broken input, and HTTP framing after a refusal;
+//! - [`demo_tools`]: the demo tools of the embedded default configuration;
+//! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
+//! - [`reaping`]: descendants of command tools that leave their process group;
+//! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
+//! - [`task_input`]: tasks that ask for input, and `tasks/update`;
+//! - [`notifications`]: `subscriptions/listen` streams and task notifications;
+//! - [`legacy`]: the 2025 session era (initialize, sessions, GET streams) beside 2026.
+//!
+//! One binary compiles the harness once and links once. Cargo does not discover test
+//! files here (`autotests = false`): a new area is a module declared below.
+//!
+//! Run one area or one test with a filter: `cargo test --test tests transport::`.
+
+mod common;
+
+mod command_tools;
+mod demo_tools;
+mod durable_tasks;
+mod legacy;
+mod listen_streams;
+mod notifications;
+mod reaping;
+mod robustness;
+mod smoke;
+mod systemd_notify;
+mod task_input;
+mod transport;
