@@ -26,9 +26,6 @@ use crate::protocol::{code, RpcError};
 pub struct Filter {
     pub tools_list_changed: bool,
     pub prompts_list_changed: bool,
-    /// `notifications/resources/updated` (only legacy sessions subscribe to resources;
-    /// their relay asks for these).
-    pub resources_updated: bool,
     /// Tasks whose changes the subscriber hears about (hints only: the stream re-reads
     /// each task with the subscriber's own identity before sending anything).
     pub task_ids: Vec<String>,
@@ -231,6 +228,8 @@ struct HubState {
     /// Which subscriptions follow each task, so a task-change hint (one per committed
     /// task change) costs a lookup, not a pass over every open subscription.
     by_task: HashMap<String, Vec<u64>>,
+    /// Mailboxes of relays (see [`Hub::relay`]).
+    relays: Vec<Arc<Mailbox>>,
     closed: bool,
 }
 
@@ -263,6 +262,7 @@ impl Hub {
                 next_key: 1,
                 subscribers: HashMap::new(),
                 by_task: HashMap::new(),
+                relays: Vec::new(),
                 closed: false,
             }),
             followed: Condvar::new(),
@@ -346,16 +346,31 @@ impl Hub {
                 subscriber.mailbox.post_list(kind);
             }
         }
+        for relay in &state.relays {
+            relay.post_list(kind);
+        }
     }
 
-    /// Announces that the resource at `uri` changed to every subscription that asked.
+    /// Announces that the resource at `uri` changed, to the relays.
     pub fn publish_resource_updated(&self, uri: &str) {
-        let state = self.lock();
-        for subscriber in state.subscribers.values() {
-            if subscriber.filter.resources_updated {
-                subscriber.mailbox.post_resource(uri);
-            }
+        for relay in &self.lock().relays {
+            relay.post_resource(uri);
         }
+    }
+
+    /// A mailbox that hears every list change and every resource update, for a relay
+    /// that fans them out to clients of its own (the legacy sessions, which filter
+    /// resource updates by their `resources/subscribe`). It is not a subscription: no
+    /// cap applies and [`Hub::open_subscriptions`] does not count it. `None` once the
+    /// hub is closed.
+    pub fn relay(&self) -> Option<Arc<Mailbox>> {
+        let mut state = self.lock();
+        if state.closed {
+            return None;
+        }
+        let mailbox = Arc::new(Mailbox::default());
+        state.relays.push(Arc::clone(&mailbox));
+        Some(mailbox)
     }
 
     /// Whether any open subscription follows a task (the relay reads the outbox only
@@ -401,6 +416,9 @@ impl Hub {
         state.by_task.clear();
         for (_, subscriber) in state.subscribers.drain() {
             subscriber.mailbox.close();
+        }
+        for relay in state.relays.drain(..) {
+            relay.close();
         }
     }
 }

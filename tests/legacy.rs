@@ -594,3 +594,55 @@ fn the_session_maximum_is_configurable_and_refuses_with_503() {
     let second = Client::connect(&server, "2025-11-25", json!({}));
     assert_eq!(second.request("ping", json!({})).result(), json!({}));
 }
+
+#[test]
+fn tasks_of_either_era_survive_a_crash_and_are_found_by_both() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut server = Server::start_in(dir.path(), CONFORMANCE);
+    let slow = json!({"seconds": 60});
+    let legacy_id = {
+        let client = Client::connect(&server, "2025-11-25", json!({}));
+        let created = client
+            .request(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": slow, "task": {}}),
+            )
+            .result();
+        created["task"]["taskId"]
+            .as_str()
+            .expect("taskId")
+            .to_owned()
+    };
+    let modern_id = common::tasks::create(&server, "slow_compute", slow, &[]);
+    server.kill9();
+
+    let server = Server::start_in(dir.path(), CONFORMANCE);
+    // A fresh session (the old one died with the process) sees both as 2025-11-25 Tasks.
+    let client = Client::connect(&server, "2025-11-25", json!({}));
+    for task_id in [&legacy_id, &modern_id] {
+        let task = client
+            .request("tasks/get", json!({"taskId": task_id}))
+            .result();
+        assert_eq!(task["taskId"], task_id.as_str(), "{task}");
+        assert_eq!(task["status"], "working", "{task}");
+        assert!(
+            task.get("ttl").is_some() && task.get("ttlMs").is_none(),
+            "{task}"
+        );
+    }
+    let listed = client.request("tasks/list", json!({})).result();
+    let listed_ids: Vec<&str> = listed["tasks"]
+        .as_array()
+        .map(|all| all.iter().filter_map(|t| t["taskId"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        listed_ids.contains(&legacy_id.as_str()) && listed_ids.contains(&modern_id.as_str()),
+        "{listed}"
+    );
+    // A 2026 client sees both as DetailedTasks.
+    for task_id in [&legacy_id, &modern_id] {
+        let task = common::tasks::get(&server, task_id);
+        assert_eq!(task["status"], "working", "{task}");
+        assert!(task.get("ttlMs").is_some(), "{task}");
+    }
+}

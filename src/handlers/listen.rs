@@ -43,7 +43,6 @@ impl Service {
         let mut filter = Filter {
             tools_list_changed: flag("toolsListChanged"),
             prompts_list_changed: flag("promptsListChanged"),
-            resources_updated: false,
             task_ids: requested_tasks,
         };
         // Note where the outbox stands, then subscribe, then authorize: a change

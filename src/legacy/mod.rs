@@ -24,7 +24,7 @@ use crate::auth::Identity;
 use crate::config::SessionLimits;
 use crate::handlers::Service;
 use crate::metrics::Metrics;
-use crate::notifications::{Delivery, Filter, Frame, Hub};
+use crate::notifications::{Delivery, Frame, Hub};
 use crate::protocol::RpcError;
 use crate::transport::headers::header;
 use crate::transport::{Inbound, SessionEra};
@@ -87,8 +87,8 @@ impl Legacy {
         legacy
     }
 
-    /// One hub subscription serves every session: list changes go to all of them,
-    /// a resource update only to the sessions subscribed to that resource.
+    /// One hub relay serves every session: list changes go to all of them, a resource
+    /// update only to the sessions subscribed to that resource.
     fn start_relay(&self) {
         let hub = Arc::clone(&self.hub);
         let sessions = Arc::clone(&self.sessions);
@@ -96,25 +96,14 @@ impl Legacy {
             .name("legacy-relay".into())
             .stack_size(256 * 1024)
             .spawn(move || {
-                let relay = Identity {
-                    endpoint: String::new(),
-                    tenant: String::new(),
-                    principal: "legacy-session-relay".into(),
-                };
-                let filter = Filter {
-                    tools_list_changed: true,
-                    prompts_list_changed: true,
-                    resources_updated: true,
-                    task_ids: Vec::new(),
-                };
                 let keep = sessions.limits().replay_events;
-                let Ok(subscription) = hub.subscribe(&relay, filter) else {
+                let Some(mailbox) = hub.relay() else {
                     return;
                 };
                 // The mailbox coalesces: a burst never cuts the relay off, and one change
                 // of a list or resource is relayed once however often it was published.
                 loop {
-                    let frames = match subscription.mailbox.wait(RELAY_WAIT) {
+                    let frames = match mailbox.wait(RELAY_WAIT) {
                         Delivery::Frames(frames) => frames,
                         Delivery::Idle => continue,
                         Delivery::Close => return,

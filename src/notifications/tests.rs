@@ -127,17 +127,12 @@ fn pending_changes_keep_the_order_of_their_first_publication() {
 }
 
 #[test]
-fn resource_updates_reach_only_those_who_asked_once_per_uri() {
-    let hub = Hub::new(NotificationLimits::default());
-    let resources = hub
-        .subscribe(
-            &someone(),
-            Filter {
-                resources_updated: true,
-                ..Filter::default()
-            },
-        )
-        .unwrap();
+fn relays_hear_every_list_and_resource_change_once_and_are_not_subscriptions() {
+    let hub = Hub::new(NotificationLimits {
+        max_subscriptions: 1,
+        ..NotificationLimits::default()
+    });
+    let relay = hub.relay().unwrap();
     let lists = hub
         .subscribe(
             &someone(),
@@ -147,23 +142,28 @@ fn resource_updates_reach_only_those_who_asked_once_per_uri() {
             },
         )
         .unwrap();
+    assert_eq!(hub.open_subscriptions(), 1, "the relay is not counted");
     for _ in 0..100 {
         hub.publish_resource_updated("test://a");
+        hub.publish_list_changed(ListKind::Prompts);
         hub.publish_resource_updated("test://b");
     }
+    let taken = match relay.wait(Duration::ZERO) {
+        Delivery::Frames(frames) => frames,
+        other => panic!("expected frames, got {other:?}"),
+    };
     assert_eq!(
-        frames(&resources),
+        taken,
         vec![
             Frame::ResourceUpdated("test://a".into()),
+            Frame::ListChanged(ListKind::Prompts),
             Frame::ResourceUpdated("test://b".into()),
         ]
     );
     assert_eq!(lists.mailbox.wait(Duration::ZERO), Delivery::Idle);
-    hub.publish_resource_updated("test://a");
-    assert_eq!(
-        frames(&resources),
-        vec![Frame::ResourceUpdated("test://a".into())]
-    );
+    hub.close_all();
+    assert_eq!(relay.wait(Duration::ZERO), Delivery::Close);
+    assert!(hub.relay().is_none());
 }
 
 #[test]
