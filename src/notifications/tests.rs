@@ -99,7 +99,6 @@ fn pending_changes_keep_the_order_of_their_first_publication() {
                 tools_list_changed: true,
                 prompts_list_changed: true,
                 task_ids: vec!["t".into()],
-                ..Filter::default()
             },
         )
         .unwrap();
