@@ -80,6 +80,18 @@ pub struct ServerConfig {
     pub name: String,
     /// Optional instructions for models, reported in `server/discover`.
     pub instructions: Option<String>,
+    /// Connections open at once (503 beyond); 0 derives it from the descriptor limit,
+    /// see [`crate::transport::limits::default_max_connections`].
+    pub max_connections: usize,
+    /// How long an idle keep-alive connection waits for its next request.
+    pub idle_timeout_ms: u64,
+    /// How long a request may take to arrive whole, head and body, from its first byte.
+    pub request_timeout_ms: u64,
+    /// Size-independent part of an answer's write deadline.
+    pub write_timeout_ms: u64,
+    /// Slowest reader served: an answer of n bytes must be read within
+    /// `write_timeout_ms + n / min_write_bytes_per_sec` seconds.
+    pub min_write_bytes_per_sec: u64,
 }
 
 impl Default for ServerConfig {
@@ -94,6 +106,11 @@ impl Default for ServerConfig {
             allow_unauthenticated_remote: false,
             name: "mcp-taskd".into(),
             instructions: None,
+            max_connections: 0,
+            idle_timeout_ms: 30_000,
+            request_timeout_ms: 10_000,
+            write_timeout_ms: 10_000,
+            min_write_bytes_per_sec: 256 * 1024,
         }
     }
 }
@@ -112,6 +129,12 @@ pub struct Limits {
     pub cache_ttl_ms: u64,
     /// Lifetime of an MRTR `requestState`.
     pub request_state_ttl_ms: u64,
+    /// Bytes of request bodies held in memory at once, server-wide (503 beyond; the
+    /// first 64 KiB of each body are not counted).
+    pub max_buffered_request_bytes: usize,
+    /// Bytes of answers waiting for slow readers, server-wide (beyond, the connection
+    /// is closed instead; the first 64 KiB of each answer are not counted).
+    pub max_unsent_answer_bytes: usize,
 }
 
 impl Default for Limits {
@@ -122,6 +145,8 @@ impl Default for Limits {
             page_size: 100,
             cache_ttl_ms: 60_000,
             request_state_ttl_ms: 15 * 60 * 1000,
+            max_buffered_request_bytes: 64 * 1024 * 1024,
+            max_unsent_answer_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -136,6 +161,13 @@ pub struct StoreConfig {
     pub busy_timeout_ms: u64,
     /// Read connections in the pool.
     pub read_connections: u32,
+    /// Longest the start-up integrity check (`PRAGMA quick_check`, every page) may run;
+    /// past it the rest of the database goes unchecked. `0` skips the check.
+    pub integrity_check_ms: u64,
+    /// Free bytes on the data dir's file system below which new tasks are refused (503),
+    /// and below half of which every write: room for running tasks' outcomes and for
+    /// the checkpoint that lets the WAL be reused. `0`: no floor.
+    pub min_free_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -144,6 +176,8 @@ impl Default for StoreConfig {
             synchronous: Synchronous::Full,
             busy_timeout_ms: 5000,
             read_connections: 8,
+            integrity_check_ms: 10_000,
+            min_free_bytes: 1 << 20,
         }
     }
 }
@@ -197,6 +231,9 @@ pub struct TaskDefaults {
     pub ttl_ms: u64,
     /// `pollIntervalMs` suggested to clients.
     pub poll_interval_ms: u64,
+    /// Bytes of large task payloads (over 1 MiB each) read into `tasks/get` answers at
+    /// once, server-wide; beyond it `tasks/get` answers 503 to retry.
+    pub max_payload_bytes_in_flight: usize,
 }
 
 impl Default for TaskDefaults {
@@ -204,6 +241,7 @@ impl Default for TaskDefaults {
         TaskDefaults {
             ttl_ms: 3_600_000,
             poll_interval_ms: 1000,
+            max_payload_bytes_in_flight: 32 * 1024 * 1024,
         }
     }
 }
@@ -376,6 +414,10 @@ pub enum ConfigError {
     NoThreads,
     #[error("limits.max_body_bytes must be >= 1024 and limits.max_json_depth >= 8")]
     TinyLimits,
+    #[error("server timeouts and min_write_bytes_per_sec must be positive")]
+    ConnectionTimes,
+    #[error("limits.max_buffered_request_bytes must be >= limits.max_body_bytes")]
+    BufferedBelowBody,
     #[error("limits.page_size must be at least 1")]
     PageSize,
     #[error("workers.lease_ms must be at least 300")]
@@ -507,6 +549,16 @@ impl Config {
         }
         if self.limits.page_size == 0 {
             return Err(ConfigError::PageSize);
+        }
+        if s.idle_timeout_ms == 0
+            || s.request_timeout_ms == 0
+            || s.write_timeout_ms == 0
+            || s.min_write_bytes_per_sec == 0
+        {
+            return Err(ConfigError::ConnectionTimes);
+        }
+        if self.limits.max_buffered_request_bytes < self.limits.max_body_bytes {
+            return Err(ConfigError::BufferedBelowBody);
         }
         if self.workers.lease_ms < 300 {
             return Err(ConfigError::ShortLease);

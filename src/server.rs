@@ -102,8 +102,11 @@ pub fn run(config: Config) -> Result<(), String> {
         hub: Arc::clone(&hub),
         tasks,
     });
-    let http = tiny_http::Server::http(config.server.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", config.server.listen))?;
+    let http = tiny_http::Server::http_with_bounds(
+        config.server.listen,
+        crate::transport::limits::bounds(&config),
+    )
+    .map_err(|e| format!("cannot listen on {}: {e}", config.server.listen))?;
     let http = Arc::new(http);
     let legacy = crate::legacy::Legacy::start(
         Arc::clone(&service),
@@ -122,6 +125,7 @@ pub fn run(config: Config) -> Result<(), String> {
         open_streams: Default::default(),
         metrics,
         legacy,
+        listener: http.health(),
     });
     let threads = frontend.spawn(&http, config.server.handler_threads);
     let address = http

@@ -138,6 +138,7 @@ fn a_client_that_half_closes_gets_the_graceful_answer_and_frees_its_slot() {
 
 #[test]
 fn a_listen_on_max_task_ids_running_tasks_gets_every_terminal_frame() {
+    let _heavy = crate::common::heavy();
     let server = Server::start(&config(64, ""));
     // Long enough that even on a loaded box most tasks are still running once the
     // listen is open and every task has been polled.
@@ -185,6 +186,7 @@ fn a_listen_on_max_task_ids_running_tasks_gets_every_terminal_frame() {
 
 #[test]
 fn a_burst_of_list_changes_does_not_evict_a_reader_who_keeps_up() {
+    let _heavy = crate::common::heavy();
     let server = Server::start(&config(32, ""));
     let ids: Vec<String> = (0..64)
         .map(|_| tasks::create(&server, "slow_compute", json!({"seconds": 1.5}), &[]))

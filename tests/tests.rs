@@ -12,8 +12,11 @@
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
 //! - [`reaping`]: descendants of command tools that leave their process group;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
+//! - [`fair_workers`]: a tool at its `max_concurrency` never starves the others;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
+//! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery;
+//! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir;
 //! - [`legacy`]: the 2025 session era (initialize, sessions, GET streams) beside 2026.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
@@ -26,12 +29,15 @@ mod common;
 mod command_tools;
 mod demo_tools;
 mod durable_tasks;
+mod fair_workers;
+mod hardening;
 mod legacy;
 mod listen_streams;
 mod notifications;
 mod reaping;
 mod robustness;
 mod smoke;
+mod storage;
 mod systemd_notify;
 mod task_input;
 mod transport;

@@ -72,3 +72,19 @@ fn remote_bind_needs_auth_and_hosts() {
         .to_string();
     assert!(error.contains("auth.tokens"), "{error}");
 }
+
+#[test]
+fn connection_bounds_are_checked() {
+    let config = Config::parse(
+        "[server]\nmax_connections = 10\nrequest_timeout_ms = 2000\n\
+         [limits]\nmax_unsent_answer_bytes = 1048576\n",
+    )
+    .unwrap();
+    assert_eq!(config.server.max_connections, 10);
+    assert_eq!(config.server.request_timeout_ms, 2000);
+    assert_eq!(config.limits.max_unsent_answer_bytes, 1024 * 1024);
+    let error = Config::parse("[server]\nrequest_timeout_ms = 0\n").unwrap_err();
+    assert!(matches!(error, ConfigError::ConnectionTimes), "{error}");
+    let error = Config::parse("[limits]\nmax_buffered_request_bytes = 1024\n").unwrap_err();
+    assert!(matches!(error, ConfigError::BufferedBelowBody), "{error}");
+}

@@ -87,6 +87,24 @@ impl Service {
             capabilities,
             host: &mut host,
         };
+        // An inline run shares the tool's concurrency slots with its task attempts, and
+        // waits for one up to the tool's timeout.
+        let timeout = tool.spec.execution.timeout;
+        let _slot = match (&tool.slots, as_task) {
+            (Some(slots), false) => match slots.take_within(timeout) {
+                Some(slot) => Some(slot),
+                None => {
+                    log::error!(
+                        "tool {} found no free slot (max_concurrency {}) within {} ms",
+                        tool.spec.name,
+                        slots.limit(),
+                        timeout.as_millis()
+                    );
+                    return Err(RpcError::internal());
+                }
+            },
+            _ => None,
+        };
         // Inline tools run here; task tools only decide here whether the task can be
         // created yet (an MRTR exchange may come first).
         let admission = catch_unwind(AssertUnwindSafe(|| {

@@ -8,12 +8,15 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
 
-use super::model::{CancelEffect, Claim, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect};
+use super::model::{
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+};
 use crate::auth::Identity;
 use crate::later::Later;
 
-/// Why a store operation failed. Details go to the log; clients see a generic internal
-/// error.
+/// Why a store operation failed. Details go to the log. Clients see what they can act
+/// on: `Full`, `ReadOnly`, `Unavailable` and `NotCommitted` are temporary (503 with
+/// `Retry-After`, naming the cause); the rest is a generic internal error.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// No space left for the database or its log.
@@ -35,16 +38,50 @@ pub enum StoreError {
     Other(Box<dyn Error + Send + Sync>),
 }
 
-/// Runs inside the claiming transaction, once per claim, before it commits.
-pub type OnClaim = Box<dyn FnMut(&Claim) + Send>;
+impl StoreError {
+    /// Whether the same write may succeed later: space returns, the medium is writable
+    /// again, the writer comes back.
+    pub fn is_temporary(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Full(_)
+                | StoreError::ReadOnly(_)
+                | StoreError::Unavailable(_)
+                | StoreError::NotCommitted(_)
+        )
+    }
 
-/// Which ready jobs to claim, and what to do with each before the claim commits.
+    /// How loudly a background loop that retries anyway logs this failure: a store
+    /// that cannot write is logged once, when it stops and when it starts writing
+    /// again, not by every loop on every round.
+    pub fn log_level(&self) -> log::Level {
+        if self.is_temporary() {
+            log::Level::Debug
+        } else {
+            log::Level::Error
+        }
+    }
+}
+
+/// The claiming side of a claim, consulted inside the claiming transaction.
+pub trait Claimant: Send {
+    /// Tools whose jobs must stay queued for now (at their concurrency limit); asked
+    /// before each job. Their queued jobs are passed over without being read.
+    fn saturated(&self) -> Vec<String>;
+    /// Takes a claimed job before the claim commits: its tool's concurrency slot, and
+    /// the attempt's registration where cancellations look for it (a `tasks/cancel`
+    /// that sees the job running — it serializes with the claim — always finds the
+    /// attempt). `false` when the tool has no free slot after all (an inline call took
+    /// it meanwhile): the job stays queued as if never claimed, and its tool is passed
+    /// over for the rest of this claim.
+    fn take(&mut self, claim: &Claim) -> bool;
+}
+
+/// Which ready jobs to claim, and who takes each before the claim commits.
 pub struct ClaimRequest {
     pub limit: usize,
     pub lease_ms: i64,
-    /// Registers the attempt where cancellations look for it: a `tasks/cancel` that sees
-    /// the job running (it serializes with the claim) always finds the attempt.
-    pub on_claim: OnClaim,
+    pub claimant: Box<dyn Claimant>,
 }
 
 /// What a fenced [`TaskStore::finish`] did.
@@ -62,9 +99,11 @@ pub struct Finished {
 /// `renew_leases`, `set_status_message`) are fenced by the claim's token: once a lease
 /// is taken over, the old holder's writes change nothing. Terminal tasks never change.
 pub trait TaskStore: Send + Sync {
-    /// Creates a task with its first job, or returns the live task that already holds
-    /// its idempotency key. The answer arrives after commit, without blocking the caller.
-    fn create(&self, task: NewTask) -> Later<Result<TaskRow, StoreError>>;
+    /// Creates a task with its first job. With an idempotency key (per identity, across
+    /// tools), the live task that already holds the key answers instead when it has the
+    /// same tool and arguments digest, and a conflict when not (nothing is stored). The
+    /// answer arrives after commit, without blocking the caller.
+    fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>>;
     /// The task, if it exists, has not expired, and is bound to `identity`. Unknown,
     /// expired and foreign tasks are indistinguishable.
     fn find_authorized(
@@ -80,6 +119,14 @@ pub trait TaskStore: Send + Sync {
         after: &str,
         limit: usize,
     ) -> Result<Vec<TaskRow>, StoreError>;
+    /// Bytes of the stored payloads (result, error, input requests) of the task that
+    /// [`TaskStore::find_authorized`] would return, without reading them; `None` when
+    /// it would return none.
+    fn payload_bytes_authorized(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+    ) -> Result<Option<usize>, StoreError>;
     /// `tasks/update`: accepts the responses that answer outstanding requests.
     fn update(
         &self,
@@ -89,7 +136,8 @@ pub trait TaskStore: Send + Sync {
     ) -> Result<UpdateEffect, StoreError>;
     /// `tasks/cancel`: records durable intent.
     fn cancel(&self, identity: &Identity, task_id: &str) -> Result<CancelEffect, StoreError>;
-    /// Claims ready jobs, each with a fresh fencing token and lease.
+    /// Claims up to `limit` ready jobs, oldest first, each with a fresh fencing token
+    /// and lease, passing over the jobs of saturated tools (see [`Claimant`]).
     fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError>;
     /// Records an attempt's outcome (fenced), and in the same write claims the jobs of
     /// `then_claim`: a busy worker goes from job to job with one commit each.
@@ -127,6 +175,9 @@ pub trait TaskStore: Send + Sync {
     fn log_bytes(&self) -> Option<u64>;
     /// Periodic maintenance that keeps the store's files bounded.
     fn maintain(&self) -> Result<(), StoreError>;
+    /// Whether the store can write, as its last write found (cheap: no I/O). `/healthz`
+    /// reports the error.
+    fn health(&self) -> Result<(), StoreError>;
     /// Pinged after commits (one ping may stand for many).
     fn subscribe(&self) -> Receiver<()>;
     /// Waits up to `limit` until every answer of [`TaskStore::create`] has been

@@ -5,6 +5,7 @@
 //! ```text
 //! service    TaskService: create / get / update / cancel, authorized, rendered as JSON
 //!   │            (and tells a running attempt it was cancelled, through workers::Inflight)
+//!   │            (payload_gate: room for large payloads before `tasks/get` reads them)
 //!   └─ backend   TaskStore: the narrow interface (model: its records; StoreError)
 //!        └─ sqlite   the SQLite store: connection, migrations, writer, checkpoint, sql/
 //! workers    claim jobs (lease + fencing token), run tools, commit outcomes (via TaskStore)
@@ -28,6 +29,7 @@
 
 pub mod backend;
 pub mod model;
+mod payload_gate;
 mod service;
 pub mod sqlite;
 pub mod upkeep;

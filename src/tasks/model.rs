@@ -50,6 +50,8 @@ pub struct NewTask {
     pub backoff_ms: i64,
     pub timeout_ms: i64,
     pub idempotency_key: Option<String>,
+    /// [`arguments_digest`] of the arguments, with an idempotency key only.
+    pub arguments_digest: Option<Vec<u8>>,
 }
 
 impl NewTask {
@@ -74,6 +76,70 @@ impl NewTask {
             version: 1,
         }
     }
+}
+
+/// What a creation did.
+#[derive(Debug)]
+pub enum Created {
+    /// The new task, or the live task that already holds the idempotency key for the
+    /// same tool and arguments.
+    Task(TaskRow),
+    /// A live task of the same identity holds the key for another tool or other
+    /// arguments: nothing was stored.
+    KeyInUse(KeyConflict),
+}
+
+/// What an idempotency key was already used for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KeyConflict {
+    /// A task of this tool.
+    OtherTool(String),
+    /// A task of the same tool with different arguments.
+    OtherArguments,
+}
+
+/// The SHA-256 of `arguments` in a canonical form (object keys sorted at every level),
+/// which tells whether a reused idempotency key comes with the same arguments. Key
+/// order does not matter to a tool, so it must not matter here either.
+pub fn arguments_digest(arguments: &Map<String, Value>) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+
+    fn object(entries: &Map<String, Value>, out: &mut Vec<u8>) {
+        let mut sorted: Vec<(&String, &Value)> = entries.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        out.push(b'{');
+        for (index, (key, value)) in sorted.into_iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            // A string serializes infallibly.
+            out.extend_from_slice(serde_json::to_string(key).unwrap_or_default().as_bytes());
+            out.push(b':');
+            canonical(value, out);
+        }
+        out.push(b'}');
+    }
+
+    fn canonical(value: &Value, out: &mut Vec<u8>) {
+        match value {
+            Value::Object(entries) => object(entries, out),
+            Value::Array(items) => {
+                out.push(b'[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        out.push(b',');
+                    }
+                    canonical(item, out);
+                }
+                out.push(b']');
+            }
+            scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+        }
+    }
+
+    let mut text = Vec::new();
+    object(arguments, &mut text);
+    Sha256::digest(&text).to_vec()
 }
 
 /// What `tasks/cancel` did.
@@ -221,5 +287,26 @@ mod tests {
             .resolve(1, 3, true),
             Finish::Completed { .. }
         ));
+    }
+
+    #[test]
+    fn the_arguments_digest_ignores_key_order_and_nothing_else() {
+        let digest =
+            |value: serde_json::Value| arguments_digest(value.as_object().expect("an object"));
+        let one = digest(serde_json::json!({"a": 1, "b": {"x": [1, "2"], "y": null}}));
+        assert_eq!(one.len(), 32);
+        assert_eq!(
+            one,
+            digest(serde_json::json!({"b": {"y": null, "x": [1, "2"]}, "a": 1}))
+        );
+        for other in [
+            serde_json::json!({"a": 2, "b": {"x": [1, "2"], "y": null}}),
+            serde_json::json!({"a": 1, "b": {"x": ["2", 1], "y": null}}),
+            serde_json::json!({"a": 1, "b": {"x": [1, 2], "y": null}}),
+            serde_json::json!({"a": 1, "b": {"x": [1, "2"]}}),
+            serde_json::json!({"a": 1.0, "b": {"x": [1, "2"], "y": null}}),
+        ] {
+            assert_ne!(one, digest(other));
+        }
     }
 }

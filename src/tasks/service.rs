@@ -8,7 +8,11 @@ use crossbeam_channel::Sender;
 use serde_json::{json, Map, Value};
 
 use super::backend::{StoreError, TaskStore};
-use super::model::{CancelEffect, NewTask, Origin, Stats, TaskRow, UpdateEffect};
+use super::model::{
+    arguments_digest, CancelEffect, Created, KeyConflict, NewTask, Origin, Stats, TaskRow,
+    UpdateEffect,
+};
+use super::payload_gate::PayloadGate;
 use super::workers::Inflight;
 use crate::auth::Identity;
 use crate::clock::{now_ms, rfc3339};
@@ -39,12 +43,52 @@ pub struct TaskService {
     inflight: Arc<Inflight>,
     /// Wakes the dispatcher when a job becomes ready.
     wake: Sender<()>,
+    /// Large payloads being read into answers at once.
+    payloads: PayloadGate,
 }
 
-/// Logs a store failure and answers the client with a generic internal error.
+/// The answer to a submission whose idempotency key is held by another tool's task, or
+/// by a task with other arguments (it names the key, which the client chose).
+fn key_in_use(key: &str, conflict: KeyConflict) -> RpcError {
+    let key = Value::String(key.to_owned());
+    RpcError::invalid_params(match conflict {
+        KeyConflict::OtherTool(tool) => {
+            format!("idempotency key {key} was already used for tool {tool:?}")
+        }
+        KeyConflict::OtherArguments => {
+            format!("idempotency key {key} was already used with different arguments")
+        }
+    })
+}
+
+/// Seconds a client is asked to wait before retrying when the store cannot write.
+const RETRY_AFTER_S: u16 = 5;
+
+/// Logs a store failure and answers the client: a temporary one (no space, read-only
+/// storage, the store unavailable) as a 503 that names the cause, with `Retry-After`;
+/// anything else as a generic internal error.
 fn internal(error: StoreError) -> RpcError {
-    log::error!("task store: {error}");
-    RpcError::internal()
+    let Some(cause) = temporary_cause(&error) else {
+        log::error!("task store: {error}");
+        return RpcError::internal();
+    };
+    log::debug!("task store: {error}");
+    RpcError::unavailable(
+        format!("Service unavailable: {cause}; retry later"),
+        RETRY_AFTER_S,
+    )
+}
+
+/// What a client is told about a temporary store failure; `None` for the others.
+fn temporary_cause(error: &StoreError) -> Option<&'static str> {
+    match error {
+        StoreError::Full(_) => Some("the task store is out of disk space"),
+        StoreError::ReadOnly(_) => Some("the task store cannot be written (read-only storage)"),
+        StoreError::Unavailable(_) | StoreError::NotCommitted(_) => {
+            Some("the task store is temporarily unavailable")
+        }
+        StoreError::Corrupt(_) | StoreError::Other(_) => None,
+    }
 }
 
 impl TaskService {
@@ -56,6 +100,7 @@ impl TaskService {
         wake: Sender<()>,
     ) -> TaskService {
         TaskService {
+            payloads: PayloadGate::new(defaults.max_payload_bytes_in_flight),
             defaults,
             store,
             tools,
@@ -106,6 +151,10 @@ impl TaskService {
             }
         };
         let wake = self.wake.clone();
+        let arguments_digest = idempotency_key
+            .is_some()
+            .then(|| arguments_digest(arguments));
+        let key = idempotency_key.clone();
         self.store
             .create(NewTask {
                 id,
@@ -120,9 +169,15 @@ impl TaskService {
                 backoff_ms: execution.backoff.as_millis() as i64,
                 timeout_ms: execution.timeout.as_millis() as i64,
                 idempotency_key,
+                arguments_digest,
             })
-            .map(move |row| {
-                let row = row.map_err(internal)?;
+            .map(move |created| {
+                let row = match created.map_err(internal)? {
+                    Created::Task(row) => row,
+                    Created::KeyInUse(conflict) => {
+                        return Err(key_in_use(key.as_deref().unwrap_or_default(), conflict))
+                    }
+                };
                 let _ = wake.try_send(());
                 let mut result = task_fields(&row);
                 result["resultType"] = json!("task");
@@ -137,6 +192,16 @@ impl TaskService {
         task_id: &str,
         capabilities: &ClientCapabilities,
     ) -> Result<Value, RpcError> {
+        check_task_id(task_id)?;
+        // Sized before it is read, so a large payload waits for room outside the store
+        // and the request thread. Task notifications are not gated: dropping one would
+        // lose it, and the relay delivers them one at a time.
+        let size = self
+            .store
+            .payload_bytes_authorized(identity, task_id)
+            .map_err(internal)?
+            .ok_or_else(RpcError::task_not_found)?;
+        let _permit = self.payloads.admit(size)?;
         self.snapshot(identity, task_id, capabilities)
             .map(|(_, detailed)| detailed)
     }
@@ -173,6 +238,16 @@ impl TaskService {
     /// Counts for the metrics page.
     pub fn stats(&self) -> Result<Stats, RpcError> {
         self.store.stats().map_err(internal)
+    }
+
+    /// Why the task store cannot write, if it cannot (as its last write found).
+    pub fn store_problem(&self) -> Option<String> {
+        let error = self.store.health().err()?;
+        Some(
+            temporary_cause(&error)
+                .unwrap_or("the task store fails to write")
+                .to_owned(),
+        )
     }
 
     /// Attempts running in this process.

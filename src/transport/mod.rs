@@ -8,6 +8,7 @@
 
 mod era;
 pub(crate) mod headers;
+pub mod limits;
 mod listen;
 mod peer;
 pub(crate) mod sse;
@@ -48,6 +49,8 @@ pub struct Frontend {
     pub metrics: Arc<Metrics>,
     /// Serves initialize-based (2025-03-26 to 2025-11-25) sessions on the same endpoint.
     pub legacy: Arc<dyn SessionEra>,
+    /// Whether the listener can accept connections (`/healthz` fails when not).
+    pub listener: Arc<tiny_http::ListenerHealth>,
 }
 
 type Body = Cursor<Vec<u8>>;
@@ -88,7 +91,11 @@ fn result_body(id: Value, result: Value) -> Value {
 }
 
 fn error_response(id: &Value, error: &RpcError) -> Response<Body> {
-    json_response(error.http_status, &error_body(id, error))
+    let response = json_response(error.http_status, &error_body(id, error));
+    match error.retry_after_s {
+        Some(seconds) => with_header(response, "Retry-After", &seconds.to_string()),
+        None => response,
+    }
 }
 
 fn with_header(mut response: Response<Body>, name: &str, value: &str) -> Response<Body> {
@@ -278,6 +285,16 @@ impl Frontend {
         {
             let error = RpcError::invalid_request("Host or Origin not allowed").with_status(403);
             return Respond(error_response(&Value::Null, &error));
+        }
+        // Two credentials are ambiguous: refuse rather than pick one.
+        let authorizations = request
+            .headers()
+            .iter()
+            .filter(|h| h.field.equiv("Authorization"))
+            .count();
+        if authorizations > 1 {
+            let error = RpcError::invalid_request("more than one Authorization header");
+            return Respond(error_response(&Value::Null, &error.with_status(400)));
         }
         let identity = match self.auth.authenticate(header(request, "Authorization")) {
             Ok(identity) => identity,
@@ -477,6 +494,14 @@ impl Frontend {
         }
         if self.draining.load(Ordering::Acquire) {
             json_response(503, &json!({"status": "draining"}))
+        } else if let Some(reason) = self.listener.trouble() {
+            json_response(503, &json!({"status": "unavailable", "reason": reason}))
+        } else if let Some(reason) = self.service.tasks.store_problem() {
+            with_header(
+                json_response(503, &json!({"status": "unavailable", "reason": reason})),
+                "Retry-After",
+                "5",
+            )
         } else {
             json_response(200, &json!({"status": "ok"}))
         }
@@ -528,7 +553,7 @@ fn answer(
     metrics.record_request(method, result.is_ok());
     match result {
         Ok(result) => sink.finish(200, result_body(id, result)),
-        Err(error) => sink.finish(error.http_status, error_body(&id, &error)),
+        Err(error) => sink.finish_error(&id, &error),
     }
 }
 
@@ -542,6 +567,17 @@ enum ResponseSink {
 }
 
 impl ResponseSink {
+    /// Sends an error as the final message (with its `Retry-After`, when nothing was
+    /// streamed yet).
+    fn finish_error(self, id: &Value, error: &RpcError) {
+        match self {
+            ResponseSink::Pending(request) => {
+                let _ = request.respond(error_response(id, error));
+            }
+            sink => sink.finish(error.http_status, error_body(id, error)),
+        }
+    }
+
     /// Sends the final message: as the whole response (with `status`) when nothing was
     /// streamed yet, else as the last event of the stream.
     fn finish(self, status: u16, message: Value) {

@@ -8,6 +8,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rusqlite::Connection;
 
 use super::connection::open_connection;
+use super::health::{Health, Problem};
 use super::Store;
 
 /// How often the checkpointer copies committed WAL frames into the database file.
@@ -15,6 +16,8 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 /// WAL frames (pages) beyond which the writer restarts the WAL: 16 MiB of 4 KiB pages,
 /// four times SQLite's automatic-checkpoint default.
 const RESTART_FRAMES: i64 = 4096;
+/// Checkpointer rounds between two checks that the database file is still there (1 s).
+const WATCH_EVERY: u32 = 10;
 
 /// The checkpointer: a passive checkpoint every [`CHECKPOINT_INTERVAL`] until the
 /// store is dropped.
@@ -28,14 +31,42 @@ const RESTART_FRAMES: i64 = 4096;
 /// this passive checkpoint, and the next commit writes from the start of the file again.
 /// (Run from here, a RESTART would wait for a gap between batches that a busy writer
 /// never leaves.)
-pub(super) fn run_checkpointer(conn: &Connection, stop: &Receiver<()>, restart: &AtomicBool) {
+///
+/// Every [`WATCH_EVERY`] rounds it also checks that `tasks.db` is still there
+/// ([`Health::watch_file`]). A failing checkpoint is logged once until it succeeds (on
+/// a full disk it fails ten times a second); [`Health`] holds writes back meanwhile.
+pub(super) fn run_checkpointer(
+    conn: &Connection,
+    stop: &Receiver<()>,
+    restart: &AtomicBool,
+    health: &Health,
+) {
+    let mut round: u32 = 0;
+    let mut failing = false;
     while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_INTERVAL) {
+        round = round.wrapping_add(1);
+        if round.is_multiple_of(WATCH_EVERY) {
+            health.watch_file();
+        }
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
             row.get::<_, i64>(1)
         }) {
-            Ok(frames) if frames > RESTART_FRAMES => restart.store(true, Ordering::Release),
-            Ok(_) => {}
-            Err(error) => log::warn!("WAL checkpoint: {error}"),
+            Ok(frames) => {
+                if failing {
+                    health.record_checkpoint(Ok(()));
+                }
+                failing = false;
+                if frames > RESTART_FRAMES {
+                    restart.store(true, Ordering::Release);
+                }
+            }
+            Err(error) => {
+                if !failing {
+                    log::warn!("WAL checkpoint: {error}");
+                }
+                health.record_checkpoint(Err(Problem::of(&error)));
+                failing = true;
+            }
         }
     }
 }

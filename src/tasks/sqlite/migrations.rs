@@ -154,18 +154,28 @@ mod tests {
         conn
     }
 
-    /// Every row, as text, in a fixed order (the migration must keep them all).
+    /// Columns added after version 1 (checked by the test of their migration).
+    const ADDED: [(&str, &str); 2] = [("jobs", "tool"), ("tasks", "arguments_digest")];
+
+    /// Every row of the version 1 columns, as text, in a fixed order (the migrations
+    /// must keep them all).
     fn dump(conn: &Connection) -> Vec<String> {
         let mut rows = Vec::new();
         for table in ["tasks", "jobs", "attempts", "outbox", "input_keys"] {
             let mut statement = conn
                 .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
                 .unwrap();
-            let columns = statement.column_count();
+            let columns: Vec<usize> = (0..statement.column_count())
+                .filter(|&i| {
+                    let name = statement.column_name(i).unwrap();
+                    !ADDED.contains(&(table, name))
+                })
+                .collect();
             let mut query = statement.query([]).unwrap();
             while let Some(row) = query.next().unwrap() {
-                let values: Vec<String> = (0..columns)
-                    .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
+                let values: Vec<String> = columns
+                    .iter()
+                    .map(|&i| format!("{:?}", row.get_ref(i).unwrap()))
                     .collect();
                 rows.push(format!("{table}: {}", values.join(", ")));
             }
@@ -181,7 +191,7 @@ mod tests {
         let before = dump(&conn);
         assert_eq!(before.len(), 4 + 3 + 4 + 4 + 1);
 
-        assert_eq!(migrate(&mut conn).unwrap(), 2);
+        assert_eq!(migrate(&mut conn).unwrap(), 3);
         assert_eq!(dump(&conn), before, "every row survives, unchanged");
         let foreign_keys: i64 = conn
             .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
@@ -248,6 +258,64 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(seqs, vec![4, 5]);
+    }
+
+    #[test]
+    fn migration_3_names_each_jobs_tool_and_scopes_keys_per_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = version_1_database(&dir.path().join("tasks.db"));
+        conn.execute(
+            "UPDATE tasks SET tool = 'other', idempotency_key = 'k' WHERE id = 'queued'",
+            [],
+        )
+        .unwrap();
+        // Keys were per tool: the same key on two tools of one identity must migrate.
+        conn.execute(
+            "UPDATE tasks SET idempotency_key = 'k' WHERE id = 'running'",
+            [],
+        )
+        .unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), 3);
+        let tools: Vec<(String, String)> = conn
+            .prepare("SELECT task_id, tool FROM jobs ORDER BY task_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let expected = [
+            ("queued", "other"),
+            ("running", "noop"),
+            ("waiting", "noop"),
+        ]
+        .map(|(id, tool)| (id.to_owned(), tool.to_owned()));
+        assert_eq!(tools, expected);
+        let digests: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM tasks WHERE arguments_digest IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(digests, 0, "computed from the origin when needed");
+        let plan = |sql: &str| -> String {
+            conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map([], |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap()
+                .join("; ")
+        };
+        assert!(
+            plan("SELECT MIN(tool) FROM jobs WHERE state = 'queued' AND tool > 'a'")
+                .contains("jobs_queued_by_tool"),
+        );
+        assert!(plan(
+            "SELECT id FROM tasks WHERE endpoint = 'e' AND tenant = 't' AND principal = 'p' \
+             AND idempotency_key = 'k'"
+        )
+        .contains("tasks_by_idempotency_key"));
     }
 
     #[test]

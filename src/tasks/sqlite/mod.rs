@@ -31,6 +31,11 @@
 //!   file is reused from its beginning (see [`checkpoint`]). `journal_size_limit`
 //!   caps the file after a restart, and the janitor runs `wal_checkpoint(TRUNCATE)`
 //!   periodically.
+//! - **A damaged database is refused at start-up; a store that cannot write says so
+//!   and recovers.** A bounded `PRAGMA quick_check` runs before anything else
+//!   ([`integrity`]). A write that fails (no space, a read-only medium, an I/O error)
+//!   tells its caller the cause, [`health`] records it for `/healthz`, and the writer
+//!   makes room and tries again without a restart (see [`writer`]).
 //! - **One server per data dir.** An exclusive lock on `data_dir/lock` is held for the
 //!   process lifetime, so recovery may treat every leased job it finds as orphaned.
 //!   Every connection also opens the database through SQLite's `unix-excl` VFS: the
@@ -41,6 +46,8 @@
 
 mod checkpoint;
 mod connection;
+mod health;
+mod integrity;
 mod migrations;
 mod reply;
 mod sql;
@@ -57,20 +64,21 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{Connection, OpenFlags};
 use serde_json::{Map, Value};
 
 use self::connection::{
     configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
+use self::health::{Health, Problem};
 use self::sql::{attempts, client, upkeep};
 use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::config::StoreConfig;
 use crate::later::Later;
-use crate::tasks::backend::{ClaimRequest, Finished, OnClaim, StoreError, TaskStore};
+use crate::tasks::backend::{ClaimRequest, Finished, StoreError, TaskStore};
 use crate::tasks::model::{
-    CancelEffect, Claim, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
 };
 
 /// Why the store did not open. The messages are the ones operators know from the log.
@@ -89,25 +97,21 @@ pub enum OpenError {
     Setup(String),
     #[error("{0}")]
     Migration(String),
+    /// The integrity check found the database malformed.
+    #[error(
+        "{} is damaged ({detail}); refusing to start on it. Restore it from a backup \
+         (README: \"Restore from a backup\")",
+        .path.display()
+    )]
+    Damaged { path: PathBuf, detail: String },
     /// A thread of the store could not start.
     #[error("{0}")]
     Start(String),
 }
 
-/// Sorts a SQLite error into what the engine can act on. SQLite reports a write that
-/// met `ENOSPC` as `SQLITE_FULL`.
+/// Sorts a SQLite error into what the engine can act on (see [`Problem::of`]).
 fn classify(error: rusqlite::Error) -> StoreError {
-    let code = error.sqlite_error_code();
-    let source = Box::new(error);
-    match code {
-        Some(ErrorCode::DiskFull) => StoreError::Full(source),
-        Some(ErrorCode::ReadOnly) => StoreError::ReadOnly(source),
-        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt(source),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::CannotOpen) => {
-            StoreError::Unavailable(source)
-        }
-        _ => StoreError::Other(source),
-    }
+    Problem::of(&error).to_store_error()
 }
 
 pub struct Store {
@@ -120,6 +124,8 @@ pub struct Store {
     commits: Receiver<()>,
     /// Continuations of [`Store::write_later`] and [`Store::create_later`] not run yet.
     unanswered: Arc<writer::Unanswered>,
+    /// Whether writes succeed, as the writer last found.
+    health: Arc<Health>,
     /// Dropped with the store: the checkpointer stops.
     _checkpointer: Sender<()>,
     _lock: File,
@@ -149,23 +155,36 @@ impl Store {
             path: path.clone(),
             source: Box::new(e),
         };
-        let mut writer = open_connection(&uri).map_err(opening)?;
-        configure(&writer, config)?;
-        keep_temp_in_memory(&writer)?;
+        integrity::check(
+            &open_connection(&uri).map_err(opening)?,
+            &path,
+            Duration::from_millis(config.integrity_check_ms),
+        )?;
+        let mut writer = open_writer(&uri, config).map_err(|e| match e {
+            OpenError::File { source, .. } => OpenError::File {
+                path: path.clone(),
+                source,
+            },
+            other => other,
+        })?;
         let version = migrations::migrate(&mut writer)?;
         log::info!("task store at schema version {version}");
-        writer
-            .pragma_update(None, "wal_autocheckpoint", 0)
-            .map_err(|e| OpenError::Setup(format!("turning off automatic checkpoints: {e}")))?;
+        let health = Arc::new(Health::new(&path, config.min_free_bytes));
         let (checkpointer, stop_checkpointer) = crossbeam_channel::bounded(0);
         let restart = Arc::new(AtomicBool::new(false));
         let wanted = Arc::clone(&restart);
         let checkpoint_conn = open_connection(&uri).map_err(opening)?;
         configure(&checkpoint_conn, config)?;
+        let watched = Arc::clone(&health);
         std::thread::Builder::new()
             .name("store-checkpoint".into())
             .spawn(move || {
-                checkpoint::run_checkpointer(&checkpoint_conn, &stop_checkpointer, &wanted)
+                checkpoint::run_checkpointer(
+                    &checkpoint_conn,
+                    &stop_checkpointer,
+                    &wanted,
+                    &watched,
+                )
             })
             .map_err(|e| OpenError::Start(format!("starting the checkpointer: {e}")))?;
         let reads = read_pool(&uri, config)?;
@@ -173,7 +192,15 @@ impl Store {
             writes,
             commits,
             thread,
-        } = writer::start(writer, restart)?;
+        } = writer::start(
+            writer,
+            {
+                let (uri, config) = (uri.clone(), config.clone());
+                Box::new(move || open_writer(&uri, &config))
+            },
+            Arc::clone(&health),
+            restart,
+        )?;
         Ok(Opened {
             store: Arc::new(Store {
                 path,
@@ -182,6 +209,7 @@ impl Store {
                 reads,
                 commits,
                 unanswered: Arc::default(),
+                health,
                 _checkpointer: checkpointer,
                 _lock: lock,
             }),
@@ -202,6 +230,20 @@ impl Store {
         wal.push("-wal");
         std::fs::metadata(wal).ok().map(|meta| meta.len())
     }
+}
+
+/// The writer's connection: configured, its temporary storage in memory, automatic
+/// checkpoints off (see [`checkpoint`]).
+fn open_writer(uri: &str, config: &StoreConfig) -> Result<Connection, OpenError> {
+    let conn = open_connection(uri).map_err(|e| OpenError::File {
+        path: PathBuf::from(uri),
+        source: Box::new(e),
+    })?;
+    configure(&conn, config)?;
+    keep_temp_in_memory(&conn)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(|e| OpenError::Setup(format!("turning off automatic checkpoints: {e}")))?;
+    Ok(conn)
 }
 
 /// The readers: query-only connections, configured and verified like the writer's.
@@ -240,23 +282,25 @@ fn fresh_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// Claims up to `limit` ready jobs inside a write, handing each to `on_claim` before the
-/// write commits (see [`ClaimRequest::on_claim`]).
-fn claim_noting(
-    conn: &Connection,
-    limit: usize,
-    lease_ms: i64,
-    on_claim: &mut OnClaim,
-) -> rusqlite::Result<Vec<Claim>> {
-    let claims = attempts::claim(conn, limit, now_ms(), lease_ms, fresh_token)?;
-    for claim in &claims {
-        on_claim(claim);
-    }
-    Ok(claims)
+/// Runs a [`ClaimRequest`] inside a write.
+fn claim(conn: &Connection, request: ClaimRequest) -> rusqlite::Result<Vec<Claim>> {
+    let ClaimRequest {
+        limit,
+        lease_ms,
+        mut claimant,
+    } = request;
+    attempts::claim(
+        conn,
+        limit,
+        now_ms(),
+        lease_ms,
+        fresh_token,
+        claimant.as_mut(),
+    )
 }
 
 impl TaskStore for Store {
-    fn create(&self, task: NewTask) -> Later<Result<TaskRow, StoreError>> {
+    fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
         self.create_later(task)
     }
 
@@ -279,6 +323,15 @@ impl TaskStore for Store {
         client::list_authorized(&conn, identity, after, limit, now_ms()).map_err(classify)
     }
 
+    fn payload_bytes_authorized(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+    ) -> Result<Option<usize>, StoreError> {
+        let conn = self.read()?;
+        client::payload_bytes_authorized(&conn, identity, task_id, now_ms()).map_err(classify)
+    }
+
     fn update(
         &self,
         identity: &Identity,
@@ -295,12 +348,7 @@ impl TaskStore for Store {
     }
 
     fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError> {
-        let ClaimRequest {
-            limit,
-            lease_ms,
-            mut on_claim,
-        } = request;
-        self.write(move |conn| claim_noting(conn, limit, lease_ms, &mut on_claim))
+        self.write(move |conn| claim(conn, request))
     }
 
     fn finish(
@@ -312,9 +360,7 @@ impl TaskStore for Store {
         self.write(move |conn| {
             let applied = attempts::finish(conn, &lease.task_id, &lease.token, outcome, now_ms())?;
             let next = match then_claim {
-                Some(mut next) => {
-                    claim_noting(conn, next.limit, next.lease_ms, &mut next.on_claim)?
-                }
+                Some(next) => claim(conn, next)?,
                 None => Vec::new(),
             };
             Ok(Finished { applied, next })
@@ -398,6 +444,13 @@ impl TaskStore for Store {
         self.checkpoint().map_err(classify)
     }
 
+    fn health(&self) -> Result<(), StoreError> {
+        match self.health.problem() {
+            Some(problem) => Err(problem.to_store_error()),
+            None => Ok(()),
+        }
+    }
+
     fn subscribe(&self) -> Receiver<()> {
         self.commits.clone()
     }
@@ -445,6 +498,7 @@ pub(crate) mod tests {
             backoff_ms: 10,
             timeout_ms: 60_000,
             idempotency_key: None,
+            arguments_digest: None,
         }
     }
 

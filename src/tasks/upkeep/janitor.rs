@@ -57,7 +57,7 @@ pub(super) fn janitor(
                     }
                 }
                 Err(error) => {
-                    log::error!("expiring tasks: {error}");
+                    log::log!(error.log_level(), "expiring tasks: {error}");
                     break;
                 }
             }
@@ -69,7 +69,7 @@ pub(super) fn janitor(
                 Ok(pruned) if pruned == OUTBOX_BATCH && more() => {}
                 Ok(_) => break,
                 Err(error) => {
-                    log::error!("pruning the outbox: {error}");
+                    log::log!(error.log_level(), "pruning the outbox: {error}");
                     break;
                 }
             }
@@ -77,7 +77,7 @@ pub(super) fn janitor(
         if last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
             last_checkpoint = Instant::now();
             if let Err(error) = store.maintain() {
-                log::warn!("WAL checkpoint: {error}");
+                log::log!(error.log_level(), "WAL checkpoint: {error}");
             }
         }
     }

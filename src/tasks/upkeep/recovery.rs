@@ -19,7 +19,7 @@ pub(super) fn reclaim(store: &dyn TaskStore, before: Option<i64>) -> usize {
     match store.reclaim_leases(before, BATCH, reason) {
         Ok(count) => count,
         Err(error) => {
-            log::error!("reclaiming leases: {error}");
+            log::log!(error.log_level(), "reclaiming leases: {error}");
             0
         }
     }

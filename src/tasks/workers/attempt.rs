@@ -12,7 +12,7 @@ use super::inflight::{registering, AttemptControl, Stop};
 use super::Shared;
 use crate::clock::now_ms;
 use crate::protocol::{ClientCapabilities, InputKind, LogLevel, RpcError};
-use crate::tasks::backend::{Finished, TaskStore};
+use crate::tasks::backend::{Finished, StoreError, TaskStore};
 use crate::tasks::model::{Claim, Finish, Lease, Origin};
 use crate::tools::{Invocation, InvocationHost, Outcome};
 
@@ -24,17 +24,35 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
     let control = shared
         .inflight
         .get(&claim.task_id, &claim.token)
-        .unwrap_or_else(|| Arc::new(AttemptControl::new(claim.token.clone(), claim.deadline)));
+        .unwrap_or_else(|| {
+            Arc::new(AttemptControl::new(
+                claim.token.clone(),
+                claim.deadline,
+                None,
+            ))
+        });
     let finish = execute(shared, &claim, &control);
+    // Before the commit, which may claim this worker's next job of the same tool; idle
+    // workers may take the tool's queued jobs too, so the dispatcher is told.
+    if control.release_slot() {
+        let _ = shared.wake.try_send(());
+    }
     let lease = Lease {
         task_id: claim.task_id.clone(),
         token: claim.token.clone(),
     };
     let claim_next = !shared.stopping.load(Ordering::Acquire);
-    let (next, registered) = registering(&shared.inflight, 1, shared.lease_ms);
+    let (next, registered) = registering(&shared.inflight, &shared.tools, 1, shared.lease_ms);
     let committed = shared
         .store
-        .finish(lease, finish, claim_next.then_some(next));
+        .finish(lease.clone(), finish.clone(), claim_next.then_some(next));
+    let committed = match committed {
+        Err(error) if error.is_temporary() => {
+            registered.forget(&shared.inflight);
+            commit_later(shared, lease, finish, error)
+        }
+        other => other,
+    };
     shared.inflight.remove(&claim.task_id, &claim.token);
     match committed {
         Ok(Finished { applied, mut next }) => {
@@ -45,10 +63,42 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
         }
         Err(error) => {
             registered.forget(&shared.inflight);
-            log::error!("committing an attempt's outcome: {error}");
+            log::warn!(
+                "committing an attempt's outcome: {error}; the attempt runs again once its \
+                 lease expires"
+            );
             None
         }
     }
+}
+
+/// First wait before committing an outcome again; doubles up to [`COMMIT_RETRY_MOST`].
+const COMMIT_RETRY_FIRST: Duration = Duration::from_millis(100);
+const COMMIT_RETRY_MOST: Duration = Duration::from_secs(1);
+
+/// Commits an outcome the store could not take, again and again (with backoff) for up
+/// to one lease: a disk that was full for a moment costs no attempt. The attempt stays
+/// registered meanwhile, so a cancellation still reaches it and the lease keeper keeps
+/// its lease while writes work. Past that, the lease has expired (its renewals failed
+/// too) and the janitor reclaims the job once the store writes again: the attempt runs
+/// again, and nothing stays `working`.
+fn commit_later(
+    shared: &Shared,
+    lease: Lease,
+    finish: Finish,
+    mut error: StoreError,
+) -> Result<Finished, StoreError> {
+    let give_up = Instant::now() + Duration::from_millis(shared.lease_ms.max(0) as u64);
+    let mut wait = COMMIT_RETRY_FIRST;
+    while Instant::now() + wait < give_up && !shared.stopping.load(Ordering::Acquire) {
+        std::thread::sleep(wait);
+        match shared.store.finish(lease.clone(), finish.clone(), None) {
+            Err(again) if again.is_temporary() => error = again,
+            done => return done,
+        }
+        wait = (wait * 2).min(COMMIT_RETRY_MOST);
+    }
+    Err(error)
 }
 
 fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Finish {

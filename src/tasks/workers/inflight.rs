@@ -1,6 +1,6 @@
 //! The attempts running in this process: each one's [`AttemptControl`] (why it should
-//! stop, and a wake-up for its sleeps), by task id, and the claims registered before
-//! their write commits.
+//! stop, a wake-up for its sleeps, and its tool's concurrency slot), by task id, and
+//! the claims registered before their write commits.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::tasks::backend::ClaimRequest;
+use crate::tasks::backend::{ClaimRequest, Claimant};
 use crate::tasks::model::Claim;
+use crate::tools::slots::Slot;
+use crate::tools::Registry;
 
 /// Why an attempt was asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,16 +32,27 @@ pub struct AttemptControl {
     pub deadline: i64,
     stop: AtomicU8,
     wake: (Sender<()>, Receiver<()>),
+    /// The tool's concurrency slot, taken with the claim: freed when the run ends
+    /// ([`AttemptControl::release_slot`]), or at the latest with the control (a claim
+    /// that did not commit, a worker that panicked).
+    slot: Mutex<Option<Slot>>,
 }
 
 impl AttemptControl {
-    pub(super) fn new(token: String, deadline: i64) -> AttemptControl {
+    pub(super) fn new(token: String, deadline: i64, slot: Option<Slot>) -> AttemptControl {
         AttemptControl {
             token,
             deadline,
             stop: AtomicU8::new(Stop::Running as u8),
             wake: crossbeam_channel::bounded(1),
+            slot: Mutex::new(slot),
         }
+    }
+
+    /// Frees the tool's concurrency slot: the run is over. `true` if it held one.
+    pub(super) fn release_slot(&self) -> bool {
+        let slot = self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        slot.is_some()
     }
 
     /// Asks the attempt to stop (the first reason wins).
@@ -159,29 +172,121 @@ impl Registered {
     }
 }
 
-/// A request for up to `limit` jobs whose attempts are registered in `inflight` inside
-/// the claiming write: a `tasks/cancel` runs in the same writer, so one that sees the
-/// job running always finds its attempt to signal. (Registered after the commit, a
-/// cancel arriving in between was recorded but never reached the attempt.) The
-/// [`Registered`] takes them back if the write does not commit (they never run).
+/// The workers' side of a claim: passes over the jobs of saturated tools, takes each
+/// claimed job's concurrency slot, and registers its attempt in `inflight` inside the
+/// claiming write. A `tasks/cancel` runs in the same writer, so one that sees the job
+/// running always finds its attempt to signal. (Registered after the commit, a cancel
+/// arriving in between was recorded but never reached the attempt.)
+struct Registering {
+    inflight: Arc<Inflight>,
+    tools: Arc<Registry>,
+    registered: Registered,
+}
+
+impl Claimant for Registering {
+    fn saturated(&self) -> Vec<String> {
+        self.tools.saturated()
+    }
+
+    fn take(&mut self, claim: &Claim) -> bool {
+        // A tool no longer served has no slots: its attempt fails at once.
+        let slots = self
+            .tools
+            .get(&claim.tool)
+            .and_then(|tool| tool.slots.as_ref());
+        let slot = match slots {
+            None => None,
+            Some(slots) => match slots.try_take() {
+                Some(slot) => Some(slot),
+                None => return false,
+            },
+        };
+        let control = AttemptControl::new(claim.token.clone(), claim.deadline, slot);
+        self.inflight.insert(&claim.task_id, Arc::new(control));
+        self.registered.note(claim);
+        true
+    }
+}
+
+/// A request for up to `limit` jobs, taken by [`Registering`]. The [`Registered`]
+/// takes their attempts back (and frees their slots) if the write does not commit:
+/// they never run.
 pub(super) fn registering(
     inflight: &Arc<Inflight>,
+    tools: &Arc<Registry>,
     limit: usize,
     lease_ms: i64,
 ) -> (ClaimRequest, Registered) {
     let registered = Registered::default();
-    let (noted, inflight) = (registered.clone(), Arc::clone(inflight));
-    let on_claim = Box::new(move |claim: &Claim| {
-        inflight.insert(
-            &claim.task_id,
-            Arc::new(AttemptControl::new(claim.token.clone(), claim.deadline)),
-        );
-        noted.note(claim);
-    });
+    let claimant = Registering {
+        inflight: Arc::clone(inflight),
+        tools: Arc::clone(tools),
+        registered: registered.clone(),
+    };
     let request = ClaimRequest {
         limit,
         lease_ms,
-        on_claim,
+        claimant: Box::new(claimant),
     };
     (request, registered)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::{Outcome, ToolSpec};
+
+    fn claim_of(task_id: &str, tool: &str) -> Claim {
+        Claim {
+            task_id: task_id.into(),
+            token: format!("{task_id}-token"),
+            attempt: 1,
+            deadline: i64::MAX,
+            tool: tool.into(),
+            origin: Vec::new(),
+            input_responses: "{}".into(),
+            tool_state: None,
+        }
+    }
+
+    #[test]
+    fn a_claimed_jobs_slot_is_freed_when_its_run_ends_or_its_claim_does_not_commit() {
+        let mut tools = Registry::default();
+        let schema = json!({"type": "object"});
+        let mut limited = ToolSpec::new("limited", "one at a time", schema.clone());
+        limited.max_concurrency = Some(1);
+        let run = |_: &mut crate::tools::Invocation<'_>| Outcome::Cancelled;
+        tools.register(limited, Arc::new(run)).unwrap();
+        tools
+            .register(ToolSpec::new("free", "unbounded", schema), Arc::new(run))
+            .unwrap();
+        let (tools, inflight) = (Arc::new(tools), Arc::new(Inflight::default()));
+
+        let (mut request, registered) = registering(&inflight, &tools, 4, 1000);
+        assert!(request.claimant.saturated().is_empty());
+        assert!(request.claimant.take(&claim_of("a", "limited")));
+        assert_eq!(request.claimant.saturated(), vec!["limited".to_owned()]);
+        assert!(!request.claimant.take(&claim_of("b", "limited")), "no slot");
+        assert!(request.claimant.take(&claim_of("c", "free")));
+        assert!(
+            request.claimant.take(&claim_of("d", "gone")),
+            "no longer served"
+        );
+        assert_eq!(inflight.len(), 3);
+        // The claim did not commit: its attempts never run, and the slot is free.
+        registered.forget(&inflight);
+        assert!(inflight.is_empty());
+        assert!(tools.saturated().is_empty());
+
+        // A run that ends frees its slot, even while its control is still held.
+        let (mut request, _) = registering(&inflight, &tools, 1, 1000);
+        assert!(request.claimant.take(&claim_of("e", "limited")));
+        let control = inflight.get("e", "e-token").unwrap();
+        assert_eq!(tools.saturated(), vec!["limited".to_owned()]);
+        assert!(control.release_slot());
+        assert!(tools.saturated().is_empty());
+        assert!(!control.release_slot(), "once");
+    }
 }

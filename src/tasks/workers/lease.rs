@@ -43,7 +43,7 @@ pub(super) fn keep_leases(shared: &Shared) {
                     }
                 }
             }
-            Err(error) => log::error!("renewing leases: {error}"),
+            Err(error) => log::log!(error.log_level(), "renewing leases: {error}"),
         }
     }
 }

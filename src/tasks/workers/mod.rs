@@ -14,6 +14,11 @@
 //!   token; once a lease is taken over, the old attempt's writes change nothing.
 //! - **Prompt cancellation.** A running attempt is told through its [`AttemptControl`];
 //!   [`InvocationHost::sleep`] wakes at once, so built-in tools stop within milliseconds.
+//! - **Fairness.** A tool's `max_concurrency` slots are taken with the claim, inside its
+//!   write: the jobs of a tool at its limit stay queued (the claim passes over them) and
+//!   never hold a worker, so other tools' jobs run meanwhile. A slot is freed when the
+//!   run ends, before its outcome commits, so the same write may claim the tool's next
+//!   job.
 //! - **Graceful shutdown never fails or cancels tasks.** Claiming stops, running attempts
 //!   get a grace period, and whatever is still running is released back to the queue
 //!   with its attempt uncounted.
@@ -163,7 +168,7 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
         let mut claimed = 0;
         if idle > 0 {
             let (request, registered) =
-                inflight::registering(&shared.inflight, idle, shared.lease_ms);
+                inflight::registering(&shared.inflight, &shared.tools, idle, shared.lease_ms);
             let claimed_now = shared.store.claim(request);
             match claimed_now {
                 Ok(claims) => {
@@ -177,7 +182,7 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
                 }
                 Err(error) => {
                     registered.forget(&shared.inflight);
-                    log::error!("claiming jobs: {error}");
+                    log::log!(error.log_level(), "claiming jobs: {error}");
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! Command tools: any executable declared in `[[tools]]` served as an MCP tool, inline
 //! or as a durable task, through the same [`Tool`] trait as the built-in tools. This file
-//! holds [`CommandTool`]; the files below hold its declaration, process, output, slots,
-//! and the reaper of descendants that leave the program's process group.
+//! holds [`CommandTool`]; the files below hold its declaration, process and output, and
+//! the reaper of descendants that leave the program's process group.
 //!
 //! The rest of this comment is long on purpose: it is the one statement of the contract
 //! with programs, which every file below implements a part of (README.md repeats it).
@@ -74,22 +74,21 @@
 //!   with `kill -9` go to init and may outlive it (under systemd the unit's control
 //!   group is killed with it). After such a crash, start-up recovery runs the attempt
 //!   again.
-//! - `max_concurrency` bounds the runs of one tool at once; a run beyond it waits for a
-//!   slot (holding its worker thread, and its attempt's time keeps running) and stops
-//!   waiting as soon as it is cancelled.
+//! - `max_concurrency` bounds the runs of one tool at once, inline and as tasks together
+//!   ([`crate::tools::slots`]). A task beyond it stays queued, holding no worker thread,
+//!   while other tools' tasks run; its attempt starts (and its time starts running) once
+//!   a slot is free. An inline call beyond it waits for a slot up to `timeout_ms`.
 
 mod declaration;
 mod output;
 mod process;
 mod reaper;
-mod slots;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Invocation, Outcome, Tool, ToolSpec};
-use slots::{NoSlot, Slots};
 
 pub use declaration::{CommandToolConfig, DeclarationError, DEFAULT_MAX_OUTPUT, DEFAULT_PATH};
 pub use reaper::{become_subreaper, sweep_all};
@@ -106,7 +105,6 @@ pub struct CommandTool {
     working_dir: PathBuf,
     env: BTreeMap<String, String>,
     max_output: usize,
-    slots: Option<Slots>,
 }
 
 impl CommandTool {
@@ -122,20 +120,7 @@ impl CommandTool {
 
 impl Tool for CommandTool {
     fn run(&self, call: &mut Invocation<'_>) -> Outcome {
-        let _slot = match &self.slots {
-            None => None,
-            Some(slots) => match slots.acquire(call.host, self.timeout()) {
-                Ok(slot) => Some(slot),
-                Err(NoSlot::Cancelled) => return Outcome::Cancelled,
-                Err(NoSlot::TimedOut) => {
-                    return Outcome::Retry(format!(
-                        "no free slot (max_concurrency {}) within {} ms",
-                        slots.limit,
-                        self.timeout().as_millis()
-                    ))
-                }
-            },
-        };
+        // The caller holds a concurrency slot for this run already (see `slots`).
         self.execute(call)
     }
 }

@@ -1,5 +1,5 @@
-//! What clients do to their tasks: find (authorized in the `WHERE`), `tasks/update`
-//! and `tasks/cancel`.
+//! What clients do to their tasks: find and size (authorized in the `WHERE`),
+//! `tasks/update` and `tasks/cancel`.
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
@@ -64,6 +64,35 @@ pub fn list_authorized(
         task_row,
     )?;
     rows.collect()
+}
+
+/// Bytes of an authorized task's stored payloads (result, error, input requests),
+/// read from the record headers only (`octet_length` does not load the values).
+pub fn payload_bytes_authorized(
+    conn: &Connection,
+    identity: &Identity,
+    task_id: &str,
+    now: i64,
+) -> rusqlite::Result<Option<usize>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT coalesce(octet_length(result), 0) + coalesce(octet_length(error), 0) \
+             + coalesce(octet_length(input_requests), 0) \
+             FROM tasks WHERE id = ?1 AND endpoint = ?2 AND tenant = ?3 \
+             AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5)",
+        )?
+        .query_row(
+            params![
+                task_id,
+                identity.endpoint,
+                identity.tenant,
+                identity.principal,
+                now
+            ],
+            |row| row.get::<_, i64>(0),
+        )
+        .optional()?
+        .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)))
 }
 
 pub fn cancel(

@@ -1,24 +1,24 @@
 //! Task creation: one task with its idempotency key checked, or many without one in
 //! multi-row `INSERT`s (the writer groups the creations that meet in a batch).
 
-use rusqlite::{params, params_from_iter, Connection, OptionalExtension, ToSql};
+use rusqlite::{params, params_from_iter, Connection, ToSql};
 
-use super::task_row;
-use crate::tasks::model::{NewTask, TaskRow};
+use super::task_row_at;
+use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origin, TaskRow};
 
 /// The columns of a new `tasks` row, and the values of one row ([`task_values`]).
 const TASK_INSERT: &str = "INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, \
      status, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses, \
-     idempotency_key) VALUES ";
-const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?)";
+     idempotency_key, arguments_digest) VALUES ";
+const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?)";
 /// The columns of a new `jobs` row, and the values of one row ([`job_values`]).
-const JOB_INSERT: &str =
-    "INSERT INTO jobs (task_id, state, max_attempts, backoff_ms, timeout_ms, run_after) VALUES ";
-const JOB_ROW: &str = "(?, 'queued', ?, ?, ?, ?)";
+const JOB_INSERT: &str = "INSERT INTO jobs (task_id, state, max_attempts, backoff_ms, \
+     timeout_ms, run_after, tool) VALUES ";
+const JOB_ROW: &str = "(?, 'queued', ?, ?, ?, ?, ?)";
 const OUTBOX_INSERT: &str = "INSERT INTO outbox (task_id, created_at) VALUES ";
 const OUTBOX_ROW: &str = "(?, ?)";
 
-fn task_values<'t>(task: &'t NewTask, expires_at: &'t Option<i64>) -> [&'t dyn ToSql; 13] {
+fn task_values<'t>(task: &'t NewTask, expires_at: &'t Option<i64>) -> [&'t dyn ToSql; 14] {
     [
         &task.id,
         &task.identity.endpoint,
@@ -33,16 +33,18 @@ fn task_values<'t>(task: &'t NewTask, expires_at: &'t Option<i64>) -> [&'t dyn T
         &task.poll_interval_ms,
         &task.input_responses,
         &task.idempotency_key,
+        &task.arguments_digest,
     ]
 }
 
-fn job_values(task: &NewTask) -> [&dyn ToSql; 5] {
+fn job_values(task: &NewTask) -> [&dyn ToSql; 6] {
     [
         &task.id,
         &task.max_attempts,
         &task.backoff_ms,
         &task.timeout_ms,
         &task.now,
+        &task.tool,
     ]
 }
 
@@ -113,43 +115,23 @@ fn insert_chunk(conn: &Connection, sql: &[String; 3], chunk: &[NewTask]) -> rusq
     Ok(())
 }
 
-/// Creates the task, its job and its outbox row — or, when the idempotency key was
-/// seen before for this identity and tool, returns the existing task instead.
-pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<TaskRow> {
+/// Creates the task, its job and its outbox row. With an idempotency key, a live task
+/// of the same identity that holds the key answers instead: itself when it has the same
+/// tool and arguments, a [`KeyConflict`] otherwise (nothing is stored either way).
+pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<Created> {
     if let Some(key) = &task.idempotency_key {
-        let existing = conn
-            .prepare_cached(concat!(
-                "SELECT ",
-                task_columns!(),
-                " FROM tasks WHERE endpoint = ?1 AND tenant = ?2 \
-                 AND principal = ?3 AND tool = ?4 AND idempotency_key = ?5 \
-                 AND (expires_at IS NULL OR expires_at > ?6)"
-            ))?
-            .query_row(
-                params![
-                    task.identity.endpoint,
-                    task.identity.tenant,
-                    task.identity.principal,
-                    task.tool,
-                    key,
-                    task.now
-                ],
-                task_row,
-            )
-            .optional()?;
-        if let Some(existing) = existing {
-            return Ok(existing);
+        if let Some(answer) = key_holder(conn, task, key)? {
+            return Ok(answer);
         }
         // An expired task may still hold the key until the janitor removes it.
         conn.prepare_cached(
             "DELETE FROM tasks WHERE endpoint = ?1 AND tenant = ?2 AND principal = ?3 \
-             AND tool = ?4 AND idempotency_key = ?5",
+             AND idempotency_key = ?4",
         )?
         .execute(params![
             task.identity.endpoint,
             task.identity.tenant,
             task.identity.principal,
-            task.tool,
             key
         ])?;
     }
@@ -158,7 +140,56 @@ pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<TaskRo
         &CHUNK_SQL[CHUNKS.len() - 1],
         std::slice::from_ref(task),
     )?;
-    Ok(task.created())
+    Ok(Created::Task(task.created()))
+}
+
+/// What the live tasks holding `key` for this identity say about creating `task`: the
+/// key is per identity, across tools. (Keys stored per tool before migration 3 may
+/// still be held by several tasks: one with the same tool and arguments answers.)
+fn key_holder(conn: &Connection, task: &NewTask, key: &str) -> rusqlite::Result<Option<Created>> {
+    let mut statement = conn.prepare_cached(concat!(
+        // The origin only where it is needed: a key stored without its digest.
+        "SELECT arguments_digest, CASE WHEN arguments_digest IS NULL THEN origin END, ",
+        task_columns!(),
+        " FROM tasks WHERE endpoint = ?1 AND tenant = ?2 AND principal = ?3 \
+         AND idempotency_key = ?4 AND (expires_at IS NULL OR expires_at > ?5)"
+    ))?;
+    let holders = statement.query_map(
+        params![
+            task.identity.endpoint,
+            task.identity.tenant,
+            task.identity.principal,
+            key,
+            task.now
+        ],
+        |row| {
+            let digest: Option<Vec<u8>> = row.get(0)?;
+            let origin: Option<Vec<u8>> = row.get(1)?;
+            Ok((digest, origin, task_row_at(row, 2)?))
+        },
+    )?;
+    let mut conflict = None;
+    for holder in holders {
+        let (digest, origin, existing) = holder?;
+        if existing.tool != task.tool {
+            conflict.get_or_insert(KeyConflict::OtherTool(existing.tool));
+            continue;
+        }
+        let digest = digest.or_else(|| stored_arguments_digest(origin.as_deref()?));
+        if digest.is_some() && digest == task.arguments_digest {
+            return Ok(Some(Created::Task(existing)));
+        }
+        conflict = Some(KeyConflict::OtherArguments);
+    }
+    Ok(conflict.map(Created::KeyInUse))
+}
+
+/// The digest of the arguments in a stored origin (for keys stored before their digest
+/// was); `None` if the origin cannot be read, which counts as other arguments.
+fn stored_arguments_digest(origin: &[u8]) -> Option<Vec<u8>> {
+    serde_json::from_slice::<Origin>(origin)
+        .ok()
+        .map(|origin| arguments_digest(&origin.arguments))
 }
 
 #[cfg(test)]
@@ -233,5 +264,48 @@ mod tests {
             )
             .unwrap();
         assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn a_key_stored_without_a_digest_is_checked_against_its_origins_arguments() {
+        let (_dir, store) = fresh_store();
+        let arguments = serde_json::json!({"n": 1}).as_object().unwrap().clone();
+        let digest = arguments_digest(&arguments);
+        let keyed = move |id: &str, tool: &str, digest: Option<Vec<u8>>| NewTask {
+            tool: tool.into(),
+            origin: serde_json::to_vec(&Origin {
+                v: 1,
+                tool: tool.into(),
+                arguments: arguments.clone(),
+                protocol_version: "2026-07-28".into(),
+                capabilities: Default::default(),
+            })
+            .unwrap(),
+            idempotency_key: Some("k".into()),
+            arguments_digest: digest,
+            ..task_at(id, 1)
+        };
+        let other = arguments_digest(serde_json::json!({"n": 2}).as_object().unwrap());
+        store
+            .write(move |conn| {
+                // As stored before migration 3: a key and no digest.
+                create_task(conn, &keyed("old", "tool", None))?;
+                let same = create_task(conn, &keyed("new", "tool", Some(digest)))?;
+                assert!(matches!(same, Created::Task(row) if row.id == "old"));
+                let changed = create_task(conn, &keyed("new", "tool", Some(other)))?;
+                assert!(matches!(
+                    changed,
+                    Created::KeyInUse(KeyConflict::OtherArguments)
+                ));
+                let elsewhere = create_task(conn, &keyed("new", "else", None))?;
+                assert!(matches!(
+                    elsewhere,
+                    Created::KeyInUse(KeyConflict::OtherTool(tool)) if tool == "tool"
+                ));
+                let stored: i64 = conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))?;
+                assert_eq!(stored, 1);
+                Ok(())
+            })
+            .unwrap();
     }
 }

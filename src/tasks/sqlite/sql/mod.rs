@@ -40,19 +40,24 @@ fn status_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Task
 }
 
 fn task_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
+    task_row_at(row, 0)
+}
+
+/// A [`TaskRow`] from the [`task_columns`] that start at column `first`.
+fn task_row_at(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
-        id: row.get(0)?,
-        tool: row.get(1)?,
-        status: status_column(row, 2)?,
-        status_message: row.get(3)?,
-        created_at: row.get(4)?,
-        updated_at: row.get(5)?,
-        ttl_ms: row.get(6)?,
-        poll_interval_ms: row.get(7)?,
-        result: row.get(8)?,
-        error: row.get(9)?,
-        input_requests: row.get(10)?,
-        version: row.get(11)?,
+        id: row.get(first)?,
+        tool: row.get(first + 1)?,
+        status: status_column(row, first + 2)?,
+        status_message: row.get(first + 3)?,
+        created_at: row.get(first + 4)?,
+        updated_at: row.get(first + 5)?,
+        ttl_ms: row.get(first + 6)?,
+        poll_interval_ms: row.get(first + 7)?,
+        result: row.get(first + 8)?,
+        error: row.get(first + 9)?,
+        input_requests: row.get(first + 10)?,
+        version: row.get(first + 11)?,
     })
 }
 

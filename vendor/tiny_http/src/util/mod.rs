@@ -9,6 +9,7 @@ pub use self::task_pool::TaskPool;
 
 use std::str::FromStr;
 
+pub(crate) mod bounds;
 mod custom_stream;
 mod equal_reader;
 mod fused_reader;
