@@ -16,9 +16,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use thiserror::Error;
 
-use crate::tools::command::{CommandTool, CommandToolConfig, DeclarationError};
+use crate::tools::command::{CommandTool, CommandToolConfig};
+
+mod error;
+
+pub use error::ConfigError;
 
 /// The configuration used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../examples/default.toml");
@@ -81,7 +84,8 @@ pub struct ServerConfig {
     /// Optional instructions for models, reported in `server/discover`.
     pub instructions: Option<String>,
     /// Connections open at once (503 beyond); 0 derives it from the descriptor limit,
-    /// see [`crate::transport::limits::default_max_connections`].
+    /// see `transport::limits::default_max_connections` (named, not linked: the
+    /// transport reads the configuration, never the other way round).
     pub max_connections: usize,
     /// How long an idle keep-alive connection waits for its next request.
     pub idle_timeout_ms: u64,
@@ -376,81 +380,6 @@ impl Default for RawBuiltinConfig {
             sets: vec![BuiltinSet::Demo.name().into()],
         }
     }
-}
-
-/// Why a configuration cannot be used. The messages are the ones `mcp-taskd` prints.
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    #[error("embedded default: {0}")]
-    EmbeddedDefault(Box<ConfigError>),
-    #[error("{}: {source}", path.display())]
-    Unreadable {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {source}", path.display())]
-    InFile {
-        path: PathBuf,
-        source: Box<ConfigError>,
-    },
-    #[error("{0}")]
-    Toml(Box<toml::de::Error>),
-    #[error("{}: {source}", dir.display())]
-    BaseDir {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
-    /// A `[[tools]]` entry that does not deserialize; `detail` locates it in the text.
-    #[error("{label}: {detail}")]
-    ToolEntry { label: String, detail: String },
-    #[error("{label}: {source}")]
-    ToolDeclaration {
-        label: String,
-        source: DeclarationError,
-    },
-    #[error("server.endpoint must start with '/' and not be /healthz")]
-    Endpoint,
-    #[error("server.handler_threads and workers.threads must be at least 1")]
-    NoThreads,
-    #[error("limits.max_body_bytes must be >= 1024 and limits.max_json_depth >= 8")]
-    TinyLimits,
-    #[error("server timeouts and min_write_bytes_per_sec must be positive")]
-    ConnectionTimes,
-    #[error("limits.max_buffered_request_bytes must be >= limits.max_body_bytes")]
-    BufferedBelowBody,
-    #[error("limits.page_size must be at least 1")]
-    PageSize,
-    #[error("workers.lease_ms must be at least 300")]
-    ShortLease,
-    #[error("tasks.ttl_ms and tasks.poll_interval_ms must be positive")]
-    TaskTimes,
-    #[error("[notifications] limits must be positive")]
-    NotificationLimits,
-    #[error("workers.janitor_interval_ms must be positive")]
-    JanitorInterval,
-    #[error("[sessions] limits must be positive")]
-    SessionLimits,
-    #[error("auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)")]
-    TokenDigest { index: usize },
-    #[error("auth.tokens[{index}].principal must not be empty")]
-    TokenPrincipal { index: usize },
-    #[error("builtin.sets: unknown set \"{name}\" (known: {})", known_sets())]
-    UnknownBuiltinSet { name: String },
-    #[error(
-        "refusing to listen on non-loopback {listen} without [[auth.tokens]] \
-         (set server.allow_unauthenticated_remote = true to override)"
-    )]
-    UnauthenticatedRemote { listen: SocketAddr },
-    #[error(
-        "listening on non-loopback {listen} needs server.allowed_hosts \
-         (the Host names clients use), to keep DNS-rebinding protection"
-    )]
-    RemoteWithoutHosts { listen: SocketAddr },
-}
-
-fn known_sets() -> String {
-    let names: Vec<&str> = BuiltinSet::ALL.iter().map(|set| set.name()).collect();
-    names.join(", ")
 }
 
 /// Only the `[[tools]]` of a configuration, typed: used to locate a bad entry's error.
