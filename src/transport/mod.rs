@@ -10,6 +10,7 @@ mod era;
 pub(crate) mod headers;
 pub mod limits;
 mod listen;
+mod nesting;
 mod peer;
 pub(crate) mod sse;
 
@@ -33,6 +34,7 @@ pub use era::{Inbound, SessionEra};
 use headers::{check_param_headers, header};
 pub use headers::{decode_header_value, OriginPolicy};
 use listen::run_listen;
+use nesting::nesting_exceeds;
 use sse::SseWriter;
 
 pub struct Frontend {
@@ -103,35 +105,6 @@ fn with_header(mut response: Response<Body>, name: &str, value: &str) -> Respons
         response.add_header(header);
     }
     response
-}
-
-/// Deepest nesting of arrays and objects in `bytes`, stopping once past `limit`, so
-/// that a hostile body is refused before the parser recurses into it.
-fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > limit {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    false
 }
 
 /// Where the body value named by `Mcp-Name` lives, per method.
@@ -616,17 +589,5 @@ impl Emitter for ResponseSink {
             }
             ResponseSink::Broken => ResponseSink::Broken,
         };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::nesting_exceeds;
-
-    #[test]
-    fn nesting_ignores_brackets_in_strings() {
-        assert!(!nesting_exceeds(br#"{"a":"[[[[[[[[[["}"#, 3));
-        assert!(nesting_exceeds(b"[[[[", 3));
-        assert!(!nesting_exceeds(br#"{"a":"\"[[[["}"#, 3));
     }
 }
