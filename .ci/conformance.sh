@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# conformance.sh BINARY SHARED_DIR
+# conformance.sh BINARY SHARED_DIR [GUARDED_LIST]
 # Starts BINARY on examples/conformance.toml (ephemeral port, temporary data dir), runs
-# the official suite, and fails if any scenario listed in .ci/conformance-guarded did
-# not pass with zero failed checks.
+# the official suite at SPEC_VERSION (default 2026-07-28), and fails if any scenario
+# listed in GUARDED_LIST (default .ci/conformance-guarded) did not pass with zero failed
+# checks.
 set -euo pipefail
 BIN="$1"; SHARED="$2"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+GUARDED="${3:-$HERE/conformance-guarded}"
 ROOT="$(cd "$HERE/.." && pwd)"
 WORK="$(mktemp -d -t mcp-taskd-conformance-XXXXXX)"
 "$SHARED/conformance/setup.sh" >/dev/null
@@ -22,7 +24,7 @@ done
 if [ -z "$URL" ]; then
   echo "server did not start:"; cat "$WORK/stderr"; exit 1
 fi
-FAIL_ON=none "$SHARED/conformance/run-conformance.sh" "$URL" "$WORK/results" || true
+SPEC_VERSION="${SPEC_VERSION:-2026-07-28}" FAIL_ON=none "$SHARED/conformance/run-conformance.sh" "$URL" "$WORK/results" || true
 SUMMARY="$WORK/results/summary.tsv"
 [ -f "$SUMMARY" ] || { echo "no conformance summary"; exit 1; }
 bad=0
@@ -35,9 +37,9 @@ while read -r scenario; do
     echo "REGRESSION: $scenario status=${status:-missing} failed=${failed:-?}"
     bad=1
   fi
-done <"$HERE/conformance-guarded"
+done <"$GUARDED"
 if [ "$bad" -ne 0 ]; then
   echo "server stderr (tail):"; tail -n 50 "$WORK/stderr"
   exit 1
 fi
-echo "conformance: every guarded scenario passed"
+echo "conformance ($(basename "$GUARDED")): every guarded scenario passed"

@@ -16,9 +16,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use thiserror::Error;
 
-use crate::tools::command::{CommandTool, CommandToolConfig, DeclarationError};
+use crate::tools::command::{CommandTool, CommandToolConfig};
+
+mod error;
+
+pub use error::ConfigError;
 
 /// The configuration used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../examples/default.toml");
@@ -40,6 +43,8 @@ pub struct Config {
     pub notifications: NotificationLimits,
     #[serde(default)]
     pub auth: AuthConfig,
+    #[serde(default)]
+    pub sessions: SessionLimits,
     /// `[builtin]` as written, until [`Config::parse_in`] names each set.
     #[serde(default, rename = "builtin")]
     raw_builtin: RawBuiltinConfig,
@@ -79,7 +84,8 @@ pub struct ServerConfig {
     /// Optional instructions for models, reported in `server/discover`.
     pub instructions: Option<String>,
     /// Connections open at once (503 beyond); 0 derives it from the descriptor limit,
-    /// see [`crate::transport::limits::default_max_connections`].
+    /// see `transport::limits::default_max_connections` (named, not linked: the
+    /// transport reads the configuration, never the other way round).
     pub max_connections: usize,
     /// How long an idle keep-alive connection waits for its next request.
     pub idle_timeout_ms: u64,
@@ -280,6 +286,32 @@ impl Default for NotificationLimits {
     }
 }
 
+/// Bounds on legacy (initialize-based, 2025-03-26 to 2025-11-25) sessions, which live
+/// in memory only: a restart ends them all, but no task.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionLimits {
+    /// Sessions open at once, server-wide; `initialize` beyond it gets 503.
+    pub max_sessions: usize,
+    /// A session unused this long is ended (its next request gets 404).
+    pub idle_timeout_ms: u64,
+    /// How long a call waits for the client's answer to a server-to-client request.
+    pub client_request_timeout_ms: u64,
+    /// Events of the standalone GET stream kept for `Last-Event-ID` replay.
+    pub replay_events: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            max_sessions: 4096,
+            idle_timeout_ms: 30 * 60 * 1000,
+            client_request_timeout_ms: 5 * 60 * 1000,
+            replay_events: 64,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
@@ -348,79 +380,6 @@ impl Default for RawBuiltinConfig {
             sets: vec![BuiltinSet::Demo.name().into()],
         }
     }
-}
-
-/// Why a configuration cannot be used. The messages are the ones `mcp-taskd` prints.
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    #[error("embedded default: {0}")]
-    EmbeddedDefault(Box<ConfigError>),
-    #[error("{}: {source}", path.display())]
-    Unreadable {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {source}", path.display())]
-    InFile {
-        path: PathBuf,
-        source: Box<ConfigError>,
-    },
-    #[error("{0}")]
-    Toml(Box<toml::de::Error>),
-    #[error("{}: {source}", dir.display())]
-    BaseDir {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
-    /// A `[[tools]]` entry that does not deserialize; `detail` locates it in the text.
-    #[error("{label}: {detail}")]
-    ToolEntry { label: String, detail: String },
-    #[error("{label}: {source}")]
-    ToolDeclaration {
-        label: String,
-        source: DeclarationError,
-    },
-    #[error("server.endpoint must start with '/' and not be /healthz")]
-    Endpoint,
-    #[error("server.handler_threads and workers.threads must be at least 1")]
-    NoThreads,
-    #[error("limits.max_body_bytes must be >= 1024 and limits.max_json_depth >= 8")]
-    TinyLimits,
-    #[error("server timeouts and min_write_bytes_per_sec must be positive")]
-    ConnectionTimes,
-    #[error("limits.max_buffered_request_bytes must be >= limits.max_body_bytes")]
-    BufferedBelowBody,
-    #[error("limits.page_size must be at least 1")]
-    PageSize,
-    #[error("workers.lease_ms must be at least 300")]
-    ShortLease,
-    #[error("tasks.ttl_ms and tasks.poll_interval_ms must be positive")]
-    TaskTimes,
-    #[error("[notifications] limits must be positive")]
-    NotificationLimits,
-    #[error("workers.janitor_interval_ms must be positive")]
-    JanitorInterval,
-    #[error("auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)")]
-    TokenDigest { index: usize },
-    #[error("auth.tokens[{index}].principal must not be empty")]
-    TokenPrincipal { index: usize },
-    #[error("builtin.sets: unknown set \"{name}\" (known: {})", known_sets())]
-    UnknownBuiltinSet { name: String },
-    #[error(
-        "refusing to listen on non-loopback {listen} without [[auth.tokens]] \
-         (set server.allow_unauthenticated_remote = true to override)"
-    )]
-    UnauthenticatedRemote { listen: SocketAddr },
-    #[error(
-        "listening on non-loopback {listen} needs server.allowed_hosts \
-         (the Host names clients use), to keep DNS-rebinding protection"
-    )]
-    RemoteWithoutHosts { listen: SocketAddr },
-}
-
-fn known_sets() -> String {
-    let names: Vec<&str> = BuiltinSet::ALL.iter().map(|set| set.name()).collect();
-    names.join(", ")
 }
 
 /// Only the `[[tools]]` of a configuration, typed: used to locate a bad entry's error.
@@ -549,6 +508,13 @@ impl Config {
         if self.workers.janitor_interval_ms == 0 {
             return Err(ConfigError::JanitorInterval);
         }
+        let bounds = &self.sessions;
+        if bounds.max_sessions == 0
+            || bounds.idle_timeout_ms == 0
+            || bounds.client_request_timeout_ms == 0
+        {
+            return Err(ConfigError::SessionLimits);
+        }
         for (index, token) in self.auth.tokens.iter().enumerate() {
             let digest_ok =
                 token.sha256.len() == 64 && token.sha256.bytes().all(|b| b.is_ascii_hexdigit());
@@ -580,93 +546,4 @@ fn tool_label(index: usize, name: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn embedded_default_is_valid_and_loopback() {
-        let config = Config::parse(EMBEDDED_DEFAULT).unwrap();
-        assert!(config.server.listen.ip().is_loopback());
-    }
-
-    #[test]
-    fn unknown_keys_are_errors() {
-        let error = Config::parse("[server]\nlisten_addr = \"127.0.0.1:1\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("listen_addr"), "{error}");
-    }
-
-    #[test]
-    fn tools_take_table_or_json_schemas_in_declared_order() {
-        let config = Config::parse(
-            r#"
-[[tools]]
-name = "a"
-description = "d"
-command = ["/bin/sh"]
-input_schema = { type = "object", properties = { zeta = { type = "string" }, alpha = { type = "integer" } } }
-
-[[tools]]
-name = "b"
-description = "d"
-command = ["/bin/sh"]
-input_schema = '{"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}}}'
-"#,
-        )
-        .unwrap();
-        let schema = |index: usize| config.tools[index].spec().input_schema.clone();
-        assert_eq!(schema(0), schema(1));
-        let keys: Vec<String> = schema(0)["properties"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .cloned()
-            .collect();
-        assert_eq!(keys, ["zeta", "alpha"]);
-    }
-
-    #[test]
-    fn relative_commands_resolve_against_the_config_directory() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("bin")).unwrap();
-        let program = dir.path().join("bin/tool.sh");
-        std::fs::write(&program, "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let text = "[[tools]]\nname = \"t\"\ndescription = \"d\"\ncommand = [\"bin/tool.sh\"]\n";
-        let config = Config::parse_in(text, dir.path()).unwrap();
-        assert_eq!(config.base_dir, dir.path());
-        let error = Config::parse_in(text, Path::new("/"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("tools[0] (\"t\")") && error.contains("command"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn remote_bind_needs_auth_and_hosts() {
-        let error = Config::parse("[server]\nlisten = \"0.0.0.0:8080\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("auth.tokens"), "{error}");
-    }
-
-    #[test]
-    fn connection_bounds_are_checked() {
-        let config = Config::parse(
-            "[server]\nmax_connections = 10\nrequest_timeout_ms = 2000\n\
-             [limits]\nmax_unsent_answer_bytes = 1048576\n",
-        )
-        .unwrap();
-        assert_eq!(config.server.max_connections, 10);
-        assert_eq!(config.server.request_timeout_ms, 2000);
-        assert_eq!(config.limits.max_unsent_answer_bytes, 1024 * 1024);
-        let error = Config::parse("[server]\nrequest_timeout_ms = 0\n").unwrap_err();
-        assert!(matches!(error, ConfigError::ConnectionTimes), "{error}");
-        let error = Config::parse("[limits]\nmax_buffered_request_bytes = 1024\n").unwrap_err();
-        assert!(matches!(error, ConfigError::BufferedBelowBody), "{error}");
-    }
-}
+mod tests;

@@ -27,6 +27,7 @@ pub mod clock;
 pub mod config;
 pub mod handlers;
 pub mod later;
+pub mod legacy;
 pub mod liveness;
 pub mod metrics;
 pub mod notifications;

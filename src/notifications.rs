@@ -4,8 +4,9 @@
 //! hub marks the change in the [`Mailbox`] of each open subscription whose filter asks for
 //! it, and wakes that subscription's stream. A mailbox coalesces: a list that changed
 //! twice is one pending item, a task hinted at a hundred times is one pending task id
-//! (the stream re-reads the task anyway). What a subscription can have pending is thus
-//! bounded by its own filter — two lists and at most `max_task_ids` tasks — however
+//! (the stream re-reads the task anyway), a resource updated twice is one pending uri.
+//! What a subscription can have pending is thus bounded by its own filter and the
+//! catalog — two lists, at most `max_task_ids` tasks, the served resources — however
 //! bursty the publishers, so publishing never blocks, never allocates per hint, and
 //! never has to cut a subscriber off. A subscriber that stops reading is the stream's
 //! business (see `transport::listen`).
@@ -68,6 +69,8 @@ impl ListKind {
 pub enum Frame {
     /// A catalog list changed.
     ListChanged(ListKind),
+    /// The resource at this uri changed (legacy sessions' `resources/subscribe`).
+    ResourceUpdated(String),
     /// A task the subscriber listens to changed; `seq` is the outbox row of its newest
     /// (committed) change, so a stream can ignore changes from before it opened.
     TaskChanged { task_id: String, seq: i64 },
@@ -94,12 +97,14 @@ struct Pending {
     prompts: bool,
     /// The outbox row of the newest change of each pending task.
     task_seq: HashMap<String, i64>,
+    resources: HashSet<String>,
     closing: bool,
 }
 
 #[derive(Debug)]
 enum Pended {
     List(ListKind),
+    Resource(String),
     Task(String),
 }
 
@@ -126,6 +131,14 @@ impl Mailbox {
         };
         if !std::mem::replace(flag, true) {
             pending.order.push_back(Pended::List(kind));
+        }
+        self.wake.notify_one();
+    }
+
+    fn post_resource(&self, uri: &str) {
+        let mut pending = self.lock();
+        if pending.resources.insert(uri.to_owned()) {
+            pending.order.push_back(Pended::Resource(uri.to_owned()));
         }
         self.wake.notify_one();
     }
@@ -173,12 +186,14 @@ impl Mailbox {
         }
         pending.tools = false;
         pending.prompts = false;
+        pending.resources.clear();
         let order = std::mem::take(&mut pending.order);
         let mut seqs = std::mem::take(&mut pending.task_seq);
         let frames = order
             .into_iter()
             .filter_map(|pended| match pended {
                 Pended::List(kind) => Some(Frame::ListChanged(kind)),
+                Pended::Resource(uri) => Some(Frame::ResourceUpdated(uri)),
                 Pended::Task(task_id) => {
                     let seq = seqs.remove(&task_id)?;
                     Some(Frame::TaskChanged { task_id, seq })
@@ -213,6 +228,8 @@ struct HubState {
     /// Which subscriptions follow each task, so a task-change hint (one per committed
     /// task change) costs a lookup, not a pass over every open subscription.
     by_task: HashMap<String, Vec<u64>>,
+    /// Mailboxes of relays (see [`Hub::relay`]).
+    relays: Vec<Arc<Mailbox>>,
     closed: bool,
 }
 
@@ -245,6 +262,7 @@ impl Hub {
                 next_key: 1,
                 subscribers: HashMap::new(),
                 by_task: HashMap::new(),
+                relays: Vec::new(),
                 closed: false,
             }),
             followed: Condvar::new(),
@@ -328,6 +346,31 @@ impl Hub {
                 subscriber.mailbox.post_list(kind);
             }
         }
+        for relay in &state.relays {
+            relay.post_list(kind);
+        }
+    }
+
+    /// Announces that the resource at `uri` changed, to the relays.
+    pub fn publish_resource_updated(&self, uri: &str) {
+        for relay in &self.lock().relays {
+            relay.post_resource(uri);
+        }
+    }
+
+    /// A mailbox that hears every list change and every resource update, for a relay
+    /// that fans them out to clients of its own (the legacy sessions, which filter
+    /// resource updates by their `resources/subscribe`). It is not a subscription: no
+    /// cap applies and [`Hub::open_subscriptions`] does not count it. `None` once the
+    /// hub is closed.
+    pub fn relay(&self) -> Option<Arc<Mailbox>> {
+        let mut state = self.lock();
+        if state.closed {
+            return None;
+        }
+        let mailbox = Arc::new(Mailbox::default());
+        state.relays.push(Arc::clone(&mailbox));
+        Some(mailbox)
     }
 
     /// Whether any open subscription follows a task (the relay reads the outbox only
@@ -374,179 +417,11 @@ impl Hub {
         for (_, subscriber) in state.subscribers.drain() {
             subscriber.mailbox.close();
         }
+        for relay in state.relays.drain(..) {
+            relay.close();
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn someone() -> Identity {
-        Identity {
-            endpoint: "/mcp".into(),
-            tenant: String::new(),
-            principal: "someone".into(),
-        }
-    }
-
-    fn frames(subscription: &Subscription) -> Vec<Frame> {
-        match subscription.mailbox.wait(Duration::ZERO) {
-            Delivery::Frames(frames) => frames,
-            other => panic!("expected frames, got {other:?}"),
-        }
-    }
-
-    fn task(task_id: &str, seq: i64) -> Frame {
-        Frame::TaskChanged {
-            task_id: task_id.into(),
-            seq,
-        }
-    }
-
-    #[test]
-    fn list_changes_reach_those_who_asked_and_coalesce() {
-        let hub = Hub::new(NotificationLimits::default());
-        let tools = hub
-            .subscribe(
-                &someone(),
-                Filter {
-                    tools_list_changed: true,
-                    ..Filter::default()
-                },
-            )
-            .unwrap();
-        let prompts = hub
-            .subscribe(
-                &someone(),
-                Filter {
-                    prompts_list_changed: true,
-                    ..Filter::default()
-                },
-            )
-            .unwrap();
-        for _ in 0..10_000 {
-            hub.publish_list_changed(ListKind::Tools);
-        }
-        assert_eq!(frames(&tools), vec![Frame::ListChanged(ListKind::Tools)]);
-        assert_eq!(prompts.mailbox.wait(Duration::ZERO), Delivery::Idle);
-        assert_eq!(hub.open_subscriptions(), 2, "nobody is cut off");
-        hub.publish_list_changed(ListKind::Prompts);
-        hub.close_all();
-        // What was pending still comes first, then the close.
-        assert_eq!(
-            frames(&prompts),
-            vec![Frame::ListChanged(ListKind::Prompts)]
-        );
-        assert_eq!(prompts.mailbox.wait(Duration::ZERO), Delivery::Close);
-        assert_eq!(tools.mailbox.wait(Duration::ZERO), Delivery::Close);
-        assert!(hub.subscribe(&someone(), Filter::default()).is_err());
-    }
-
-    #[test]
-    fn task_hints_reach_only_the_subscriptions_naming_the_task_once_each() {
-        let hub = Hub::new(NotificationLimits::default());
-        let follows = |ids: &[&str]| Filter {
-            task_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
-            ..Filter::default()
-        };
-        let a = hub.subscribe(&someone(), follows(&["a"])).unwrap();
-        let ab = hub.subscribe(&someone(), follows(&["a", "b"])).unwrap();
-        hub.publish_task_changed("b", 1);
-        hub.publish_task_changed("c", 2);
-        assert_eq!(a.mailbox.wait(Duration::ZERO), Delivery::Idle);
-        assert_eq!(frames(&ab), vec![task("b", 1)]);
-        // Many hints per task: one pending item each, in order of first hint, carrying
-        // the newest change.
-        for seq in 3..1_000 {
-            hub.publish_task_changed(if seq % 2 == 0 { "b" } else { "a" }, seq);
-        }
-        assert_eq!(frames(&ab), vec![task("a", 999), task("b", 998)]);
-        assert_eq!(frames(&a), vec![task("a", 999)]);
-        hub.unsubscribe(a.key);
-        hub.unsubscribe(ab.key);
-        assert_eq!(hub.open_subscriptions(), 0);
-        assert!(hub.lock().by_task.is_empty());
-    }
-
-    #[test]
-    fn pending_changes_keep_the_order_of_their_first_publication() {
-        let hub = Hub::new(NotificationLimits::default());
-        let everything = hub
-            .subscribe(
-                &someone(),
-                Filter {
-                    tools_list_changed: true,
-                    prompts_list_changed: true,
-                    task_ids: vec!["t".into()],
-                },
-            )
-            .unwrap();
-        hub.publish_list_changed(ListKind::Prompts);
-        hub.publish_task_changed("t", 5);
-        hub.publish_list_changed(ListKind::Tools);
-        hub.publish_list_changed(ListKind::Prompts);
-        assert_eq!(
-            frames(&everything),
-            vec![
-                Frame::ListChanged(ListKind::Prompts),
-                task("t", 5),
-                Frame::ListChanged(ListKind::Tools),
-            ]
-        );
-        hub.publish_list_changed(ListKind::Tools);
-        hub.publish_list_changed(ListKind::Prompts);
-        assert_eq!(
-            frames(&everything),
-            vec![
-                Frame::ListChanged(ListKind::Tools),
-                Frame::ListChanged(ListKind::Prompts),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_waiting_stream_wakes_on_a_hint() {
-        let hub = Arc::new(Hub::new(NotificationLimits::default()));
-        let subscription = hub
-            .subscribe(
-                &someone(),
-                Filter {
-                    task_ids: vec!["t".into()],
-                    ..Filter::default()
-                },
-            )
-            .unwrap();
-        let publisher = Arc::clone(&hub);
-        let started = std::time::Instant::now();
-        let thread = std::thread::spawn(move || publisher.publish_task_changed("t", 7));
-        assert_eq!(
-            subscription.mailbox.wait(Duration::from_secs(10)),
-            Delivery::Frames(vec![task("t", 7)])
-        );
-        assert!(started.elapsed() < Duration::from_secs(5));
-        thread.join().unwrap();
-    }
-
-    #[test]
-    fn caps_subscriptions_per_identity() {
-        let hub = Hub::new(NotificationLimits {
-            max_subscriptions_per_identity: 2,
-            ..NotificationLimits::default()
-        });
-        let _first = hub.subscribe(&someone(), Filter::default()).unwrap();
-        let second = hub.subscribe(&someone(), Filter::default()).unwrap();
-        assert_eq!(
-            hub.subscribe(&someone(), Filter::default())
-                .unwrap_err()
-                .http_status,
-            429
-        );
-        let other = Identity {
-            principal: "other".into(),
-            ..someone()
-        };
-        assert!(hub.subscribe(&other, Filter::default()).is_ok());
-        hub.unsubscribe(second.key);
-        assert!(hub.subscribe(&someone(), Filter::default()).is_ok());
-    }
-}
+mod tests;

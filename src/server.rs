@@ -117,6 +117,12 @@ pub fn run(config: Config) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot listen on {}: {e}", config.server.listen))?;
     let http = Arc::new(http);
+    let legacy = crate::legacy::Legacy::start(
+        Arc::clone(&service),
+        Arc::clone(&hub),
+        config.sessions.clone(),
+        Arc::clone(&metrics),
+    );
     let frontend = Arc::new(Frontend {
         service,
         hub: Arc::clone(&hub),
@@ -127,6 +133,7 @@ pub fn run(config: Config) -> Result<(), String> {
         draining: Default::default(),
         open_streams: Default::default(),
         metrics,
+        legacy,
         listener: http.health(),
     });
     let threads = frontend.spawn(&http, config.server.handler_threads);

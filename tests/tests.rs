@@ -16,8 +16,12 @@
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
 //! - [`operator`]: the operator commands (`tasks`, `stats`, `backup`, `restore`);
-//! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery.
-//! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir.
+//! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery;
+//! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir;
+//! - [`legacy`]: the 2025 session era (initialize, sessions, GET streams) beside 2026;
+//! - [`listen_streams`]: listen streams under load, hang-ups and stalled readers;
+//! - [`fuzz`]: generated HTTP requests against the server's documented answers;
+//! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
 //! files here (`autotests = false`): a new area is a module declared below.
@@ -31,6 +35,7 @@ mod demo_tools;
 mod durable_tasks;
 mod fair_workers;
 mod hardening;
+mod legacy;
 mod listen_streams;
 mod notifications;
 mod operator;

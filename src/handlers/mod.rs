@@ -33,6 +33,11 @@ pub use tasks::TaskNotification;
 /// messages). The transport switches the response to an SSE stream on the first one.
 pub trait Emitter {
     fn notify(&mut self, method: &str, params: Value);
+    /// Whether the client cancelled the request (legacy `notifications/cancelled`); an
+    /// inline tool polls it to stop early.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// A request that passed transport validation, as the handlers see it.

@@ -220,11 +220,22 @@ impl InvocationHost for InlineHost<'_> {
     }
 
     fn cancelled(&self) -> bool {
-        false
+        self.emitter.cancelled()
     }
 
+    /// Sleeps in short slices so that a cancelled request stops within one of them.
     fn sleep(&mut self, duration: Duration) -> bool {
-        std::thread::sleep(duration);
-        true
+        const SLICE: Duration = Duration::from_millis(50);
+        let deadline = std::time::Instant::now() + duration;
+        loop {
+            if self.emitter.cancelled() {
+                return false;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(SLICE));
+        }
     }
 }

@@ -113,6 +113,14 @@ pub trait TaskStore: Send + Sync {
         identity: &Identity,
         task_id: &str,
     ) -> Result<Option<TaskRow>, StoreError>;
+    /// Up to `limit` unexpired tasks bound to `identity` whose id sorts after `after`,
+    /// in id order (legacy `tasks/list`; ids sort by creation time).
+    fn list_authorized(
+        &self,
+        identity: &Identity,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<TaskRow>, StoreError>;
     /// Bytes of the stored payloads (result, error, input requests) of the task that
     /// [`TaskStore::find_authorized`] would return, without reading them; `None` when
     /// it would return none.

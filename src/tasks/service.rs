@@ -228,6 +228,24 @@ impl TaskService {
         Ok((task.status, self.detailed(&task, capabilities)?))
     }
 
+    /// One page of the caller's tasks after task id `after` (legacy `tasks/list`), as
+    /// task fields without payloads.
+    pub fn list(
+        &self,
+        identity: &Identity,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Value>, RpcError> {
+        if let Some(after) = after {
+            check_task_id(after).map_err(|_| RpcError::invalid_params("invalid cursor"))?;
+        }
+        let rows = self
+            .store
+            .list_authorized(identity, after.unwrap_or(""), limit)
+            .map_err(internal)?;
+        Ok(rows.iter().map(task_fields).collect())
+    }
+
     /// Counts for the metrics page.
     pub fn stats(&self) -> Result<Stats, RpcError> {
         self.store.stats().map_err(internal)

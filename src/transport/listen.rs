@@ -159,6 +159,8 @@ pub(super) fn run_listen(
                 Frame::ListChanged(kind) => {
                     json!({ "jsonrpc": "2.0", "method": kind.method(), "params": tag(Map::new()) })
                 }
+                // Only legacy sessions' relay asks for these; a listen filter never does.
+                Frame::ResourceUpdated(_) => continue,
                 Frame::TaskChanged { task_id, seq } => {
                     let wanted = listen.filter.task_ids.contains(&task_id)
                         && seq > listen.changes_after

@@ -6,11 +6,13 @@
 //! or an SSE stream when a request emits notifications before its result or opens a
 //! `subscriptions/listen` stream.
 
-mod headers;
+mod era;
+pub(crate) mod headers;
 pub mod limits;
 mod listen;
+mod nesting;
 mod peer;
-mod sse;
+pub(crate) mod sse;
 
 use std::io::{Cursor, Read};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,9 +30,11 @@ use crate::metrics::{Metrics, Snapshot};
 use crate::notifications::Hub;
 use crate::protocol::envelope::{Envelope, RequestMeta};
 use crate::protocol::{RpcError, METHODS, SUPPORTED_VERSIONS};
+pub use era::{Inbound, SessionEra};
 use headers::{check_param_headers, header};
 pub use headers::{decode_header_value, OriginPolicy};
 use listen::run_listen;
+use nesting::nesting_exceeds;
 use sse::SseWriter;
 
 pub struct Frontend {
@@ -45,6 +49,8 @@ pub struct Frontend {
     /// Listen streams still writing (each runs on its own thread).
     pub open_streams: Arc<AtomicUsize>,
     pub metrics: Arc<Metrics>,
+    /// Serves initialize-based (2025-03-26 to 2025-11-25) sessions on the same endpoint.
+    pub legacy: Arc<dyn SessionEra>,
     /// Whether the listener can accept connections (`/healthz` fails when not).
     pub listener: Arc<tiny_http::ListenerHealth>,
 }
@@ -101,35 +107,6 @@ fn with_header(mut response: Response<Body>, name: &str, value: &str) -> Respons
     response
 }
 
-/// Deepest nesting of arrays and objects in `bytes`, stopping once past `limit`, so
-/// that a hostile body is refused before the parser recurses into it.
-fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > limit {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    false
-}
-
 /// Where the body value named by `Mcp-Name` lives, per method.
 fn name_source(method: &str) -> Option<&'static str> {
     match method {
@@ -144,6 +121,8 @@ fn name_source(method: &str) -> Option<&'static str> {
 enum Admitted {
     Respond(Response<Body>),
     Mcp(Box<AdmittedRequest>),
+    /// A request of the legacy era (session, GET, DELETE, or a plain `initialize`).
+    Legacy(Box<Inbound>),
 }
 
 struct AdmittedRequest {
@@ -191,6 +170,7 @@ impl Frontend {
     fn handle(self: &Arc<Self>, mut request: tiny_http::Request) {
         let admitted = self.admit(&mut request);
         match admitted {
+            Admitted::Legacy(inbound) => Arc::clone(&self.legacy).serve(request, *inbound),
             Admitted::Respond(response) => {
                 self.metrics.record_rejection(response.status_code().0);
                 // tiny_http neither skips an unread chunked body nor lets us close the
@@ -259,7 +239,10 @@ impl Frontend {
         if path != self.endpoint {
             return Respond(json_response(404, &json!({"error": "not found"})));
         }
-        if *request.method() != Method::Post {
+        // GET and DELETE exist only inside legacy sessions.
+        let legacy_verb = matches!(request.method(), Method::Get | Method::Delete)
+            && header(request, "Mcp-Session-Id").is_some();
+        if *request.method() != Method::Post && !legacy_verb {
             let error =
                 RpcError::invalid_request("the MCP endpoint only accepts POST").with_status(405);
             return Respond(with_header(
@@ -299,6 +282,13 @@ impl Frontend {
                 ));
             }
         };
+        if legacy_verb {
+            let inbound = Inbound {
+                identity,
+                message: None,
+            };
+            return Admitted::Legacy(Box::new(inbound));
+        }
         // 2. Body: size, nesting, JSON, JSON-RPC shape.
         let body = match self.read_body(request) {
             Ok(body) => body,
@@ -317,6 +307,18 @@ impl Frontend {
                 return Respond(error_response(&Value::Null, &RpcError::parse_error(error)))
             }
         };
+        // Era selection: one header already at hand and one `_meta` lookup.
+        if self.legacy.claims_post(
+            header(request, "Mcp-Session-Id"),
+            header(request, "MCP-Protocol-Version"),
+            &message,
+        ) {
+            let inbound = Inbound {
+                identity,
+                message: Some(message),
+            };
+            return Admitted::Legacy(Box::new(inbound));
+        }
         let envelope = match Envelope::parse(message) {
             Ok(envelope) => envelope,
             Err(rejected) => return Respond(error_response(&rejected.0, &rejected.1)),
@@ -587,17 +589,5 @@ impl Emitter for ResponseSink {
             }
             ResponseSink::Broken => ResponseSink::Broken,
         };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::nesting_exceeds;
-
-    #[test]
-    fn nesting_ignores_brackets_in_strings() {
-        assert!(!nesting_exceeds(br#"{"a":"[[[[[[[[[["}"#, 3));
-        assert!(nesting_exceeds(b"[[[[", 3));
-        assert!(!nesting_exceeds(br#"{"a":"\"[[[["}"#, 3));
     }
 }

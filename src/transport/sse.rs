@@ -44,6 +44,12 @@ impl SseWriter {
         self.write_chunk(format!("event: message\ndata: {message}\n\n").as_bytes())
     }
 
+    /// Sends one JSON-RPC message as a `message` event with an `id`, so that a client can
+    /// resume after it with `Last-Event-ID` (legacy GET streams).
+    pub fn send_with_id(&mut self, id: u64, message: &serde_json::Value) -> io::Result<()> {
+        self.write_chunk(format!("id: {id}\nevent: message\ndata: {message}\n\n").as_bytes())
+    }
+
     /// An SSE comment, keeping idle streams open through proxies and client timeouts.
     pub fn keep_alive(&mut self) -> io::Result<()> {
         self.write_chunk(b":\n\n")

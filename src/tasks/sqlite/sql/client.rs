@@ -37,6 +37,35 @@ pub fn find_authorized(
     .optional()
 }
 
+/// Up to `limit` unexpired tasks bound to `identity` after the task id `after`, in id
+/// order: a walk of the primary key.
+pub fn list_authorized(
+    conn: &Connection,
+    identity: &Identity,
+    after: &str,
+    limit: usize,
+    now: i64,
+) -> rusqlite::Result<Vec<TaskRow>> {
+    let mut statement = conn.prepare_cached(concat!(
+        "SELECT ",
+        task_columns!(),
+        " FROM tasks WHERE id > ?1 AND endpoint = ?2 AND tenant = ?3 \
+             AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5) ORDER BY id LIMIT ?6"
+    ))?;
+    let rows = statement.query_map(
+        params![
+            after,
+            identity.endpoint,
+            identity.tenant,
+            identity.principal,
+            now,
+            i64::try_from(limit).unwrap_or(i64::MAX)
+        ],
+        task_row,
+    )?;
+    rows.collect()
+}
+
 /// Bytes of an authorized task's stored payloads (result, error, input requests),
 /// read from the record headers only (`octet_length` does not load the values).
 pub fn payload_bytes_authorized(

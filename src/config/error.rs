@@ -1,0 +1,85 @@
+//! Why a configuration cannot be used: [`ConfigError`], whose messages are the ones
+//! `mcp-taskd` prints.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use super::BuiltinSet;
+use crate::tools::command::DeclarationError;
+
+/// Why a configuration cannot be used. The messages are the ones `mcp-taskd` prints.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("embedded default: {0}")]
+    EmbeddedDefault(Box<ConfigError>),
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        source: Box<ConfigError>,
+    },
+    #[error("{0}")]
+    Toml(Box<toml::de::Error>),
+    #[error("{}: {source}", dir.display())]
+    BaseDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    /// A `[[tools]]` entry that does not deserialize; `detail` locates it in the text.
+    #[error("{label}: {detail}")]
+    ToolEntry { label: String, detail: String },
+    #[error("{label}: {source}")]
+    ToolDeclaration {
+        label: String,
+        source: DeclarationError,
+    },
+    #[error("server.endpoint must start with '/' and not be /healthz")]
+    Endpoint,
+    #[error("server.handler_threads and workers.threads must be at least 1")]
+    NoThreads,
+    #[error("limits.max_body_bytes must be >= 1024 and limits.max_json_depth >= 8")]
+    TinyLimits,
+    #[error("server timeouts and min_write_bytes_per_sec must be positive")]
+    ConnectionTimes,
+    #[error("limits.max_buffered_request_bytes must be >= limits.max_body_bytes")]
+    BufferedBelowBody,
+    #[error("limits.page_size must be at least 1")]
+    PageSize,
+    #[error("workers.lease_ms must be at least 300")]
+    ShortLease,
+    #[error("tasks.ttl_ms and tasks.poll_interval_ms must be positive")]
+    TaskTimes,
+    #[error("[notifications] limits must be positive")]
+    NotificationLimits,
+    #[error("workers.janitor_interval_ms must be positive")]
+    JanitorInterval,
+    #[error("[sessions] limits must be positive")]
+    SessionLimits,
+    #[error("auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)")]
+    TokenDigest { index: usize },
+    #[error("auth.tokens[{index}].principal must not be empty")]
+    TokenPrincipal { index: usize },
+    #[error("builtin.sets: unknown set \"{name}\" (known: {})", known_sets())]
+    UnknownBuiltinSet { name: String },
+    #[error(
+        "refusing to listen on non-loopback {listen} without [[auth.tokens]] \
+         (set server.allow_unauthenticated_remote = true to override)"
+    )]
+    UnauthenticatedRemote { listen: SocketAddr },
+    #[error(
+        "listening on non-loopback {listen} needs server.allowed_hosts \
+         (the Host names clients use), to keep DNS-rebinding protection"
+    )]
+    RemoteWithoutHosts { listen: SocketAddr },
+}
+
+fn known_sets() -> String {
+    let names: Vec<&str> = BuiltinSet::ALL.iter().map(|set| set.name()).collect();
+    names.join(", ")
+}

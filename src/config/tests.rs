@@ -1,0 +1,90 @@
+//! Unit tests of the configuration: parsing, defaults and the start-up checks.
+
+use super::*;
+
+#[test]
+fn embedded_default_is_valid_and_loopback() {
+    let config = Config::parse(EMBEDDED_DEFAULT).unwrap();
+    assert!(config.server.listen.ip().is_loopback());
+}
+
+#[test]
+fn unknown_keys_are_errors() {
+    let error = Config::parse("[server]\nlisten_addr = \"127.0.0.1:1\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("listen_addr"), "{error}");
+}
+
+#[test]
+fn tools_take_table_or_json_schemas_in_declared_order() {
+    let config = Config::parse(
+        r#"
+[[tools]]
+name = "a"
+description = "d"
+command = ["/bin/sh"]
+input_schema = { type = "object", properties = { zeta = { type = "string" }, alpha = { type = "integer" } } }
+
+[[tools]]
+name = "b"
+description = "d"
+command = ["/bin/sh"]
+input_schema = '{"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}}}'
+"#,
+    )
+    .unwrap();
+    let schema = |index: usize| config.tools[index].spec().input_schema.clone();
+    assert_eq!(schema(0), schema(1));
+    let keys: Vec<String> = schema(0)["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(keys, ["zeta", "alpha"]);
+}
+
+#[test]
+fn relative_commands_resolve_against_the_config_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("bin")).unwrap();
+    let program = dir.path().join("bin/tool.sh");
+    std::fs::write(&program, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let text = "[[tools]]\nname = \"t\"\ndescription = \"d\"\ncommand = [\"bin/tool.sh\"]\n";
+    let config = Config::parse_in(text, dir.path()).unwrap();
+    assert_eq!(config.base_dir, dir.path());
+    let error = Config::parse_in(text, Path::new("/"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("tools[0] (\"t\")") && error.contains("command"),
+        "{error}"
+    );
+}
+
+#[test]
+fn remote_bind_needs_auth_and_hosts() {
+    let error = Config::parse("[server]\nlisten = \"0.0.0.0:8080\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("auth.tokens"), "{error}");
+}
+
+#[test]
+fn connection_bounds_are_checked() {
+    let config = Config::parse(
+        "[server]\nmax_connections = 10\nrequest_timeout_ms = 2000\n\
+         [limits]\nmax_unsent_answer_bytes = 1048576\n",
+    )
+    .unwrap();
+    assert_eq!(config.server.max_connections, 10);
+    assert_eq!(config.server.request_timeout_ms, 2000);
+    assert_eq!(config.limits.max_unsent_answer_bytes, 1024 * 1024);
+    let error = Config::parse("[server]\nrequest_timeout_ms = 0\n").unwrap_err();
+    assert!(matches!(error, ConfigError::ConnectionTimes), "{error}");
+    let error = Config::parse("[limits]\nmax_buffered_request_bytes = 1024\n").unwrap_err();
+    assert!(matches!(error, ConfigError::BufferedBelowBody), "{error}");
+}

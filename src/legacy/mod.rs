@@ -1,0 +1,346 @@
+//! The legacy era of the endpoint: initialize-based sessions (2025-03-26 to 2025-11-25)
+//! over Streamable HTTP, served next to the stateless 2026-07-28 path.
+//!
+//! The transport admits a request (Host/Origin, authentication, body) and asks
+//! [`era::is_legacy_post`] which path serves it; legacy ones land in [`Legacy::serve`].
+//! Here live the session handshake, the GET and DELETE verbs, the methods 2026-07-28
+//! removed, and the bridge that runs every shared method through the same handlers as
+//! the 2026 path, with the session standing in for per-request `_meta`.
+
+pub mod era;
+mod methods;
+mod outbound;
+mod sessions;
+mod stream;
+mod tasks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tiny_http::{Method, Response};
+
+use crate::auth::Identity;
+use crate::config::SessionLimits;
+use crate::handlers::Service;
+use crate::metrics::Metrics;
+use crate::notifications::{Delivery, Frame, Hub};
+use crate::protocol::RpcError;
+use crate::transport::headers::header;
+use crate::transport::{Inbound, SessionEra};
+use sessions::{Refused, Session, Sessions};
+use stream::{json_response, Body};
+
+/// How long the relay sleeps on its mailbox between checks that the hub is open.
+const RELAY_WAIT: Duration = Duration::from_secs(30);
+
+pub struct Legacy {
+    service: Arc<Service>,
+    hub: Arc<Hub>,
+    sessions: Arc<Sessions>,
+    metrics: Arc<Metrics>,
+}
+
+fn error_body(id: &Value, error: &RpcError) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() })
+}
+
+/// An HTTP-level refusal (bad or unknown session, bad version header) with its status.
+fn refusal(status: u16, error: RpcError) -> Response<Body> {
+    json_response(status, Some(&error_body(&Value::Null, &error)), &[])
+}
+
+fn no_session() -> Response<Body> {
+    refusal(
+        400,
+        RpcError::invalid_request(format!(
+            "No Mcp-Session-Id: send initialize first (session revisions {}), or send \
+             2026-07-28 requests with params._meta[\"io.modelcontextprotocol/protocolVersion\"]",
+            era::LEGACY_VERSIONS.join(", ")
+        )),
+    )
+}
+
+fn session_not_found() -> Response<Body> {
+    refusal(
+        404,
+        RpcError::invalid_request("Session not found: it ended or expired; initialize again"),
+    )
+}
+
+impl Legacy {
+    /// Sets up the session table and the relay that copies list-change announcements
+    /// onto every session's GET stream.
+    pub fn start(
+        service: Arc<Service>,
+        hub: Arc<Hub>,
+        limits: SessionLimits,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Legacy> {
+        let legacy = Arc::new(Legacy {
+            service,
+            hub,
+            sessions: Arc::new(Sessions::new(limits)),
+            metrics,
+        });
+        legacy.start_relay();
+        legacy
+    }
+
+    /// One hub relay serves every session: list changes go to all of them, a resource
+    /// update only to the sessions subscribed to that resource.
+    fn start_relay(&self) {
+        let hub = Arc::clone(&self.hub);
+        let sessions = Arc::clone(&self.sessions);
+        let spawned = std::thread::Builder::new()
+            .name("legacy-relay".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let keep = sessions.limits().replay_events;
+                let Some(mailbox) = hub.relay() else {
+                    return;
+                };
+                // The mailbox coalesces: a burst never cuts the relay off, and one change
+                // of a list or resource is relayed once however often it was published.
+                loop {
+                    let frames = match mailbox.wait(RELAY_WAIT) {
+                        Delivery::Frames(frames) => frames,
+                        Delivery::Idle => continue,
+                        Delivery::Close => return,
+                    };
+                    for frame in frames {
+                        let (message, uri) = match frame {
+                            Frame::ListChanged(kind) => {
+                                let message = json!({ "jsonrpc": "2.0", "method": kind.method(), "params": {} });
+                                (message, None)
+                            }
+                            Frame::ResourceUpdated(uri) => (
+                                json!({
+                                    "jsonrpc": "2.0",
+                                    "method": "notifications/resources/updated",
+                                    "params": { "uri": uri },
+                                }),
+                                Some(uri),
+                            ),
+                            Frame::TaskChanged { .. } => continue,
+                        };
+                        for session in sessions.all() {
+                            let wanted = uri.as_deref().is_none_or(|uri| session.is_subscribed(uri));
+                            if wanted {
+                                session.push_event(message.clone(), keep);
+                            }
+                        }
+                    }
+                }
+            });
+        if spawned.is_err() {
+            log::error!("could not start the legacy relay thread");
+        }
+    }
+
+    /// Serves one legacy request to the end (a GET stream on its own thread).
+    fn serve_request(self: &Arc<Self>, mut request: tiny_http::Request, inbound: Inbound) {
+        let Inbound { identity, message } = inbound;
+        if message.is_none() && request.body_length().is_none() {
+            // An unread chunked body would be parsed as the next request on this
+            // connection (see the transport's rejection path): read it to its end.
+            let _ = std::io::copy(request.as_reader(), &mut std::io::sink());
+        }
+        match (request.method().clone(), message) {
+            (Method::Get, None) => self.open_stream(request, &identity),
+            (Method::Delete, None) => {
+                let response = match header(&request, "Mcp-Session-Id") {
+                    None => no_session(),
+                    Some(id) => match self.sessions.end(id, &identity) {
+                        Ok(()) => json_response(200, None, &[]),
+                        Err(_) => session_not_found(),
+                    },
+                };
+                let _ = request.respond(response);
+            }
+            (_, Some(message)) => self.post(request, &identity, message),
+            (_, None) => {
+                let _ = request.respond(refusal(
+                    405,
+                    RpcError::invalid_request("use POST, GET or DELETE"),
+                ));
+            }
+        }
+    }
+
+    /// The caller's session named by the request, with its version header checked
+    /// against the negotiated revision.
+    fn session_of(
+        &self,
+        request: &tiny_http::Request,
+        identity: &Identity,
+    ) -> Result<Arc<Session>, Response<Body>> {
+        let id = header(request, "Mcp-Session-Id").ok_or_else(no_session)?;
+        let session = match self.sessions.get(id, identity) {
+            Ok(session) => session,
+            Err(Refused::NotFound | Refused::Full) => return Err(session_not_found()),
+        };
+        // A missing header means 2025-03-26 to the spec; accept it from any session
+        // rather than break clients that never send it.
+        if let Some(version) = header(request, "MCP-Protocol-Version") {
+            if !era::LEGACY_VERSIONS.contains(&version) {
+                let error = RpcError::unsupported_version(version, &era::all_versions());
+                return Err(refusal(400, error));
+            }
+            if version != session.version {
+                return Err(refusal(
+                    400,
+                    RpcError::invalid_request(format!(
+                        "MCP-Protocol-Version {version} differs from this session's {}",
+                        session.version
+                    )),
+                ));
+            }
+        }
+        Ok(session)
+    }
+
+    fn open_stream(self: &Arc<Self>, request: tiny_http::Request, identity: &Identity) {
+        let session = match self.session_of(&request, identity) {
+            Ok(session) => session,
+            Err(response) => {
+                let _ = request.respond(response);
+                return;
+            }
+        };
+        let accepts_sse =
+            header(&request, "Accept").is_some_and(|accept| accept.contains("text/event-stream"));
+        if !accepts_sse {
+            let _ = request.respond(refusal(
+                406,
+                RpcError::invalid_request("GET needs Accept: text/event-stream"),
+            ));
+            return;
+        }
+        let last_event_id = header(&request, "Last-Event-ID").and_then(|id| id.trim().parse().ok());
+        let sessions = Arc::clone(&self.sessions);
+        let keep_alive = Duration::from_millis(self.hub.limits().keep_alive_ms);
+        let spawned = std::thread::Builder::new()
+            .name("legacy-stream".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                if let Err(error) =
+                    stream::run_get_stream(request, &session, &sessions, last_event_id, keep_alive)
+                {
+                    log::debug!("legacy GET stream ended: {error}");
+                }
+            });
+        if spawned.is_err() {
+            log::error!("could not start a legacy GET stream thread");
+        }
+    }
+
+    fn post(&self, request: tiny_http::Request, identity: &Identity, message: Value) {
+        let is_response = message.get("method").is_none()
+            && (message.get("result").is_some() || message.get("error").is_some());
+        if is_response {
+            let response = match self.session_of(&request, identity) {
+                Ok(session) => {
+                    let id = message.get("id").cloned().unwrap_or(Value::Null);
+                    if !session.deliver_answer(&id, message) {
+                        log::debug!("a client answer matched no waiting request");
+                    }
+                    json_response(202, None, &[])
+                }
+                Err(response) => response,
+            };
+            let _ = request.respond(response);
+            return;
+        }
+        let envelope = match crate::protocol::envelope::Envelope::parse(message) {
+            Ok(envelope) => envelope,
+            Err(rejected) => {
+                let (id, error) = *rejected;
+                let _ = request.respond(json_response(200, Some(&error_body(&id, &error)), &[]));
+                return;
+            }
+        };
+        let opening = envelope.method == "initialize"
+            && header(&request, "Mcp-Session-Id").is_none()
+            && envelope.id.is_some();
+        if opening {
+            let response = self.initialize(identity, &envelope);
+            let _ = request.respond(response);
+            return;
+        }
+        if envelope.id.is_none() && header(&request, "Mcp-Session-Id").is_none() {
+            // Nothing to attach a session-less notification to: accepted and ignored.
+            let _ = request.respond(json_response(202, None, &[]));
+            return;
+        }
+        let session = match self.session_of(&request, identity) {
+            Ok(session) => session,
+            Err(response) => {
+                let _ = request.respond(response);
+                return;
+            }
+        };
+        let Some(id) = envelope.id.clone() else {
+            if envelope.method == "notifications/cancelled" {
+                if let Some(cancelled) = envelope.params.get("requestId") {
+                    session.cancel_request(cancelled);
+                }
+            }
+            let _ = request.respond(json_response(202, None, &[]));
+            return;
+        };
+        let cancelled = session.start_request(&id);
+        let mut sink = stream::CallSink::new(request, cancelled);
+        let method = envelope.method.clone();
+        let result = self.call(&session, identity, envelope, &mut sink);
+        session.end_request(&id);
+        self.metrics.record_request(&method, result.is_ok());
+        let message = match result {
+            Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+            Err(error) => error_body(&id, &error),
+        };
+        // JSON-RPC errors travel with 200 on this wire: legacy SDKs only parse 2xx.
+        sink.finish(200, message);
+    }
+
+    fn initialize(
+        &self,
+        identity: &Identity,
+        envelope: &crate::protocol::envelope::Envelope,
+    ) -> Response<Body> {
+        let id = envelope.id.clone().unwrap_or(Value::Null);
+        let version = era::negotiate(envelope.str_param("protocolVersion"));
+        let capabilities = match envelope.params.get("capabilities") {
+            Some(Value::Object(capabilities)) => capabilities.clone(),
+            _ => serde_json::Map::new(),
+        };
+        let session = match self.sessions.open(
+            identity,
+            version,
+            crate::protocol::ClientCapabilities(capabilities),
+        ) {
+            Ok(session) => session,
+            Err(_) => {
+                let error = RpcError::new(
+                    crate::protocol::error::code::INTERNAL_ERROR,
+                    "Too many open sessions; try again later",
+                );
+                return json_response(503, Some(&error_body(&id, &error)), &[]);
+            }
+        };
+        self.metrics.record_request("initialize", true);
+        let result = methods::initialize_result(&self.service, version);
+        let body = json!({ "jsonrpc": "2.0", "id": id, "result": result });
+        json_response(200, Some(&body), &[("Mcp-Session-Id", &session.id)])
+    }
+}
+
+impl SessionEra for Legacy {
+    fn claims_post(&self, session: Option<&str>, version: Option<&str>, message: &Value) -> bool {
+        era::is_legacy_post(session, version, message)
+    }
+
+    fn serve(self: Arc<Self>, request: tiny_http::Request, inbound: Inbound) {
+        self.serve_request(request, inbound);
+    }
+}

@@ -1,0 +1,386 @@
+//! The table of legacy sessions: one per `initialize`, in memory only, bounded by a
+//! maximum count and an idle expiry.
+//!
+//! A session carries what the legacy wire negotiates once (version, client capabilities,
+//! log level, resource subscriptions) plus the bookkeeping of its streams: in-flight
+//! requests that `notifications/cancelled` can stop, server-to-client requests awaiting
+//! an answer, and the standalone GET stream's recent events for `Last-Event-ID` replay.
+//! It is never an identity: it records who opened it only so that nobody else can use
+//! it, and tasks stay bound to the authenticated identity.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use serde_json::Value;
+
+use crate::auth::Identity;
+use crate::config::SessionLimits;
+use crate::protocol::{ClientCapabilities, LogLevel};
+
+/// One event of the standalone GET stream.
+#[derive(Debug, Clone)]
+pub struct StreamEvent {
+    pub id: u64,
+    pub message: Value,
+}
+
+pub struct Session {
+    pub id: String,
+    pub identity: Identity,
+    /// The negotiated protocol revision.
+    pub version: &'static str,
+    pub capabilities: ClientCapabilities,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    log_level: Option<LogLevel>,
+    subscriptions: HashSet<String>,
+    /// Requests being served, by the JSON text of their id: set to stop them.
+    in_flight: HashMap<String, Arc<AtomicBool>>,
+    /// Server-to-client requests awaiting the client's answer, by our request id.
+    awaiting: HashMap<u64, Sender<Value>>,
+    next_request_id: u64,
+    /// Recent events of the GET stream (oldest first) and where new ones go.
+    events: VecDeque<StreamEvent>,
+    next_event_id: u64,
+    live: Option<Sender<StreamEvent>>,
+}
+
+impl Session {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every mutation is a single insert or remove: a poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn log_level(&self) -> Option<LogLevel> {
+        self.lock().log_level
+    }
+
+    pub fn set_log_level(&self, level: LogLevel) {
+        self.lock().log_level = Some(level);
+    }
+
+    pub fn subscribe(&self, uri: &str) {
+        self.lock().subscriptions.insert(uri.to_owned());
+    }
+
+    pub fn unsubscribe(&self, uri: &str) {
+        self.lock().subscriptions.remove(uri);
+    }
+
+    pub fn is_subscribed(&self, uri: &str) -> bool {
+        self.lock().subscriptions.contains(uri)
+    }
+
+    /// Registers a request being served; the flag turns true when the client cancels it.
+    pub fn start_request(&self, id: &Value) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        self.lock()
+            .in_flight
+            .insert(id.to_string(), Arc::clone(&flag));
+        flag
+    }
+
+    pub fn end_request(&self, id: &Value) {
+        self.lock().in_flight.remove(&id.to_string());
+    }
+
+    /// `notifications/cancelled`: stops the named request if it is still running.
+    pub fn cancel_request(&self, id: &Value) {
+        if let Some(flag) = self.lock().in_flight.get(&id.to_string()) {
+            flag.store(true, Ordering::Release);
+        }
+    }
+
+    /// A fresh id for a server-to-client request, and where its answer will arrive.
+    pub fn await_answer(&self, answer: Sender<Value>) -> u64 {
+        let mut state = self.lock();
+        state.next_request_id += 1;
+        let id = state.next_request_id;
+        state.awaiting.insert(id, answer);
+        id
+    }
+
+    pub fn forget_answer(&self, id: u64) {
+        self.lock().awaiting.remove(&id);
+    }
+
+    /// Routes a client's JSON-RPC response to the request waiting for it; `false` when
+    /// nothing waits for that id.
+    pub fn deliver_answer(&self, id: &Value, message: Value) -> bool {
+        let Some(id) = id.as_u64() else {
+            return false;
+        };
+        match self.lock().awaiting.remove(&id) {
+            Some(waiter) => waiter.send(message).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Queues a message on the standalone GET stream (kept for replay even when no
+    /// stream is open).
+    pub fn push_event(&self, message: Value, keep: usize) {
+        let mut state = self.lock();
+        state.next_event_id += 1;
+        let event = StreamEvent {
+            id: state.next_event_id,
+            message,
+        };
+        if let Some(live) = &state.live {
+            if live.try_send(event.clone()).is_err() {
+                state.live = None;
+            }
+        }
+        state.events.push_back(event);
+        while state.events.len() > keep {
+            state.events.pop_front();
+        }
+    }
+
+    /// Attaches a new GET stream (replacing any earlier one, which then ends) and returns
+    /// the kept events after `last_event_id` to replay first.
+    pub fn attach_stream(
+        &self,
+        live: Sender<StreamEvent>,
+        last_event_id: Option<u64>,
+    ) -> Vec<StreamEvent> {
+        let mut state = self.lock();
+        state.live = Some(live);
+        match last_event_id {
+            Some(last) => state
+                .events
+                .iter()
+                .filter(|event| event.id > last)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Ends the session's streams and wakes its waiting calls.
+    fn close(&self) {
+        let mut state = self.lock();
+        state.live = None;
+        state.awaiting.clear();
+        for flag in state.in_flight.values() {
+            flag.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Why a session could not be used.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Unknown, ended, expired, or opened by someone else: 404.
+    NotFound,
+    /// The server-wide maximum is reached: 503.
+    Full,
+}
+
+pub struct Sessions {
+    limits: SessionLimits,
+    table: Mutex<HashMap<String, Entry>>,
+}
+
+struct Entry {
+    session: Arc<Session>,
+    last_used: Instant,
+}
+
+impl Sessions {
+    pub fn new(limits: SessionLimits) -> Sessions {
+        Sessions {
+            limits,
+            table: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn limits(&self) -> &SessionLimits {
+        &self.limits
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn idle_limit(&self) -> Duration {
+        Duration::from_millis(self.limits.idle_timeout_ms)
+    }
+
+    /// Opens a session, first dropping expired ones to make room.
+    pub fn open(
+        &self,
+        identity: &Identity,
+        version: &'static str,
+        capabilities: ClientCapabilities,
+    ) -> Result<Arc<Session>, Refused> {
+        let mut table = self.lock();
+        if table.len() >= self.limits.max_sessions {
+            let idle = self.idle_limit();
+            table.retain(|_, entry| {
+                let keep = entry.last_used.elapsed() < idle;
+                if !keep {
+                    entry.session.close();
+                }
+                keep
+            });
+            if table.len() >= self.limits.max_sessions {
+                return Err(Refused::Full);
+            }
+        }
+        let session = Arc::new(Session {
+            id: uuid::Uuid::new_v4().to_string(),
+            identity: identity.clone(),
+            version,
+            capabilities,
+            state: Mutex::new(State::default()),
+        });
+        table.insert(
+            session.id.clone(),
+            Entry {
+                session: Arc::clone(&session),
+                last_used: Instant::now(),
+            },
+        );
+        Ok(session)
+    }
+
+    /// The caller's live session `id`, marked as used now.
+    pub fn get(&self, id: &str, identity: &Identity) -> Result<Arc<Session>, Refused> {
+        let mut table = self.lock();
+        let idle = self.idle_limit();
+        let Some(entry) = table.get_mut(id) else {
+            return Err(Refused::NotFound);
+        };
+        if entry.last_used.elapsed() >= idle {
+            if let Some(expired) = table.remove(id) {
+                expired.session.close();
+            }
+            return Err(Refused::NotFound);
+        }
+        if entry.session.identity != *identity {
+            return Err(Refused::NotFound);
+        }
+        entry.last_used = Instant::now();
+        Ok(Arc::clone(&entry.session))
+    }
+
+    /// Keeps a session with an open stream from expiring while the stream is quiet.
+    pub fn touch(&self, id: &str) {
+        if let Some(entry) = self.lock().get_mut(id) {
+            entry.last_used = Instant::now();
+        }
+    }
+
+    /// `DELETE`: ends the caller's session.
+    pub fn end(&self, id: &str, identity: &Identity) -> Result<(), Refused> {
+        let mut table = self.lock();
+        match table.get(id) {
+            Some(entry) if entry.session.identity == *identity => {
+                if let Some(ended) = table.remove(id) {
+                    ended.session.close();
+                }
+                Ok(())
+            }
+            _ => Err(Refused::NotFound),
+        }
+    }
+
+    /// Whether `id` still names a session (streams end once theirs is gone).
+    pub fn is_open(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
+    /// Every live session (for fan-out of server-wide notifications).
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.lock()
+            .values()
+            .map(|entry| Arc::clone(&entry.session))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn someone(principal: &str) -> Identity {
+        Identity {
+            endpoint: "/mcp".into(),
+            tenant: "t".into(),
+            principal: principal.into(),
+        }
+    }
+
+    fn limits(max_sessions: usize, idle_timeout_ms: u64) -> SessionLimits {
+        SessionLimits {
+            max_sessions,
+            idle_timeout_ms,
+            ..SessionLimits::default()
+        }
+    }
+
+    #[test]
+    fn a_session_is_only_found_by_its_opener() {
+        let sessions = Sessions::new(limits(4, 60_000));
+        let alice = someone("alice");
+        let session = sessions
+            .open(&alice, "2025-11-25", ClientCapabilities::default())
+            .unwrap();
+        assert!(sessions.get(&session.id, &alice).is_ok());
+        assert_eq!(
+            sessions.get(&session.id, &someone("bob")).err(),
+            Some(Refused::NotFound)
+        );
+        assert_eq!(
+            sessions.end(&session.id, &someone("bob")),
+            Err(Refused::NotFound)
+        );
+        assert_eq!(sessions.end(&session.id, &alice), Ok(()));
+        assert_eq!(
+            sessions.get(&session.id, &alice).err(),
+            Some(Refused::NotFound)
+        );
+    }
+
+    #[test]
+    fn the_maximum_holds_until_idle_sessions_expire() {
+        let sessions = Sessions::new(limits(1, 50));
+        let alice = someone("alice");
+        let first = sessions
+            .open(&alice, "2025-11-25", ClientCapabilities::default())
+            .unwrap();
+        sessions.touch(&first.id);
+        assert_eq!(
+            sessions
+                .open(&alice, "2025-11-25", ClientCapabilities::default())
+                .err(),
+            Some(Refused::Full)
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(sessions
+            .open(&alice, "2025-11-25", ClientCapabilities::default())
+            .is_ok());
+        assert!(!sessions.is_open(&first.id));
+    }
+
+    #[test]
+    fn replay_starts_after_the_last_seen_event() {
+        let sessions = Sessions::new(limits(4, 60_000));
+        let session = sessions
+            .open(&someone("a"), "2025-11-25", ClientCapabilities::default())
+            .unwrap();
+        for n in 0..5 {
+            session.push_event(Value::from(n), 3);
+        }
+        let (live, _events) = crossbeam_channel::bounded(4);
+        let replay = session.attach_stream(live, Some(3));
+        let ids: Vec<u64> = replay.iter().map(|event| event.id).collect();
+        assert_eq!(ids, vec![4, 5]);
+    }
+}

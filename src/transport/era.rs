@@ -1,0 +1,26 @@
+//! The seam to another protocol era served on the same endpoint (the 2025 session era
+//! of the `legacy` module): the transport admits a request — Host/Origin, authentication,
+//! body limits — then asks the era whether the request is its own and hands it over.
+//! The era depends on the transport, never the other way round.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::auth::Identity;
+
+/// A request of the other era that the transport admitted: who sent it, and its JSON
+/// body (`None` for `GET` and `DELETE`).
+pub struct Inbound {
+    pub identity: Identity,
+    pub message: Option<Value>,
+}
+
+/// An era the transport hands requests to.
+pub trait SessionEra: Send + Sync {
+    /// Whether a POST belongs to this era, from its `Mcp-Session-Id` and
+    /// `MCP-Protocol-Version` headers and its body.
+    fn claims_post(&self, session: Option<&str>, version: Option<&str>, message: &Value) -> bool;
+    /// Answers an admitted request (its own thread may keep a stream open).
+    fn serve(self: Arc<Self>, request: tiny_http::Request, inbound: Inbound);
+}
