@@ -683,6 +683,36 @@ fn unsupported_http_versions_are_answered_and_closed() {
     }
 }
 
+/// Whatever version a request line names, the answer's status line is HTTP/1.x.
+/// Upstream tiny_http echoed it: a refused `HTTP/2.0` request (refused here before the
+/// version check, by its `Expect` or a malformed header) got `HTTP/2.0 417`, and an
+/// `HTTP/0.9` one `HTTP/0.9 200`. Found by `fuzz::http`; patch 6 of PATCHES.md.
+#[test]
+fn status_lines_are_http_1_whatever_the_request_line_names() {
+    let server = Server::start(ALL_SETS);
+    let host = server.addr.to_string();
+    for (request, expected) in [
+        (
+            format!("POST /mcp HTTP/2.0\r\nHost: {host}\r\nExpect: nothing\r\n\r\n"),
+            "HTTP/1.1 417 ",
+        ),
+        (
+            format!("POST /mcp HTTP/3.0\r\nHost: {host}\r\nNo colon\r\n\r\n"),
+            "HTTP/1.1 400 ",
+        ),
+        (
+            format!("GET /healthz HTTP/0.9\r\nHost: {host}\r\n\r\n"),
+            "HTTP/1.0 200 ",
+        ),
+    ] {
+        let raw = server
+            .try_exchange_raw(request.as_bytes(), Duration::from_secs(5))
+            .expect("connect");
+        let answer = String::from_utf8_lossy(&raw);
+        assert!(answer.starts_with(expected), "{request:?} got {answer:?}");
+    }
+}
+
 /// tiny_http 0.12's connection pool can lose the wake-up of a queued connection when
 /// connections arrive in a burst (`TaskPool::spawn` trusts a stale count of idle
 /// workers), and a connection that stalls mid-request holds its worker for as long as
