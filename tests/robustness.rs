@@ -713,6 +713,35 @@ fn status_lines_are_http_1_whatever_the_request_line_names() {
     }
 }
 
+/// A chunked body may end with a trailer section and carry chunk extensions (RFC 9112
+/// §7.1). Upstream tiny_http's decoder took the first trailer byte for the end of the
+/// body and parsed the rest as the next request on the connection: two answers, the
+/// second a 400. Found by `fuzz::http`; patch 7 of PATCHES.md.
+#[test]
+fn chunked_bodies_may_carry_extensions_and_trailers() {
+    let server = Server::start(ALL_SETS);
+    let body = Rpc::new("tools/list", json!({})).body.to_string();
+    let (head, tail) = body.split_at(body.len() / 2);
+    let encoded = format!(
+        "{:x};ext=1\r\n{head}\r\n{:x}\r\n{tail}\r\n0\r\nX-Trailer: 1\r\nX-Other: 2\r\n\r\n",
+        head.len(),
+        tail.len()
+    );
+    let mut request = Rpc::new("tools/list", json!({}))
+        .header("Transfer-Encoding", "chunked")
+        .header("Connection", "keep-alive");
+    request.headers.retain(|(name, _)| name != "Content-Length");
+    let once = server.raw_request("POST", "/mcp", &request.header_pairs(), encoded.as_bytes());
+    // Twice on one connection: the second request starts right after the trailer.
+    let twice = [once.clone(), once].concat();
+    let raw = server
+        .try_exchange_raw(&twice, Duration::from_secs(5))
+        .expect("connect");
+    let answers = String::from_utf8_lossy(&raw);
+    assert_eq!(answers.matches("HTTP/1.1 200 ").count(), 2, "{answers}");
+    assert!(!answers.contains("HTTP/1.1 400"), "{answers}");
+}
+
 /// tiny_http 0.12's connection pool can lose the wake-up of a queued connection when
 /// connections arrive in a burst (`TaskPool::spawn` trusts a stale count of idle
 /// workers), and a connection that stalls mid-request holds its worker for as long as
