@@ -12,7 +12,8 @@
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
-//! - [`notifications`]: `subscriptions/listen` streams and task notifications.
+//! - [`notifications`]: `subscriptions/listen` streams and task notifications;
+//! - [`fuzz`]: generated requests (proptest) through the whole HTTP request path.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
 //! files here (`autotests = false`): a new area is a module declared below.
@@ -24,6 +25,7 @@ mod common;
 mod command_tools;
 mod demo_tools;
 mod durable_tasks;
+mod fuzz;
 mod notifications;
 mod robustness;
 mod smoke;
