@@ -332,7 +332,7 @@ fn keep_leases(shared: &Shared) {
             .iter()
             .map(|(id, control)| (id.clone(), control.token.clone()))
             .collect();
-        let expires = now + shared.lease_ms;
+        let expires = now.saturating_add(shared.lease_ms);
         let held = shared.store.write(move |conn| {
             leases
                 .iter()
