@@ -766,7 +766,7 @@ fn replace(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 #[test]
 fn generated_requests_get_documented_answers_and_the_server_stays_up() {
     let mut server = Server::start(CONFIG);
-    let mut runner = proptest::test_runner::TestRunner::new(super::config(300));
+    let mut runner = proptest::test_runner::TestRunner::new(super::config(256));
     let result = runner.run(&case(), |case| {
         check_case(&server, &case).map_err(TestCaseError::fail)
     });
