@@ -31,7 +31,7 @@ run() {
     local name=$1 cases=$2
     shift 2
     local started=$SECONDS status=ok
-    if ! PROPTEST_RNG_SEED=$SEED PROPTEST_CASES=$cases cargo test --release --quiet "$@" \
+    if ! PROPTEST_RNG_SEED=$SEED PROPTEST_CASES=$cases cargo test --release "$@" \
         >>"$LOG" 2>&1; then
         status=FAILED
         failed=1
