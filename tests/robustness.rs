@@ -686,7 +686,8 @@ fn unsupported_http_versions_are_answered_and_closed() {
 /// Whatever version a request line names, the answer's status line is HTTP/1.x.
 /// Upstream tiny_http echoed it: a refused `HTTP/2.0` request (refused here before the
 /// version check, by its `Expect` or a malformed header) got `HTTP/2.0 417`, and an
-/// `HTTP/0.9` one `HTTP/0.9 200`. Found by `fuzz::http`; patch 6 of PATCHES.md.
+/// `HTTP/0.9` one `HTTP/0.9 200`. Found by `fuzz::http`; fixed in vendor/tiny_http
+/// (PATCHES.md, "status lines").
 #[test]
 fn status_lines_are_http_1_whatever_the_request_line_names() {
     let server = Server::start(ALL_SETS);
@@ -716,7 +717,8 @@ fn status_lines_are_http_1_whatever_the_request_line_names() {
 /// A chunked body may end with a trailer section and carry chunk extensions (RFC 9112
 /// §7.1). Upstream tiny_http's decoder took the first trailer byte for the end of the
 /// body and parsed the rest as the next request on the connection: two answers, the
-/// second a 400. Found by `fuzz::http`; patch 7 of PATCHES.md.
+/// second a 400. Found by `fuzz::http`; fixed in vendor/tiny_http (PATCHES.md,
+/// "chunked request bodies").
 #[test]
 fn chunked_bodies_may_carry_extensions_and_trailers() {
     let server = Server::start(ALL_SETS);
