@@ -1,7 +1,7 @@
 -- mcp-taskd database schema: the single source of truth.
 --
--- src/tasks/store.rs embeds this file and applies it at start-up. Each block headed
--- `-- migration N` runs once, in order, in its own transaction; `PRAGMA user_version`
+-- src/tasks/sqlite/migrations.rs embeds this file and applies it at start-up. Each
+-- block headed `-- migration N` runs once, in order, in its own transaction; `PRAGMA user_version`
 -- records the last block applied. Foreign keys are off while a block runs (so a block may
 -- rebuild a table that others reference) and checked before it commits. Never change the
 -- SQL of a block that has shipped: add a new one.
@@ -167,3 +167,21 @@ INSERT INTO outbox_v2 (seq, task_id, created_at)
     SELECT seq, task_id, created_at FROM outbox;
 DROP TABLE outbox;
 ALTER TABLE outbox_v2 RENAME TO outbox;
+
+-- migration 3
+-- Fair workers: each job names its tool, so that a claim can pass over every queued
+-- job of a tool at its `max_concurrency` with one index seek instead of reading them
+-- (sql::attempts::claim walks jobs_queued_by_tool one tool at a time).
+ALTER TABLE jobs ADD COLUMN tool TEXT NOT NULL DEFAULT '';
+UPDATE jobs SET tool = (SELECT tool FROM tasks WHERE tasks.id = jobs.task_id);
+CREATE INDEX jobs_queued_by_tool ON jobs (tool, run_after) WHERE state = 'queued';
+-- Idempotency keys are per identity, across tools, and remember what they were used
+-- for: arguments_digest is the SHA-256 of the task's canonical arguments (NULL for keys
+-- stored before this migration: their digest is computed from `origin` when needed).
+-- The index is not UNIQUE: keys stored per tool before may repeat across tools. The
+-- single writer checks the key before every keyed insert, which keeps new keys unique.
+ALTER TABLE tasks ADD COLUMN arguments_digest BLOB;
+DROP INDEX tasks_by_idempotency_key;
+CREATE INDEX tasks_by_idempotency_key
+    ON tasks (endpoint, tenant, principal, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;

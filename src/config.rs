@@ -78,6 +78,18 @@ pub struct ServerConfig {
     pub name: String,
     /// Optional instructions for models, reported in `server/discover`.
     pub instructions: Option<String>,
+    /// Connections open at once (503 beyond); 0 derives it from the descriptor limit,
+    /// see [`crate::transport::limits::default_max_connections`].
+    pub max_connections: usize,
+    /// How long an idle keep-alive connection waits for its next request.
+    pub idle_timeout_ms: u64,
+    /// How long a request may take to arrive whole, head and body, from its first byte.
+    pub request_timeout_ms: u64,
+    /// Size-independent part of an answer's write deadline.
+    pub write_timeout_ms: u64,
+    /// Slowest reader served: an answer of n bytes must be read within
+    /// `write_timeout_ms + n / min_write_bytes_per_sec` seconds.
+    pub min_write_bytes_per_sec: u64,
 }
 
 impl Default for ServerConfig {
@@ -92,6 +104,11 @@ impl Default for ServerConfig {
             allow_unauthenticated_remote: false,
             name: "mcp-taskd".into(),
             instructions: None,
+            max_connections: 0,
+            idle_timeout_ms: 30_000,
+            request_timeout_ms: 10_000,
+            write_timeout_ms: 10_000,
+            min_write_bytes_per_sec: 256 * 1024,
         }
     }
 }
@@ -110,6 +127,12 @@ pub struct Limits {
     pub cache_ttl_ms: u64,
     /// Lifetime of an MRTR `requestState`.
     pub request_state_ttl_ms: u64,
+    /// Bytes of request bodies held in memory at once, server-wide (503 beyond; the
+    /// first 64 KiB of each body are not counted).
+    pub max_buffered_request_bytes: usize,
+    /// Bytes of answers waiting for slow readers, server-wide (beyond, the connection
+    /// is closed instead; the first 64 KiB of each answer are not counted).
+    pub max_unsent_answer_bytes: usize,
 }
 
 impl Default for Limits {
@@ -120,6 +143,8 @@ impl Default for Limits {
             page_size: 100,
             cache_ttl_ms: 60_000,
             request_state_ttl_ms: 15 * 60 * 1000,
+            max_buffered_request_bytes: 64 * 1024 * 1024,
+            max_unsent_answer_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -134,6 +159,13 @@ pub struct StoreConfig {
     pub busy_timeout_ms: u64,
     /// Read connections in the pool.
     pub read_connections: u32,
+    /// Longest the start-up integrity check (`PRAGMA quick_check`, every page) may run;
+    /// past it the rest of the database goes unchecked. `0` skips the check.
+    pub integrity_check_ms: u64,
+    /// Free bytes on the data dir's file system below which new tasks are refused (503),
+    /// and below half of which every write: room for running tasks' outcomes and for
+    /// the checkpoint that lets the WAL be reused. `0`: no floor.
+    pub min_free_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -142,6 +174,8 @@ impl Default for StoreConfig {
             synchronous: Synchronous::Full,
             busy_timeout_ms: 5000,
             read_connections: 8,
+            integrity_check_ms: 10_000,
+            min_free_bytes: 1 << 20,
         }
     }
 }
@@ -195,6 +229,9 @@ pub struct TaskDefaults {
     pub ttl_ms: u64,
     /// `pollIntervalMs` suggested to clients.
     pub poll_interval_ms: u64,
+    /// Bytes of large task payloads (over 1 MiB each) read into `tasks/get` answers at
+    /// once, server-wide; beyond it `tasks/get` answers 503 to retry.
+    pub max_payload_bytes_in_flight: usize,
 }
 
 impl Default for TaskDefaults {
@@ -202,6 +239,7 @@ impl Default for TaskDefaults {
         TaskDefaults {
             ttl_ms: 3_600_000,
             poll_interval_ms: 1000,
+            max_payload_bytes_in_flight: 32 * 1024 * 1024,
         }
     }
 }
@@ -216,8 +254,12 @@ pub struct NotificationLimits {
     pub max_subscriptions_per_identity: usize,
     /// Task ids one stream may name.
     pub max_task_ids: usize,
-    /// Frames queued per stream; a subscriber that falls this far behind is cut off.
+    /// Frames a stream may have written that the kernel could not send yet (the client
+    /// is not reading); beyond that the stream pauses (its changes keep coalescing).
     pub queue_len: usize,
+    /// How long a paused stream waits for its client to read anything before it is
+    /// ended with an error.
+    pub max_stall_ms: u64,
     /// Quiet time before a keep-alive comment.
     pub keep_alive_ms: u64,
     /// Longest life of a stream; it then ends gracefully and the client reconnects.
@@ -231,6 +273,7 @@ impl Default for NotificationLimits {
             max_subscriptions_per_identity: 32,
             max_task_ids: 256,
             queue_len: 128,
+            max_stall_ms: 10_000,
             keep_alive_ms: 15_000,
             max_stream_lifetime_ms: 24 * 3600 * 1000,
         }
@@ -343,6 +386,10 @@ pub enum ConfigError {
     NoThreads,
     #[error("limits.max_body_bytes must be >= 1024 and limits.max_json_depth >= 8")]
     TinyLimits,
+    #[error("server timeouts and min_write_bytes_per_sec must be positive")]
+    ConnectionTimes,
+    #[error("limits.max_buffered_request_bytes must be >= limits.max_body_bytes")]
+    BufferedBelowBody,
     #[error("limits.page_size must be at least 1")]
     PageSize,
     #[error("workers.lease_ms must be at least 300")]
@@ -473,6 +520,16 @@ impl Config {
         if self.limits.page_size == 0 {
             return Err(ConfigError::PageSize);
         }
+        if s.idle_timeout_ms == 0
+            || s.request_timeout_ms == 0
+            || s.write_timeout_ms == 0
+            || s.min_write_bytes_per_sec == 0
+        {
+            return Err(ConfigError::ConnectionTimes);
+        }
+        if self.limits.max_buffered_request_bytes < self.limits.max_body_bytes {
+            return Err(ConfigError::BufferedBelowBody);
+        }
         if self.workers.lease_ms < 300 {
             return Err(ConfigError::ShortLease);
         }
@@ -483,6 +540,7 @@ impl Config {
         if n.max_subscriptions == 0
             || n.max_subscriptions_per_identity == 0
             || n.queue_len == 0
+            || n.max_stall_ms == 0
             || n.keep_alive_ms == 0
             || n.max_stream_lifetime_ms == 0
         {
@@ -595,6 +653,22 @@ input_schema = '{"type": "object", "properties": {"zeta": {"type": "string"}, "a
             .to_string();
         assert!(error.contains("auth.tokens"), "{error}");
     }
+
+    #[test]
+    fn connection_bounds_are_checked() {
+        let config = Config::parse(
+            "[server]\nmax_connections = 10\nrequest_timeout_ms = 2000\n\
+             [limits]\nmax_unsent_answer_bytes = 1048576\n",
+        )
+        .unwrap();
+        assert_eq!(config.server.max_connections, 10);
+        assert_eq!(config.server.request_timeout_ms, 2000);
+        assert_eq!(config.limits.max_unsent_answer_bytes, 1024 * 1024);
+        let error = Config::parse("[server]\nrequest_timeout_ms = 0\n").unwrap_err();
+        assert!(matches!(error, ConfigError::ConnectionTimes), "{error}");
+        let error = Config::parse("[limits]\nmax_buffered_request_bytes = 1024\n").unwrap_err();
+        assert!(matches!(error, ConfigError::BufferedBelowBody), "{error}");
+    }
 }
 
 /// Generated configurations (see [`crate::fuzzing`]): every section and key with values
@@ -677,6 +751,15 @@ mod fuzz {
                 ),
                 key("name", TEXT_GOOD, TEXT_BAD),
                 key("instructions", TEXT_GOOD, TEXT_BAD),
+                key(
+                    "max_connections",
+                    &["0", "1", "100000"],
+                    &["-1", "\"8\"", "1.5"],
+                ),
+                key("idle_timeout_ms", MS_GOOD, &["0", "-1"]),
+                key("request_timeout_ms", MS_GOOD, &["0", "\"10s\""]),
+                key("write_timeout_ms", MS_GOOD, &["0", "[]"]),
+                key("min_write_bytes_per_sec", &["1", "262144"], &["0", "-1"]),
             ],
             &[],
         ),
@@ -693,6 +776,13 @@ mod fuzz {
                 key("page_size", &["1", "100"], COUNT_BAD),
                 key("cache_ttl_ms", ANY_MS_GOOD, ANY_MS_BAD),
                 key("request_state_ttl_ms", ANY_MS_GOOD, ANY_MS_BAD),
+                // At least `max_body_bytes`, whose largest good value is 4 MiB.
+                key(
+                    "max_buffered_request_bytes",
+                    &["4194304", "67108864"],
+                    &["1023", "-1", "\"x\""],
+                ),
+                key("max_unsent_answer_bytes", &["0", "67108864"], ANY_MS_BAD),
             ],
             &[],
         ),
@@ -711,6 +801,8 @@ mod fuzz {
                     &["1", "8"],
                     &["-1", "4294967296", "\"8\""],
                 ),
+                key("integrity_check_ms", ANY_MS_GOOD, ANY_MS_BAD),
+                key("min_free_bytes", &["0", "1048576"], ANY_MS_BAD),
             ],
             &[],
         ),
@@ -731,6 +823,11 @@ mod fuzz {
             &[
                 key("ttl_ms", MS_GOOD, &["0", "-1"]),
                 key("poll_interval_ms", MS_GOOD, &["0", "[1]"]),
+                key(
+                    "max_payload_bytes_in_flight",
+                    &["0", "33554432"],
+                    ANY_MS_BAD,
+                ),
             ],
             &[],
         ),
@@ -742,6 +839,7 @@ mod fuzz {
                 key("max_subscriptions_per_identity", &["1", "32"], COUNT_BAD),
                 key("max_task_ids", &["0", "1", "256"], &["-1", "\"x\""]),
                 key("queue_len", &["1", "128"], COUNT_BAD),
+                key("max_stall_ms", MS_GOOD, &["0", "-1"]),
                 key("keep_alive_ms", MS_GOOD, &["0", "-1"]),
                 key("max_stream_lifetime_ms", MS_GOOD, &["0", "{}"]),
             ],

@@ -8,10 +8,13 @@
 //! transport   HTTP: limits, Host/Origin, auth, MCP headers vs body, JSON / SSE out
 //!   └─ protocol   JSON-RPC envelope, _meta, one handler per method, MRTR state
 //!        ├─ tools, catalog, builtin   what is served
-//!        ├─ tasks                     durable tasks: SQLite store (schema.sql), outbox
+//!        ├─ tasks                     the task engine, one folder:
+//!        │    ├─ service              TaskService: create, get, update, cancel
+//!        │    ├─ model, backend       records; TaskStore, the interface to storage
+//!        │    ├─ sqlite               the SQLite store (schema.sql), writer, sql/
+//!        │    ├─ workers              claim jobs (lease + fencing token), run tools
+//!        │    └─ upkeep               outbox relay, janitor, start-up recovery
 //!        └─ notifications             subscriptions/listen streams
-//! workers     claim jobs (lease + fencing token), run tools, commit outcomes
-//! ops         outbox relay to notifications; janitor (leases, TTL, outbox, WAL)
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
 //! auth, config, clock, later, server (assembly and lifecycle)
 //! ```
@@ -25,6 +28,7 @@ pub mod config;
 mod fuzzing;
 pub mod handlers;
 pub mod later;
+pub mod liveness;
 pub mod metrics;
 pub mod notifications;
 pub mod ops;
@@ -33,4 +37,3 @@ pub mod server;
 pub mod tasks;
 pub mod tools;
 pub mod transport;
-pub mod workers;

@@ -10,7 +10,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::protocol::METHODS;
-use crate::tasks::sql::Stats;
+use crate::tasks::upkeep::UpkeepCounters;
+use crate::tasks::Stats;
 
 /// The HTTP statuses a request can be refused with before it reaches a handler; any
 /// other status is counted under the last entry.
@@ -204,11 +205,13 @@ impl Metrics {
             for (state, count) in &stats.jobs {
                 let _ = writeln!(out, "mcp_taskd_jobs{{state=\"{state}\"}} {count}");
             }
-            gauge(
-                &mut out,
-                "mcp_taskd_oldest_ready_job_age_ms",
-                "How long the oldest job ready to run has waited.",
-                stats.oldest_ready_age_ms,
+            // Prometheus base units: seconds, as a float with the store's millisecond grain.
+            let _ = writeln!(
+                out,
+                "# HELP mcp_taskd_oldest_ready_job_age_seconds How long the oldest job ready to run has waited.\n\
+                 # TYPE mcp_taskd_oldest_ready_job_age_seconds gauge\n\
+                 mcp_taskd_oldest_ready_job_age_seconds {:.3}",
+                stats.oldest_ready_age_ms as f64 / 1000.0
             );
             gauge(
                 &mut out,
@@ -218,6 +221,16 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+impl UpkeepCounters for Metrics {
+    fn reclaimed(&self, count: usize) {
+        self.add_reclaimed(count);
+    }
+
+    fn expired(&self, count: usize) {
+        self.add_expired(count);
     }
 }
 
@@ -241,6 +254,26 @@ mod tests {
         );
         assert!(page.contains("mcp_taskd_requests_total{method=\"other\",outcome=\"error\"} 1"));
         assert!(!page.contains("anything/at-all"));
+    }
+
+    #[test]
+    fn ages_are_in_seconds() {
+        let page = Metrics::default().render(&Snapshot {
+            stats: Some(Stats {
+                tasks: Vec::new(),
+                jobs: Vec::new(),
+                oldest_ready_age_ms: 1_500,
+                outbox_rows: 0,
+            }),
+            running_attempts: 0,
+            open_subscriptions: 0,
+            wal_bytes: None,
+        });
+        assert!(
+            page.contains("\nmcp_taskd_oldest_ready_job_age_seconds 1.500\n"),
+            "{page}"
+        );
+        assert!(!page.contains("_ms"), "no abbreviated units: {page}");
     }
 
     #[test]

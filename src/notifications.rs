@@ -1,15 +1,19 @@
 //! The in-process notification hub behind `subscriptions/listen` streams.
 //!
-//! Publishers (list-change hooks, and the outbox relay for task changes) call the hub; the hub hands
-//! each open subscription whose filter asks for the event a [`Frame`] through its own
-//! bounded queue. A subscriber whose queue is full is cut off (its sender is dropped, so
-//! its stream ends) rather than allowed to grow memory or slow the publisher down.
+//! Publishers (list-change hooks, and the outbox relay for task changes) call the hub; the
+//! hub marks the change in the [`Mailbox`] of each open subscription whose filter asks for
+//! it, and wakes that subscription's stream. A mailbox coalesces: a list that changed
+//! twice is one pending item, a task hinted at a hundred times is one pending task id
+//! (the stream re-reads the task anyway). What a subscription can have pending is thus
+//! bounded by its own filter — two lists and at most `max_task_ids` tasks — however
+//! bursty the publishers, so publishing never blocks, never allocates per hint, and
+//! never has to cut a subscriber off. A subscriber that stops reading is the stream's
+//! business (see `transport::listen`).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Condvar, Mutex};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
 use serde_json::{Map, Value};
 
 use crate::auth::Identity;
@@ -51,7 +55,7 @@ pub enum ListKind {
 }
 
 impl ListKind {
-    fn method(self) -> &'static str {
+    pub fn method(self) -> &'static str {
         match self {
             ListKind::Tools => "notifications/tools/list_changed",
             ListKind::Prompts => "notifications/prompts/list_changed",
@@ -62,30 +66,145 @@ impl ListKind {
 /// One message for a subscription's stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
-    /// A notification to write (the stream adds the subscription id to `_meta`).
-    Notify {
-        method: String,
-        params: Map<String, Value>,
-    },
-    /// A task the subscriber listens to changed; `seq` is the outbox row of the
+    /// A catalog list changed.
+    ListChanged(ListKind),
+    /// A task the subscriber listens to changed; `seq` is the outbox row of its newest
     /// (committed) change, so a stream can ignore changes from before it opened.
     TaskChanged { task_id: String, seq: i64 },
-    /// The server is shutting down: answer the listen request and close.
+}
+
+/// What a stream's wait for its mailbox brought.
+#[derive(Debug, PartialEq)]
+pub enum Delivery {
+    /// Everything pending, oldest first, each list or task once.
+    Frames(Vec<Frame>),
+    /// The server is shutting down and nothing is pending: answer the listen and close.
     Close,
+    /// Nothing happened within the wait.
+    Idle,
+}
+
+/// A subscription's pending changes, coalesced (see the module doc).
+#[derive(Debug, Default)]
+struct Pending {
+    /// What changed, each list or task once, in order of its first change since the
+    /// stream last took them (so frames keep publish order).
+    order: VecDeque<Pended>,
+    tools: bool,
+    prompts: bool,
+    /// The outbox row of the newest change of each pending task.
+    task_seq: HashMap<String, i64>,
+    closing: bool,
+}
+
+#[derive(Debug)]
+enum Pended {
+    List(ListKind),
+    Task(String),
+}
+
+/// Where the hub leaves a subscription's changes and its stream picks them up.
+#[derive(Debug, Default)]
+pub struct Mailbox {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl Mailbox {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // Every mutation is a handful of field updates that cannot panic halfway.
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn post_list(&self, kind: ListKind) {
+        let mut pending = self.lock();
+        let flag = match kind {
+            ListKind::Tools => &mut pending.tools,
+            ListKind::Prompts => &mut pending.prompts,
+        };
+        if !std::mem::replace(flag, true) {
+            pending.order.push_back(Pended::List(kind));
+        }
+        self.wake.notify_one();
+    }
+
+    fn post_task(&self, task_id: &str, seq: i64) {
+        let mut pending = self.lock();
+        match pending.task_seq.get_mut(task_id) {
+            Some(newest) => *newest = (*newest).max(seq),
+            None => {
+                pending.task_seq.insert(task_id.to_owned(), seq);
+                pending.order.push_back(Pended::Task(task_id.to_owned()));
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    fn close(&self) {
+        self.lock().closing = true;
+        self.wake.notify_one();
+    }
+
+    /// Whether the server is shutting down.
+    pub fn is_closing(&self) -> bool {
+        self.lock().closing
+    }
+
+    /// Takes everything pending, waiting up to `timeout` for something to arrive.
+    pub fn wait(&self, timeout: Duration) -> Delivery {
+        let mut pending = self.lock();
+        if Self::is_empty(&pending) && !pending.closing {
+            pending = self
+                .wake
+                .wait_timeout_while(pending, timeout, |pending| {
+                    Self::is_empty(pending) && !pending.closing
+                })
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+        if Self::is_empty(&pending) {
+            return if pending.closing {
+                Delivery::Close
+            } else {
+                Delivery::Idle
+            };
+        }
+        pending.tools = false;
+        pending.prompts = false;
+        let order = std::mem::take(&mut pending.order);
+        let mut seqs = std::mem::take(&mut pending.task_seq);
+        let frames = order
+            .into_iter()
+            .filter_map(|pended| match pended {
+                Pended::List(kind) => Some(Frame::ListChanged(kind)),
+                Pended::Task(task_id) => {
+                    let seq = seqs.remove(&task_id)?;
+                    Some(Frame::TaskChanged { task_id, seq })
+                }
+            })
+            .collect();
+        Delivery::Frames(frames)
+    }
+
+    fn is_empty(pending: &Pending) -> bool {
+        pending.order.is_empty()
+    }
 }
 
 /// The receiving half handed to a listen stream.
 #[derive(Debug)]
 pub struct Subscription {
     pub key: u64,
-    pub frames: Receiver<Frame>,
+    pub mailbox: Arc<Mailbox>,
 }
 
 struct Subscriber {
     owner: Identity,
     filter: Filter,
     task_ids: HashSet<String>,
-    sender: Sender<Frame>,
+    mailbox: Arc<Mailbox>,
 }
 
 struct HubState {
@@ -137,7 +256,7 @@ impl Hub {
         &self.limits
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HubState> {
+    fn lock(&self) -> MutexGuard<'_, HubState> {
         // A panic while holding this lock leaves the map consistent (every mutation is a
         // single insert or remove), so a poisoned lock is safe to reuse.
         self.state
@@ -169,7 +288,7 @@ impl Hub {
         }
         let key = state.next_key;
         state.next_key += 1;
-        let (sender, frames) = crossbeam_channel::bounded(self.limits.queue_len);
+        let mailbox = Arc::new(Mailbox::default());
         let task_ids: HashSet<String> = filter.task_ids.iter().cloned().collect();
         for task_id in &task_ids {
             state.by_task.entry(task_id.clone()).or_default().push(key);
@@ -183,10 +302,10 @@ impl Hub {
                 owner: owner.clone(),
                 filter,
                 task_ids,
-                sender,
+                mailbox: Arc::clone(&mailbox),
             },
         );
-        Ok(Subscription { key, frames })
+        Ok(Subscription { key, mailbox })
     }
 
     pub fn unsubscribe(&self, key: u64) {
@@ -199,14 +318,16 @@ impl Hub {
 
     /// Announces that a catalog list changed to every subscription that asked.
     pub fn publish_list_changed(&self, kind: ListKind) {
-        let frame = Frame::Notify {
-            method: kind.method().into(),
-            params: Map::new(),
-        };
-        self.publish(frame, |subscriber| match kind {
-            ListKind::Tools => subscriber.filter.tools_list_changed,
-            ListKind::Prompts => subscriber.filter.prompts_list_changed,
-        });
+        let state = self.lock();
+        for subscriber in state.subscribers.values() {
+            let wants = match kind {
+                ListKind::Tools => subscriber.filter.tools_list_changed,
+                ListKind::Prompts => subscriber.filter.prompts_list_changed,
+            };
+            if wants {
+                subscriber.mailbox.post_list(kind);
+            }
+        }
     }
 
     /// Whether any open subscription follows a task (the relay reads the outbox only
@@ -234,37 +355,13 @@ impl Hub {
     /// Hints that a task changed (after its commit, outbox row `seq`) to every
     /// subscription naming it.
     pub fn publish_task_changed(&self, task_id: &str, seq: i64) {
-        let mut state = self.lock();
+        let state = self.lock();
         let Some(keys) = state.by_task.get(task_id) else {
             return;
         };
-        let frame = Frame::TaskChanged {
-            task_id: task_id.to_owned(),
-            seq,
-        };
-        let keys = keys.clone();
-        Self::deliver(&mut state, &frame, keys);
-    }
-
-    fn publish(&self, frame: Frame, wants: impl Fn(&Subscriber) -> bool) {
-        let mut state = self.lock();
-        let keys: Vec<u64> = state
-            .subscribers
-            .iter()
-            .filter(|(_, subscriber)| wants(subscriber))
-            .map(|(key, _)| *key)
-            .collect();
-        Self::deliver(&mut state, &frame, keys);
-    }
-
-    /// Queues `frame` for each of `keys`, cutting off those whose queue is full or gone.
-    fn deliver(state: &mut HubState, frame: &Frame, keys: Vec<u64>) {
         for key in keys {
-            let Some(subscriber) = state.subscribers.get(&key) else {
-                continue;
-            };
-            if subscriber.sender.try_send(frame.clone()).is_err() && state.remove(key).is_some() {
-                log::warn!("closed a subscription whose queue was full or gone");
+            if let Some(subscriber) = state.subscribers.get(key) {
+                subscriber.mailbox.post_task(task_id, seq);
             }
         }
     }
@@ -275,8 +372,7 @@ impl Hub {
         state.closed = true;
         state.by_task.clear();
         for (_, subscriber) in state.subscribers.drain() {
-            // A full queue means the subscriber is being cut off anyway.
-            let _ = subscriber.sender.try_send(Frame::Close);
+            subscriber.mailbox.close();
         }
     }
 }
@@ -293,12 +389,23 @@ mod tests {
         }
     }
 
+    fn frames(subscription: &Subscription) -> Vec<Frame> {
+        match subscription.mailbox.wait(Duration::ZERO) {
+            Delivery::Frames(frames) => frames,
+            other => panic!("expected frames, got {other:?}"),
+        }
+    }
+
+    fn task(task_id: &str, seq: i64) -> Frame {
+        Frame::TaskChanged {
+            task_id: task_id.into(),
+            seq,
+        }
+    }
+
     #[test]
-    fn filters_and_cuts_off_full_queues() {
-        let hub = Hub::new(NotificationLimits {
-            queue_len: 1,
-            ..NotificationLimits::default()
-        });
+    fn list_changes_reach_those_who_asked_and_coalesce() {
+        let hub = Hub::new(NotificationLimits::default());
         let tools = hub
             .subscribe(
                 &someone(),
@@ -317,23 +424,27 @@ mod tests {
                 },
             )
             .unwrap();
-        hub.publish_list_changed(ListKind::Tools);
-        assert!(matches!(tools.frames.try_recv(), Ok(Frame::Notify { .. })));
-        assert!(prompts.frames.try_recv().is_err());
-        hub.publish_list_changed(ListKind::Tools);
-        hub.publish_list_changed(ListKind::Tools); // queue of 1 is full: cut off
-        assert_eq!(hub.open_subscriptions(), 1);
+        for _ in 0..10_000 {
+            hub.publish_list_changed(ListKind::Tools);
+        }
+        assert_eq!(frames(&tools), vec![Frame::ListChanged(ListKind::Tools)]);
+        assert_eq!(prompts.mailbox.wait(Duration::ZERO), Delivery::Idle);
+        assert_eq!(hub.open_subscriptions(), 2, "nobody is cut off");
+        hub.publish_list_changed(ListKind::Prompts);
         hub.close_all();
-        assert_eq!(prompts.frames.try_recv(), Ok(Frame::Close));
+        // What was pending still comes first, then the close.
+        assert_eq!(
+            frames(&prompts),
+            vec![Frame::ListChanged(ListKind::Prompts)]
+        );
+        assert_eq!(prompts.mailbox.wait(Duration::ZERO), Delivery::Close);
+        assert_eq!(tools.mailbox.wait(Duration::ZERO), Delivery::Close);
         assert!(hub.subscribe(&someone(), Filter::default()).is_err());
     }
 
     #[test]
-    fn task_hints_reach_only_the_subscriptions_naming_the_task() {
-        let hub = Hub::new(NotificationLimits {
-            queue_len: 1,
-            ..NotificationLimits::default()
-        });
+    fn task_hints_reach_only_the_subscriptions_naming_the_task_once_each() {
+        let hub = Hub::new(NotificationLimits::default());
         let follows = |ids: &[&str]| Filter {
             task_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
             ..Filter::default()
@@ -341,26 +452,79 @@ mod tests {
         let a = hub.subscribe(&someone(), follows(&["a"])).unwrap();
         let ab = hub.subscribe(&someone(), follows(&["a", "b"])).unwrap();
         hub.publish_task_changed("b", 1);
-        assert!(a.frames.try_recv().is_err());
-        assert!(matches!(
-            ab.frames.try_recv(),
-            Ok(Frame::TaskChanged { seq: 1, .. })
-        ));
         hub.publish_task_changed("c", 2);
-        assert!(a.frames.try_recv().is_err() && ab.frames.try_recv().is_err());
-        // `ab`'s queue of 1 fills up on the second hint for "a": it is cut off, and
-        // forgotten for "b" too.
-        hub.publish_task_changed("a", 3);
-        assert!(matches!(
-            a.frames.try_recv(),
-            Ok(Frame::TaskChanged { seq: 3, .. })
-        ));
-        hub.publish_task_changed("a", 4);
-        assert_eq!(hub.open_subscriptions(), 1);
-        hub.publish_task_changed("b", 5);
+        assert_eq!(a.mailbox.wait(Duration::ZERO), Delivery::Idle);
+        assert_eq!(frames(&ab), vec![task("b", 1)]);
+        // Many hints per task: one pending item each, in order of first hint, carrying
+        // the newest change.
+        for seq in 3..1_000 {
+            hub.publish_task_changed(if seq % 2 == 0 { "b" } else { "a" }, seq);
+        }
+        assert_eq!(frames(&ab), vec![task("a", 999), task("b", 998)]);
+        assert_eq!(frames(&a), vec![task("a", 999)]);
         hub.unsubscribe(a.key);
+        hub.unsubscribe(ab.key);
         assert_eq!(hub.open_subscriptions(), 0);
         assert!(hub.lock().by_task.is_empty());
+    }
+
+    #[test]
+    fn pending_changes_keep_the_order_of_their_first_publication() {
+        let hub = Hub::new(NotificationLimits::default());
+        let everything = hub
+            .subscribe(
+                &someone(),
+                Filter {
+                    tools_list_changed: true,
+                    prompts_list_changed: true,
+                    task_ids: vec!["t".into()],
+                },
+            )
+            .unwrap();
+        hub.publish_list_changed(ListKind::Prompts);
+        hub.publish_task_changed("t", 5);
+        hub.publish_list_changed(ListKind::Tools);
+        hub.publish_list_changed(ListKind::Prompts);
+        assert_eq!(
+            frames(&everything),
+            vec![
+                Frame::ListChanged(ListKind::Prompts),
+                task("t", 5),
+                Frame::ListChanged(ListKind::Tools),
+            ]
+        );
+        hub.publish_list_changed(ListKind::Tools);
+        hub.publish_list_changed(ListKind::Prompts);
+        assert_eq!(
+            frames(&everything),
+            vec![
+                Frame::ListChanged(ListKind::Tools),
+                Frame::ListChanged(ListKind::Prompts),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_waiting_stream_wakes_on_a_hint() {
+        let hub = Arc::new(Hub::new(NotificationLimits::default()));
+        let subscription = hub
+            .subscribe(
+                &someone(),
+                Filter {
+                    task_ids: vec!["t".into()],
+                    ..Filter::default()
+                },
+            )
+            .unwrap();
+        let publisher = Arc::clone(&hub);
+        let started = std::time::Instant::now();
+        let thread = std::thread::spawn(move || publisher.publish_task_changed("t", 7));
+        assert_eq!(
+            subscription.mailbox.wait(Duration::from_secs(10)),
+            Delivery::Frames(vec![task("t", 7)])
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        thread.join().unwrap();
     }
 
     #[test]

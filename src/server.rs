@@ -1,8 +1,8 @@
 //! Assembly and lifecycle: builds every stage from the configuration, serves until
 //! SIGTERM or SIGINT, then drains in order — stop admitting requests, close listen
 //! streams gracefully, let in-flight requests finish, give running task attempts their
-//! grace period (then release them to the queue), stop upkeep, and let the writer
-//! commit what is queued. Tasks are never failed or cancelled by a shutdown.
+//! grace period (then release them to the queue), kill what their programs left behind,
+//! stop upkeep, and let the writer commit what is queued. Tasks are never failed or cancelled by a shutdown.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -16,12 +16,13 @@ use crate::handlers::request_state::StateSigner;
 use crate::handlers::{ServerInfo, Service};
 use crate::metrics::Metrics;
 use crate::notifications::Hub;
-use crate::ops::{self, Upkeep};
-use crate::tasks::store::{Opened, Store};
-use crate::tasks::TaskService;
-use crate::tools::{RegistrationError, Registry};
+use crate::ops::systemd::{Notifier, Serving};
+use crate::tasks::sqlite::{Opened, Store};
+use crate::tasks::upkeep::{self, Upkeep, UpkeepCounters};
+use crate::tasks::workers::{Inflight, WorkerPool};
+use crate::tasks::{TaskService, TaskStore};
+use crate::tools::{command, RegistrationError, Registry};
 use crate::transport::{Frontend, OriginPolicy};
-use crate::workers::{Inflight, WorkerPool};
 
 /// Registers every tool, resource and prompt the configuration asks for. This is all
 /// `check-config` needs to validate a configuration.
@@ -47,15 +48,19 @@ pub fn run(config: Config) -> Result<(), String> {
     let hub = Arc::new(Hub::new(config.notifications.clone()));
     let (tools, catalog) = build_catalog(&config, &hub).map_err(|e| e.to_string())?;
     let tools = Arc::new(tools);
+    // Before any program runs: descendants that leave their process group must come
+    // back to the server, not to init, to be found and killed when their run ends.
+    if !command::become_subreaper() {
+        log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
+    }
     let signer = StateSigner::open(data_dir, config.limits.request_state_ttl_ms)
         .map_err(|e| format!("request-state key in {}: {e}", data_dir.display()))?;
 
-    let Opened {
-        store,
-        writer,
-        commits,
-    } = Store::open(data_dir, &config.store)?;
-    ops::recover(&store);
+    let Opened { store, writer } =
+        Store::open(data_dir, &config.store).map_err(|e| e.to_string())?;
+    // The engine sees the store through its interface only.
+    let store: Arc<dyn TaskStore> = store;
+    upkeep::recover(store.as_ref());
     let inflight = Arc::new(Inflight::default());
     let (wake, woken) = crossbeam_channel::bounded(1);
     let tasks = Arc::new(TaskService::new(
@@ -70,10 +75,10 @@ pub fn run(config: Config) -> Result<(), String> {
         Arc::clone(&store),
         Arc::clone(&hub),
         Arc::clone(&inflight),
-        Arc::clone(&metrics),
-        commits,
+        Arc::clone(&metrics) as Arc<dyn UpkeepCounters>,
         Duration::from_millis(config.workers.janitor_interval_ms),
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let workers = WorkerPool::start(
         Arc::clone(&store),
         Arc::clone(&tools),
@@ -97,8 +102,11 @@ pub fn run(config: Config) -> Result<(), String> {
         hub: Arc::clone(&hub),
         tasks,
     });
-    let http = tiny_http::Server::http(config.server.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", config.server.listen))?;
+    let http = tiny_http::Server::http_with_bounds(
+        config.server.listen,
+        crate::transport::limits::bounds(&config),
+    )
+    .map_err(|e| format!("cannot listen on {}: {e}", config.server.listen))?;
     let http = Arc::new(http);
     let frontend = Arc::new(Frontend {
         service,
@@ -110,6 +118,7 @@ pub fn run(config: Config) -> Result<(), String> {
         draining: Default::default(),
         open_streams: Default::default(),
         metrics,
+        listener: http.health(),
     });
     let threads = frontend.spawn(&http, config.server.handler_threads);
     let address = http
@@ -122,10 +131,16 @@ pub fn run(config: Config) -> Result<(), String> {
         config.server.endpoint
     );
     log::info!("serving {} on {address}", config.server.endpoint);
+    let systemd = Notifier::ready(Serving {
+        address,
+        store: Arc::clone(&store),
+        inflight: Arc::clone(&inflight),
+    });
 
     wait_for_termination()?;
 
     log::info!("shutting down");
+    systemd.stopping();
     frontend.draining.store(true, Ordering::Release);
     hub.close_all();
     for _ in &threads {
@@ -140,6 +155,9 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     frontend.wait_for_streams(Duration::from_secs(5));
     workers.shutdown(Duration::from_millis(config.workers.shutdown_grace_ms));
+    // Runs have ended (or been given up on): whatever they left behind goes too, even
+    // descendants whose run could not be told from their environment.
+    command::sweep_all();
     upkeep.stop();
     drop(frontend);
     drop(store);

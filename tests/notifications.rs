@@ -149,47 +149,6 @@ fn listening_for_tasks_requires_the_extension() {
 }
 
 #[test]
-fn a_slow_subscriber_is_cut_off_while_others_keep_receiving() {
-    let server = Server::start(&format!("{CONFIG}[notifications]\nqueue_len = 64\n"));
-    let mut reader = Listen::open(&server, json!({"toolsListChanged": true}), json!({}), &[]);
-    let mut stalled = Listen::open_small_buffer(&server, json!({"toolsListChanged": true}));
-    reader.next_message(5 * SECOND).unwrap();
-    stalled.next_message(5 * SECOND).unwrap();
-    // Rounds smaller than the queue, each read in full before the next: the reading
-    // subscriber can never fall behind, whatever the scheduling. The stalled one reads
-    // nothing; ~6 MB of frames exceed what the kernel buffers for it (tcp_wmem max
-    // 4 MiB), so its stream blocks, its queue fills, and the hub cuts it off.
-    const ROUND: usize = 60;
-    const ROUNDS: usize = 700;
-    for _ in 0..ROUNDS {
-        server
-            .call_tool("flood_list_changed", json!({"count": ROUND}), json!({}))
-            .result();
-        for _ in 0..ROUND {
-            let message = reader
-                .next_message(5 * SECOND)
-                .expect("the reader keeps receiving");
-            assert_eq!(message["method"], "notifications/tools/list_changed");
-        }
-    }
-    let late = stalled.drain(30 * SECOND);
-    assert!(
-        late.len() < ROUND * ROUNDS,
-        "cut off after {} messages",
-        late.len()
-    );
-    assert!(
-        late.iter().all(|m| m.get("id").is_none()),
-        "no graceful answer"
-    );
-    // The reader is still subscribed and served.
-    server
-        .call_tool("test_trigger_tool_change", json!({}), json!({}))
-        .result();
-    assert!(reader.next_message(5 * SECOND).is_some());
-}
-
-#[test]
 fn a_task_finishing_between_listen_and_acknowledgement_is_not_lost() {
     // The seed's recipe: subscribe first, then poll. Whichever way the race goes, the
     // client learns the terminal state.

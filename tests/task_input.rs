@@ -266,3 +266,52 @@ fn a_retried_submission_with_the_same_idempotency_key_returns_the_same_task() {
         "another identity gets its own task"
     );
 }
+
+/// Tasks stored, whatever their status, as `/metrics` counts them.
+fn stored_tasks(server: &Server) -> u64 {
+    server
+        .get("/metrics")
+        .text()
+        .lines()
+        .filter(|line| line.starts_with("mcp_taskd_tasks{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_reused_idempotency_key_with_other_arguments_or_another_tool_is_refused_by_name() {
+    let server = Server::start(CONFIG);
+    let submit = |tool: &str, arguments: Value| {
+        server.request(
+            "tools/call",
+            json!({"name": tool, "arguments": arguments,
+                   "_meta": {"dev.mcp-taskd/idempotencyKey": "nightly-7"}}),
+            tasks_caps(),
+        )
+    };
+    let first = submit("slow_compute", json!({"seconds": 1, "label": "a"})).result();
+    let id = first["taskId"].as_str().unwrap().to_owned();
+    // The same arguments in another key order are the same arguments.
+    let again = submit("slow_compute", json!({"label": "a", "seconds": 1})).result();
+    assert_eq!(again["taskId"], id.as_str(), "same key, same arguments");
+    assert_eq!(stored_tasks(&server), 1);
+
+    let other_arguments =
+        submit("slow_compute", json!({"seconds": 2, "label": "a"})).expect_error(400, -32602);
+    assert_eq!(
+        other_arguments["message"],
+        "Invalid params: idempotency key \"nightly-7\" was already used with different arguments"
+    );
+    let other_tool = submit("failing_job", json!({})).expect_error(400, -32602);
+    assert_eq!(
+        other_tool["message"],
+        "Invalid params: idempotency key \"nightly-7\" was already used for tool \"slow_compute\""
+    );
+    assert_eq!(stored_tasks(&server), 1, "neither refusal stored a task");
+
+    // The original task is untouched, and still answers its key once it has ended.
+    let done = wait_terminal(&server, &id, Duration::from_secs(5));
+    assert_eq!(done["status"], "completed");
+    let after = submit("slow_compute", json!({"seconds": 1, "label": "a"})).result();
+    assert_eq!(after["taskId"], id.as_str());
+}

@@ -10,9 +10,13 @@
 //! - [`robustness`]: hostile and broken input, and HTTP framing after a refusal;
 //! - [`demo_tools`]: the demo tools of the embedded default configuration;
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
+//! - [`reaping`]: descendants of command tools that leave their process group;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
+//! - [`fair_workers`]: a tool at its `max_concurrency` never starves the others;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
+//! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery;
+//! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir;
 //! - [`fuzz`]: generated requests (proptest) through the whole HTTP request path.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
@@ -25,9 +29,15 @@ mod common;
 mod command_tools;
 mod demo_tools;
 mod durable_tasks;
+mod fair_workers;
 mod fuzz;
+mod hardening;
+mod listen_streams;
 mod notifications;
+mod reaping;
 mod robustness;
 mod smoke;
+mod storage;
+mod systemd_notify;
 mod task_input;
 mod transport;

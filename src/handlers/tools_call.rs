@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use super::request_state::Binding;
 use super::tasks::tasks_required;
 use super::{complete, input_responses, object_param, Emitter, Reply, Request, Service};
+use crate::liveness;
 use crate::protocol::{LogLevel, RpcError, META_IDEMPOTENCY_KEY};
 use crate::tasks::Submission;
 use crate::tools::{Admission, Invocation, InvocationHost, Outcome, TaskPolicy};
@@ -86,13 +87,32 @@ impl Service {
             capabilities,
             host: &mut host,
         };
+        // An inline run shares the tool's concurrency slots with its task attempts, and
+        // waits for one up to the tool's timeout.
+        let timeout = tool.spec.execution.timeout;
+        let _slot = match (&tool.slots, as_task) {
+            (Some(slots), false) => match slots.take_within(timeout) {
+                Some(slot) => Some(slot),
+                None => {
+                    log::error!(
+                        "tool {} found no free slot (max_concurrency {}) within {} ms",
+                        tool.spec.name,
+                        slots.limit(),
+                        timeout.as_millis()
+                    );
+                    return Err(RpcError::internal());
+                }
+            },
+            _ => None,
+        };
         // Inline tools run here; task tools only decide here whether the task can be
         // created yet (an MRTR exchange may come first).
         let admission = catch_unwind(AssertUnwindSafe(|| {
             if as_task {
                 tool.tool.admit(&mut invocation)
             } else {
-                Admission::Answer(tool.tool.run(&mut invocation))
+                // The tool's timeout bounds the run: not a stall of this request thread.
+                Admission::Answer(liveness::unwatched(|| tool.tool.run(&mut invocation)))
             }
         }))
         .unwrap_or_else(|_| {

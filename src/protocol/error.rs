@@ -28,6 +28,8 @@ pub struct RpcError {
     /// Boxed: errors travel through `Result`s on hot paths and should stay small.
     pub data: Option<Box<Value>>,
     pub http_status: u16,
+    /// Seconds for the HTTP `Retry-After` header: the failure is temporary (503).
+    pub retry_after_s: Option<u16>,
 }
 
 impl RpcError {
@@ -42,6 +44,7 @@ impl RpcError {
             message: message.into(),
             data: None,
             http_status,
+            retry_after_s: None,
         }
     }
 
@@ -53,6 +56,15 @@ impl RpcError {
     pub fn with_status(mut self, status: u16) -> Self {
         self.http_status = status;
         self
+    }
+
+    /// A temporary failure: HTTP 503 with `Retry-After: seconds`. The message says what
+    /// is wrong (no space, read-only storage), never internal details.
+    pub fn unavailable(message: impl Into<String>, seconds: u16) -> Self {
+        RpcError {
+            retry_after_s: Some(seconds),
+            ..Self::new(code::INTERNAL_ERROR, message).with_status(503)
+        }
     }
 
     pub fn parse_error(detail: impl std::fmt::Display) -> Self {

@@ -1,7 +1,7 @@
 //! The protocol's vocabulary: the ground floor every other module builds on. It imports
 //! nothing else from this crate — JSON-RPC errors and their codes, the request envelope
 //! and its `_meta`, client capabilities, log levels, input-request kinds, task statuses.
-//! The dispatcher that answers each method lives above it, in [`crate::handlers`].
+//! The dispatcher that answers each method lives above it, in `handlers`.
 
 pub mod capabilities;
 pub mod envelope;

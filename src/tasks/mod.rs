@@ -1,353 +1,40 @@
-//! Durable tasks: what `tools/call` creates and `tasks/get|update|cancel` operate on.
+//! The task engine: durable tasks from `tools/call` to their outcome — the service the
+//! handlers call, the store behind a narrow interface, the workers that run attempts,
+//! and the upkeep beside them.
 //!
-//! [`TaskService`] is the boundary the protocol layer calls. Every operation authorizes
-//! inside the same lookup that finds the task (the binding is part of the `WHERE`), so an
-//! unknown, expired or foreign task gets the same neutral `-32602`, byte for byte.
-//! Mutations run in the store's writer and are acknowledged only after commit.
+//! ```text
+//! service    TaskService: create / get / update / cancel, authorized, rendered as JSON
+//!   │            (and tells a running attempt it was cancelled, through workers::Inflight)
+//!   │            (payload_gate: room for large payloads before `tasks/get` reads them)
+//!   └─ backend   TaskStore: the narrow interface (model: its records; StoreError)
+//!        └─ sqlite   the SQLite store: connection, migrations, writer, checkpoint, sql/
+//! workers    claim jobs (lease + fencing token), run tools, commit outcomes (via TaskStore)
+//! upkeep     outbox relay → notifications; janitor (leases, TTL, outbox, log); recovery
+//! ```
+//!
+//! Dependencies point one way: `model` ← `backend` ← `sqlite`; `service`, `workers` and
+//! `upkeep` use the trait only (`server.rs` alone opens the SQLite store).
+//!
+//! # Durability guarantees, and where each is kept
+//!
+//! - An acknowledged write is on disk; writes commit in groups; no client ever sees
+//!   "database is locked"; pragmas are verified; one server per data dir:
+//!   [`sqlite`] (its module docs), [`sqlite`]'s `writer` and `connection`.
+//! - The WAL stays bounded and checkpoints stay off the commit path: [`sqlite`]'s
+//!   `checkpoint`, and the janitor ([`upkeep`]).
+//! - Every task mutation appends to the outbox in its transaction, and worker writes are
+//!   fenced by the claim's token: [`TaskStore`], kept in [`sqlite`]'s `sql/`.
+//! - At-least-once execution, prompt cancellation, and a shutdown that never fails or
+//!   cancels a task: [`workers`]. Nothing stays `working` forever: [`upkeep`].
 
-pub mod sql;
-pub mod store;
+pub mod backend;
+pub mod model;
+mod payload_gate;
+mod service;
+pub mod sqlite;
+pub mod upkeep;
+pub mod workers;
 
-use std::sync::Arc;
-
-use crossbeam_channel::Sender;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-
-use crate::auth::Identity;
-use crate::clock::{now_ms, rfc3339};
-use crate::config::TaskDefaults;
-use crate::later::Later;
-use crate::protocol::{missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus};
-use crate::tools::{Registered, Registry};
-use crate::workers::Inflight;
-use sql::{CancelEffect, TaskRow, UpdateEffect};
-use store::{Store, StoreError};
-
-/// Longest task id accepted from a client.
-const MAX_TASK_ID: usize = 128;
-
-/// The opaque origin persisted with a task: everything a worker needs to run it again,
-/// in any process, after any restart. Sensitive: never logged.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Origin {
-    pub v: u32,
-    pub tool: String,
-    pub arguments: Map<String, Value>,
-    pub protocol_version: String,
-    pub capabilities: Map<String, Value>,
-}
-
-/// A `tools/call` that becomes a task: validated, admitted, about to be stored.
-pub struct Submission<'a> {
-    pub identity: &'a Identity,
-    pub tool: &'a Registered,
-    pub arguments: &'a Map<String, Value>,
-    pub protocol_version: &'a str,
-    pub capabilities: &'a ClientCapabilities,
-    /// Responses gathered by an MRTR exchange before creation.
-    pub input_responses: &'a Map<String, Value>,
-    pub idempotency_key: Option<String>,
-}
-
-pub struct TaskService {
-    defaults: TaskDefaults,
-    store: Arc<Store>,
-    tools: Arc<Registry>,
-    inflight: Arc<Inflight>,
-    /// Wakes the dispatcher when a job becomes ready.
-    wake: Sender<()>,
-}
-
-/// Logs a store failure and answers the client with a generic internal error.
-fn internal(error: StoreError) -> RpcError {
-    log::error!("task store: {error}");
-    RpcError::internal()
-}
-
-impl TaskService {
-    pub fn new(
-        defaults: TaskDefaults,
-        store: Arc<Store>,
-        tools: Arc<Registry>,
-        inflight: Arc<Inflight>,
-        wake: Sender<()>,
-    ) -> TaskService {
-        TaskService {
-            defaults,
-            store,
-            tools,
-            inflight,
-            wake,
-        }
-    }
-
-    /// Creates a durable task. Its `CreateTaskResult` arrives once the task, its job and
-    /// its outbox row are committed; the calling thread does not wait for that.
-    pub fn create(&self, submission: Submission<'_>) -> Later<Result<Value, RpcError>> {
-        let Submission {
-            identity,
-            tool,
-            arguments,
-            protocol_version,
-            capabilities,
-            input_responses,
-            idempotency_key,
-        } = submission;
-        let origin = Origin {
-            v: 1,
-            tool: tool.spec.name.clone(),
-            arguments: arguments.clone(),
-            protocol_version: protocol_version.to_owned(),
-            capabilities: capabilities.0.clone(),
-        };
-        let Ok(origin) = serde_json::to_vec(&origin) else {
-            return Later::ready(Err(RpcError::internal()));
-        };
-        let execution = tool.spec.execution.clone();
-        let ttl_ms = execution
-            .ttl
-            .map_or(self.defaults.ttl_ms, |ttl| ttl.as_millis() as u64);
-        let poll_interval_ms = execution
-            .poll_interval
-            .map_or(self.defaults.poll_interval_ms, |poll| {
-                poll.as_millis() as u64
-            });
-        let identity = identity.clone();
-        let tool_name = tool.spec.name.clone();
-        let responses = Value::Object(input_responses.clone()).to_string();
-        let id = match new_task_id(now_ms()) {
-            Ok(id) => id,
-            Err(error) => {
-                log::error!("the OS random source failed: {error}");
-                return Later::ready(Err(RpcError::internal()));
-            }
-        };
-        let wake = self.wake.clone();
-        self.store
-            .create_later(sql::NewTask {
-                id,
-                identity,
-                tool: tool_name,
-                origin,
-                input_responses: responses,
-                now: now_ms(),
-                ttl_ms: Some(ttl_ms as i64),
-                poll_interval_ms: poll_interval_ms as i64,
-                max_attempts: i64::from(execution.max_attempts),
-                backoff_ms: execution.backoff.as_millis() as i64,
-                timeout_ms: execution.timeout.as_millis() as i64,
-                idempotency_key,
-            })
-            .map(move |row| {
-                let row = row.map_err(internal)?;
-                let _ = wake.try_send(());
-                let mut result = task_fields(&row);
-                result["resultType"] = json!("task");
-                Ok(result)
-            })
-    }
-
-    /// `tasks/get`: the authoritative snapshot, checked against the caller.
-    pub fn get(
-        &self,
-        identity: &Identity,
-        task_id: &str,
-        capabilities: &ClientCapabilities,
-    ) -> Result<Value, RpcError> {
-        self.snapshot(identity, task_id, capabilities)
-            .map(|(_, detailed)| detailed)
-    }
-
-    /// [`TaskService::get`] with the status it found, for callers that act on it.
-    pub fn snapshot(
-        &self,
-        identity: &Identity,
-        task_id: &str,
-        capabilities: &ClientCapabilities,
-    ) -> Result<(TaskStatus, Value), RpcError> {
-        let task = self.find(identity, task_id)?;
-        Ok((task.status, self.detailed(&task, capabilities)?))
-    }
-
-    /// Counts for the metrics page.
-    pub fn stats(&self) -> Result<sql::Stats, RpcError> {
-        let conn = self.store.read().map_err(internal)?;
-        sql::stats(&conn, now_ms()).map_err(internal)
-    }
-
-    /// Attempts running in this process.
-    pub fn running_attempts(&self) -> usize {
-        self.inflight.len()
-    }
-
-    /// Size of the write-ahead log, if it can be read.
-    pub fn wal_bytes(&self) -> Option<u64> {
-        self.store.wal_bytes()
-    }
-
-    /// The newest committed outbox row.
-    pub fn outbox_position(&self) -> Result<i64, RpcError> {
-        let conn = self.store.read().map_err(internal)?;
-        sql::max_outbox_seq(&conn).map_err(internal)
-    }
-
-    /// Whether `identity` may see the task (exists, not expired, bound to it).
-    pub fn is_visible(&self, identity: &Identity, task_id: &str) -> bool {
-        self.find(identity, task_id).is_ok()
-    }
-
-    fn find(&self, identity: &Identity, task_id: &str) -> Result<TaskRow, RpcError> {
-        check_task_id(task_id)?;
-        let conn = self.store.read().map_err(internal)?;
-        sql::find_authorized(&conn, identity, task_id, now_ms())
-            .map_err(internal)?
-            .ok_or_else(RpcError::task_not_found)
-    }
-
-    /// The `DetailedTask` of a row, as `tasks/get` and task notifications carry it.
-    pub fn detailed(
-        &self,
-        task: &TaskRow,
-        capabilities: &ClientCapabilities,
-    ) -> Result<Value, RpcError> {
-        let mut detailed = task_fields(task);
-        detailed["resultType"] = json!("complete");
-        let stored = |text: &Option<String>| -> Result<Value, RpcError> {
-            text.as_deref()
-                .and_then(|text| serde_json::from_str(text).ok())
-                .ok_or_else(|| {
-                    log::error!("a stored task payload is missing or corrupt");
-                    RpcError::internal()
-                })
-        };
-        match task.status {
-            TaskStatus::Completed => {
-                // Re-check the stored result against the tool's current contract: a
-                // result is never delivered through a contract it does not meet.
-                let tool = self.tools.get(&task.tool).ok_or_else(|| {
-                    log::error!("a completed task's tool is no longer registered");
-                    RpcError::internal()
-                })?;
-                let mut result = tool.check_result(stored(&task.result)?)?;
-                result["resultType"] = json!("complete");
-                detailed["result"] = result;
-            }
-            TaskStatus::Failed => detailed["error"] = stored(&task.error)?,
-            TaskStatus::InputRequired => {
-                let requests = stored(&task.input_requests)?;
-                if let Some(requests) = requests.as_object() {
-                    if let Some(missing) = missing_for_input_requests(requests, capabilities) {
-                        return Err(RpcError::missing_capability(missing));
-                    }
-                }
-                detailed["inputRequests"] = requests;
-            }
-            _ => {}
-        }
-        Ok(detailed)
-    }
-
-    /// `tasks/update`: accepts matching responses durably; the ack is bare.
-    pub fn update(
-        &self,
-        identity: &Identity,
-        task_id: &str,
-        responses: Map<String, Value>,
-    ) -> Result<Value, RpcError> {
-        check_task_id(task_id)?;
-        let identity = identity.clone();
-        let id = task_id.to_owned();
-        let effect = self
-            .store
-            .write(move |conn| sql::update(conn, &identity, &id, &responses, now_ms()))
-            .map_err(internal)?;
-        match effect {
-            UpdateEffect::NotFound => Err(RpcError::task_not_found()),
-            UpdateEffect::Accepted { requeued } => {
-                if requeued {
-                    let _ = self.wake.try_send(());
-                }
-                Ok(json!({ "resultType": "complete" }))
-            }
-        }
-    }
-
-    /// `tasks/cancel`: records durable intent; queued and waiting tasks end at once,
-    /// running attempts are told and end as soon as they notice.
-    pub fn cancel(&self, identity: &Identity, task_id: &str) -> Result<Value, RpcError> {
-        check_task_id(task_id)?;
-        let identity = identity.clone();
-        let id = task_id.to_owned();
-        let effect = self
-            .store
-            .write(move |conn| sql::cancel(conn, &identity, &id, now_ms()))
-            .map_err(internal)?;
-        match effect {
-            CancelEffect::NotFound => Err(RpcError::task_not_found()),
-            CancelEffect::SignalRunning => {
-                self.inflight.cancel(task_id);
-                Ok(json!({ "resultType": "complete" }))
-            }
-            CancelEffect::Done => Ok(json!({ "resultType": "complete" })),
-        }
-    }
-}
-
-/// A fresh task id: 12 hex digits of the creation time in Unix milliseconds, then 128
-/// bits from the OS CSPRNG in 32 hex digits (44 characters).
-///
-/// The random part alone is what makes an id unguessable (more than the 122 bits a
-/// UUIDv4 carries). The time prefix is there for the store: ids of new tasks sort after
-/// older ones, so inserting a task appends to the right edge of the `tasks` and `jobs`
-/// primary-key B-trees instead of dirtying a random leaf page in each — which, once the
-/// tables outgrow the page cache, multiplied the pages every group commit wrote to the
-/// WAL and fsynced. The prefix reveals only what `createdAt` already tells the owner.
-fn new_task_id(now_ms: i64) -> Result<String, getrandom::Error> {
-    let mut random = [0u8; 16];
-    getrandom::fill(&mut random)?;
-    let millis = (now_ms.max(0) as u64) & 0xffff_ffff_ffff;
-    Ok(format!("{millis:012x}{:032x}", u128::from_be_bytes(random)))
-}
-
-/// Task ids are opaque to clients, but absurd ones are refused before any lookup (with
-/// the same neutral error as an unknown id).
-fn check_task_id(task_id: &str) -> Result<(), RpcError> {
-    if task_id.is_empty() || task_id.len() > MAX_TASK_ID || task_id.chars().any(char::is_control) {
-        return Err(RpcError::task_not_found());
-    }
-    Ok(())
-}
-
-/// The `Task` fields shared by `CreateTaskResult` and `DetailedTask`.
-fn task_fields(task: &TaskRow) -> Value {
-    let mut fields = json!({
-        "taskId": task.id,
-        "status": task.status.as_str(),
-        "createdAt": rfc3339(task.created_at),
-        "lastUpdatedAt": rfc3339(task.updated_at),
-        "ttlMs": task.ttl_ms,
-        "pollIntervalMs": task.poll_interval_ms,
-    });
-    if let Some(message) = &task.status_message {
-        fields["statusMessage"] = json!(message);
-    }
-    fields
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn task_ids_are_random_and_sort_by_creation_time() {
-        let earlier = new_task_id(1_764_000_000_000).unwrap();
-        let later = new_task_id(1_764_000_000_001).unwrap();
-        let twin = new_task_id(1_764_000_000_001).unwrap();
-        assert_eq!(earlier.len(), 44);
-        assert!(earlier.chars().all(|c| c.is_ascii_hexdigit()));
-        assert!(earlier < later && earlier < twin);
-        assert_ne!(later, twin, "same millisecond, different random part");
-        assert_eq!(later[..12], twin[..12]);
-    }
-}
+pub use backend::{StoreError, TaskStore};
+pub use model::{Origin, Stats};
+pub use service::{Submission, TaskService};

@@ -10,6 +10,7 @@
 pub mod command;
 mod registry;
 pub mod schema;
+pub mod slots;
 
 use std::time::Duration;
 
@@ -75,6 +76,8 @@ pub struct ToolSpec {
     pub execution: ExecutionPolicy,
     /// The argument whose value makes task submission idempotent, if any.
     pub idempotency_argument: Option<String>,
+    /// Most runs at once, inline and as tasks together (`None`: unbounded).
+    pub max_concurrency: Option<usize>,
 }
 
 impl ToolSpec {
@@ -91,6 +94,7 @@ impl ToolSpec {
             required_capabilities: None,
             execution: ExecutionPolicy::default(),
             idempotency_argument: None,
+            max_concurrency: None,
         }
     }
 

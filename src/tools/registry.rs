@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::schema::{header_params, Compiled, HeaderParam, SchemaError};
 use serde_json::Value;
 
+use super::slots::Slots;
 use super::{Tool, ToolSpec};
 use crate::protocol::RpcError;
 
@@ -17,6 +18,8 @@ pub struct Registered {
     pub input: Compiled,
     pub output: Option<Compiled>,
     pub header_params: Vec<HeaderParam>,
+    /// The tool's concurrency slots, when its spec sets `max_concurrency`.
+    pub slots: Option<Arc<Slots>>,
 }
 
 impl Registered {
@@ -73,6 +76,8 @@ pub enum RegistrationProblem {
 pub struct Registry {
     tools: Vec<Arc<Registered>>,
     by_name: HashMap<String, usize>,
+    /// The tools with a `max_concurrency`, which [`Registry::saturated`] looks at.
+    limited: Vec<Arc<Registered>>,
 }
 
 impl Registry {
@@ -114,15 +119,31 @@ impl Registry {
             None => None,
         };
         let header_params = header_params(&spec.input_schema).map_err(input_problem)?;
-        self.by_name.insert(name, self.tools.len());
-        self.tools.push(Arc::new(Registered {
+        let slots = spec.max_concurrency.map(Slots::new);
+        let registered = Arc::new(Registered {
             spec,
             tool,
             input,
             output,
             header_params,
-        }));
+            slots,
+        });
+        if registered.slots.is_some() {
+            self.limited.push(Arc::clone(&registered));
+        }
+        self.by_name.insert(name, self.tools.len());
+        self.tools.push(registered);
         Ok(())
+    }
+
+    /// The tools whose every concurrency slot is taken right now: their jobs stay
+    /// queued. Empty, without allocating, when no tool has a `max_concurrency`.
+    pub fn saturated(&self) -> Vec<String> {
+        self.limited
+            .iter()
+            .filter(|tool| tool.slots.as_ref().is_some_and(|slots| slots.is_full()))
+            .map(|tool| tool.spec.name.clone())
+            .collect()
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Registered>> {

@@ -7,16 +7,17 @@
 //! `subscriptions/listen` stream.
 
 mod headers;
+pub mod limits;
+mod listen;
+mod peer;
 mod sse;
 
-use std::collections::{HashSet, VecDeque};
 use std::io::{Cursor, Read};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::RecvTimeoutError;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Response, StatusCode};
 
@@ -24,11 +25,12 @@ use crate::auth::Authenticator;
 use crate::config::Limits;
 use crate::handlers::{Emitter, Listen, Reply, Request, Service};
 use crate::metrics::{Metrics, Snapshot};
-use crate::notifications::{Frame, Hub};
-use crate::protocol::envelope::{Envelope, RequestMeta, META_SUBSCRIPTION_ID};
+use crate::notifications::Hub;
+use crate::protocol::envelope::{Envelope, RequestMeta};
 use crate::protocol::{RpcError, METHODS, SUPPORTED_VERSIONS};
 use headers::{check_param_headers, header};
 pub use headers::{decode_header_value, OriginPolicy};
+use listen::run_listen;
 use sse::SseWriter;
 
 pub struct Frontend {
@@ -43,6 +45,8 @@ pub struct Frontend {
     /// Listen streams still writing (each runs on its own thread).
     pub open_streams: Arc<AtomicUsize>,
     pub metrics: Arc<Metrics>,
+    /// Whether the listener can accept connections (`/healthz` fails when not).
+    pub listener: Arc<tiny_http::ListenerHealth>,
 }
 
 type Body = Cursor<Vec<u8>>;
@@ -83,7 +87,11 @@ fn result_body(id: Value, result: Value) -> Value {
 }
 
 fn error_response(id: &Value, error: &RpcError) -> Response<Body> {
-    json_response(error.http_status, &error_body(id, error))
+    let response = json_response(error.http_status, &error_body(id, error));
+    match error.retry_after_s {
+        Some(seconds) => with_header(response, "Retry-After", &seconds.to_string()),
+        None => response,
+    }
 }
 
 fn with_header(mut response: Response<Body>, name: &str, value: &str) -> Response<Body> {
@@ -158,7 +166,9 @@ impl Frontend {
                 std::thread::Builder::new()
                     .name(format!("http-{index}"))
                     .spawn(move || {
+                        let heartbeat = crate::liveness::LIVENESS.register("http");
                         while let Ok(request) = server.recv() {
+                            let _working = heartbeat.working();
                             if frontend.draining.load(Ordering::Acquire) {
                                 let _ = request.respond(error_response(
                                     &Value::Null,
@@ -265,6 +275,16 @@ impl Frontend {
         {
             let error = RpcError::invalid_request("Host or Origin not allowed").with_status(403);
             return Respond(error_response(&Value::Null, &error));
+        }
+        // Two credentials are ambiguous: refuse rather than pick one.
+        let authorizations = request
+            .headers()
+            .iter()
+            .filter(|h| h.field.equiv("Authorization"))
+            .count();
+        if authorizations > 1 {
+            let error = RpcError::invalid_request("more than one Authorization header");
+            return Respond(error_response(&Value::Null, &error.with_status(400)));
         }
         let identity = match self.auth.authenticate(header(request, "Authorization")) {
             Ok(identity) => identity,
@@ -445,6 +465,14 @@ impl Frontend {
         }
         if self.draining.load(Ordering::Acquire) {
             json_response(503, &json!({"status": "draining"}))
+        } else if let Some(reason) = self.listener.trouble() {
+            json_response(503, &json!({"status": "unavailable", "reason": reason}))
+        } else if let Some(reason) = self.service.tasks.store_problem() {
+            with_header(
+                json_response(503, &json!({"status": "unavailable", "reason": reason})),
+                "Retry-After",
+                "5",
+            )
         } else {
             json_response(200, &json!({"status": "ok"}))
         }
@@ -485,78 +513,6 @@ impl Frontend {
     }
 }
 
-fn run_listen(
-    request: tiny_http::Request,
-    listen: &Listen,
-    service: &Service,
-) -> std::io::Result<()> {
-    let id = &listen.subscription_id;
-    let tag = |mut params: serde_json::Map<String, Value>| {
-        params.insert("_meta".into(), json!({ META_SUBSCRIPTION_ID: id }));
-        params
-    };
-    let mut stream = SseWriter::start(request)?;
-    stream.send(&json!({
-        "jsonrpc": "2.0",
-        "method": "notifications/subscriptions/acknowledged",
-        "params": { "notifications": listen.filter.to_json(), "_meta": { META_SUBSCRIPTION_ID: id } },
-    }))?;
-    let limits = service.hub.limits();
-    let keep_alive = Duration::from_millis(limits.keep_alive_ms);
-    let lifetime = Duration::from_millis(limits.max_stream_lifetime_ms);
-    let opened = Instant::now();
-    let frames = &listen.subscription.frames;
-    let mut backlog: VecDeque<Frame> = VecDeque::new();
-    let mut finished_tasks: HashSet<String> = HashSet::new();
-    loop {
-        let next = match backlog.pop_front() {
-            Some(frame) => Ok(frame),
-            None => frames.recv_timeout(keep_alive.min(lifetime.saturating_sub(opened.elapsed()))),
-        };
-        match next {
-            Ok(Frame::Notify { method, params }) => {
-                stream
-                    .send(&json!({ "jsonrpc": "2.0", "method": method, "params": tag(params) }))?;
-            }
-            Ok(Frame::TaskChanged { task_id, seq }) => {
-                let wanted = listen.filter.task_ids.contains(&task_id)
-                    && seq > listen.changes_after
-                    && !finished_tasks.contains(&task_id);
-                if !wanted {
-                    continue;
-                }
-                // Coalesce: one fresh read covers every queued hint for this task.
-                backlog.extend(frames.try_iter());
-                backlog.retain(
-                    |frame| !matches!(frame, Frame::TaskChanged { task_id: other, .. } if *other == task_id),
-                );
-                let Some(task) =
-                    service.task_notification(&listen.identity, &listen.capabilities, &task_id)
-                else {
-                    continue;
-                };
-                if task.terminal {
-                    finished_tasks.insert(task_id);
-                }
-                stream.send(&json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": tag(task.params) }))?;
-            }
-            Ok(Frame::Close) => break,
-            Err(RecvTimeoutError::Timeout) => stream.keep_alive()?,
-            // Cut off by the hub (queue overflow): end without the graceful answer.
-            Err(RecvTimeoutError::Disconnected) => return stream.finish(),
-        }
-        if opened.elapsed() >= lifetime {
-            break;
-        }
-    }
-    stream.send(&json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "result": { "resultType": "complete", "_meta": { META_SUBSCRIPTION_ID: id } },
-    }))?;
-    stream.finish()
-}
-
 /// Counts a request's outcome and writes its final message.
 fn answer(
     metrics: &Metrics,
@@ -568,7 +524,7 @@ fn answer(
     metrics.record_request(method, result.is_ok());
     match result {
         Ok(result) => sink.finish(200, result_body(id, result)),
-        Err(error) => sink.finish(error.http_status, error_body(&id, &error)),
+        Err(error) => sink.finish_error(&id, &error),
     }
 }
 
@@ -582,6 +538,17 @@ enum ResponseSink {
 }
 
 impl ResponseSink {
+    /// Sends an error as the final message (with its `Retry-After`, when nothing was
+    /// streamed yet).
+    fn finish_error(self, id: &Value, error: &RpcError) {
+        match self {
+            ResponseSink::Pending(request) => {
+                let _ = request.respond(error_response(id, error));
+            }
+            sink => sink.finish(error.http_status, error_body(id, error)),
+        }
+    }
+
     /// Sends the final message: as the whole response (with `status`) when nothing was
     /// streamed yet, else as the last event of the stream.
     fn finish(self, status: u16, message: Value) {

@@ -10,6 +10,9 @@ use std::io::{self, Write};
 pub struct SseWriter {
     out: Box<dyn Write + Send>,
     chunked: bool,
+    /// Bytes written to the connection so far (a listen stream compares it with what the
+    /// kernel has not sent yet).
+    written: u64,
 }
 
 impl SseWriter {
@@ -29,7 +32,11 @@ impl SseWriter {
              X-Accel-Buffering: no\r\n{framing}\r\n\r\n"
         )?;
         out.flush()?;
-        Ok(SseWriter { out, chunked })
+        Ok(SseWriter {
+            out,
+            chunked,
+            written: 0,
+        })
     }
 
     /// Sends one JSON-RPC message as an SSE `message` event.
@@ -42,6 +49,10 @@ impl SseWriter {
         self.write_chunk(b":\n\n")
     }
 
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
     /// Ends the response body.
     pub fn finish(mut self) -> io::Result<()> {
         if self.chunked {
@@ -52,11 +63,14 @@ impl SseWriter {
 
     fn write_chunk(&mut self, data: &[u8]) -> io::Result<()> {
         if self.chunked {
-            write!(self.out, "{:X}\r\n", data.len())?;
+            let head = format!("{:X}\r\n", data.len());
+            self.out.write_all(head.as_bytes())?;
             self.out.write_all(data)?;
             self.out.write_all(b"\r\n")?;
+            self.written += (head.len() + data.len() + 2) as u64;
         } else {
             self.out.write_all(data)?;
+            self.written += data.len() as u64;
         }
         self.out.flush()
     }

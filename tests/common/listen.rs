@@ -84,6 +84,14 @@ impl Listen {
         Listen { reader, status }
     }
 
+    /// Half-closes the connection: the client sends nothing more but still reads.
+    pub fn shutdown_write(&self) {
+        self.reader
+            .get_ref()
+            .shutdown(std::net::Shutdown::Write)
+            .expect("shutdown");
+    }
+
     /// The next raw line, or `None` on timeout or end of stream.
     pub fn next_line(&mut self, limit: Duration) -> Option<String> {
         self.reader.get_ref().set_read_timeout(Some(limit)).ok()?;

@@ -10,6 +10,7 @@ mod rpc;
 mod server;
 pub mod tasks;
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use http::HttpResponse;
@@ -37,4 +38,15 @@ pub fn poll_until<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> O
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Held by the tests that load the whole box (connection floods, unread 12 MB answers,
+/// hundreds of running tasks, notification bursts), so that no two of them run at once:
+/// each measures how a well-behaved client fares during its fault, and two faults at a
+/// time on two cores measure the box, not the server.
+pub fn heavy() -> MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -1,6 +1,7 @@
 //! The process harness: starts the real binary on an ephemeral loopback port with a
 //! temporary (or given) data dir, and stops it gently, abruptly, or on drop.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,10 +28,35 @@ impl Server {
 
     /// Starts the binary with its data in `dir` (reused across restarts).
     pub fn start_in(dir: &Path, config: &str) -> Server {
+        Server::start_in_with_env(dir, config, &[])
+    }
+
+    /// As [`Server::start_in`], with extra environment variables for the server.
+    pub fn start_in_with_env(dir: &Path, config: &str, env: &[(&str, &OsStr)]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"));
+        command.envs(env.iter().copied());
+        Server::start_command(dir, config, command)
+    }
+
+    /// Starts the binary under a descriptor limit (`ulimit -n`, soft and hard).
+    pub fn start_with_fd_limit(config: &str, limit: u64) -> Server {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let mut wrapper = Command::new("sh");
+        wrapper
+            .arg("-c")
+            .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_mcp-taskd"));
+        let mut server = Server::start_command(temp.path(), config, wrapper);
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Runs `command` (the binary, or a wrapper that execs it) as `serve` on `config`.
+    fn start_command(dir: &Path, config: &str, mut command: Command) -> Server {
         std::fs::create_dir_all(dir).expect("data dir");
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config).expect("write config");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+        let mut child = command
             .arg("serve")
             .arg("--config")
             .arg(&config_path)

@@ -10,7 +10,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use thiserror::Error;
 
-use super::slots::Slots;
 use super::CommandTool;
 use crate::tools::{ExecutionPolicy, TaskPolicy, ToolSpec};
 
@@ -178,7 +177,7 @@ impl CommandTool {
         let ttl = positive("ttl_ms", config.ttl_ms)?.map(Duration::from_millis);
         let poll_interval =
             positive("poll_interval_ms", config.poll_interval_ms)?.map(Duration::from_millis);
-        let slots = positive("max_concurrency", config.max_concurrency)?.map(Slots::new);
+        let max_concurrency = positive("max_concurrency", config.max_concurrency)?;
         let max_output =
             positive("max_output_bytes", config.max_output_bytes)?.unwrap_or(DEFAULT_MAX_OUTPUT);
         if let Some(argument) = &config.idempotency_argument {
@@ -213,6 +212,7 @@ impl CommandTool {
                 poll_interval,
             },
             idempotency_argument: config.idempotency_argument.clone(),
+            max_concurrency,
         };
         Ok(CommandTool {
             spec,
@@ -221,7 +221,6 @@ impl CommandTool {
             working_dir,
             env,
             max_output,
-            slots,
         })
     }
 }

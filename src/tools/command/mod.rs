@@ -1,6 +1,7 @@
 //! Command tools: any executable declared in `[[tools]]` served as an MCP tool, inline
 //! or as a durable task, through the same [`Tool`] trait as the built-in tools. This file
-//! holds [`CommandTool`]; the files below hold its declaration, process, output and slots.
+//! holds [`CommandTool`]; the files below hold its declaration, process and output, and
+//! the reaper of descendants that leave the program's process group.
 //!
 //! The rest of this comment is long on purpose: it is the one statement of the contract
 //! with programs, which every file below implements a part of (README.md repeats it).
@@ -13,7 +14,8 @@
 //!   default). Its environment is exactly `env` plus `PATH` (default
 //!   `/usr/local/bin:/usr/bin:/bin` unless `env` sets it); nothing is inherited from
 //!   the server. A task attempt also gets `MCP_TASK_ID` and `MCP_TASK_ATTEMPT` (1, 2, …);
-//!   inline calls get neither. `MCP_TASK_ID` (one key per task) or
+//!   inline calls get neither. Every run also gets `MCP_TASKD_RUN`, an opaque marker
+//!   that tells the run's descendants apart (leave it in their environment). `MCP_TASK_ID` (one key per task) or
 //!   `$MCP_TASK_ID:$MCP_TASK_ATTEMPT` (one per attempt) make good idempotency keys for
 //!   side effects, since an attempt may run again after a crash.
 //! - **stdin** carries one JSON document, then EOF:
@@ -56,29 +58,40 @@
 //!   attempt's deadline, the tool's timeout, too much output and a graceful server
 //!   shutdown all send SIGTERM to the whole group, then SIGKILL after 2 s. When the
 //!   program exits by itself, whatever it left running in its group is killed.
+//! - Descendants that left the group (`setsid`, `setpgid`, a double fork) are killed
+//!   with SIGKILL when the run ends, however it ends, and reaped, before the run's
+//!   output is read (so one holding stdout no longer stalls it): on Linux the server is
+//!   a child subreaper, so they are re-parented to it, and each run carries
+//!   `MCP_TASKD_RUN` in its environment, which they inherit (see `reaper` for how a
+//!   run's orphans are told apart, and the limits: a descendant that replaced its
+//!   environment, let go of the run's pipes and was orphaned before the run ended is
+//!   only killed at the next graceful shutdown). Orphans of runs still running are
+//!   never touched, and no process that is not a child of the server is signalled.
 //! - On Linux the program is started with `PR_SET_PDEATHSIG = SIGKILL`, so it dies with
 //!   the server even on `kill -9`. The signal follows the *thread* that started it;
 //!   programs are started from worker and request threads, which live as long as the
-//!   process. It covers the direct child only: grandchildren of a server killed with
-//!   `kill -9` may outlive it (cancellation and timeouts do kill them). After such a
-//!   crash, start-up recovery runs the attempt again.
-//! - `max_concurrency` bounds the runs of one tool at once; a run beyond it waits for a
-//!   slot (holding its worker thread, and its attempt's time keeps running) and stops
-//!   waiting as soon as it is cancelled.
+//!   process. It covers the direct child only: other descendants of a server killed
+//!   with `kill -9` go to init and may outlive it (under systemd the unit's control
+//!   group is killed with it). After such a crash, start-up recovery runs the attempt
+//!   again.
+//! - `max_concurrency` bounds the runs of one tool at once, inline and as tasks together
+//!   ([`crate::tools::slots`]). A task beyond it stays queued, holding no worker thread,
+//!   while other tools' tasks run; its attempt starts (and its time starts running) once
+//!   a slot is free. An inline call beyond it waits for a slot up to `timeout_ms`.
 
 mod declaration;
 mod output;
 mod process;
-mod slots;
+mod reaper;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Invocation, Outcome, Tool, ToolSpec};
-use slots::{NoSlot, Slots};
 
 pub use declaration::{CommandToolConfig, DeclarationError, DEFAULT_MAX_OUTPUT, DEFAULT_PATH};
+pub use reaper::{become_subreaper, sweep_all};
 
 /// A declared program, checked and ready to run: built once, when the configuration is
 /// loaded, and registered from there.
@@ -92,7 +105,6 @@ pub struct CommandTool {
     working_dir: PathBuf,
     env: BTreeMap<String, String>,
     max_output: usize,
-    slots: Option<Slots>,
 }
 
 impl CommandTool {
@@ -108,20 +120,7 @@ impl CommandTool {
 
 impl Tool for CommandTool {
     fn run(&self, call: &mut Invocation<'_>) -> Outcome {
-        let _slot = match &self.slots {
-            None => None,
-            Some(slots) => match slots.acquire(call.host, self.timeout()) {
-                Ok(slot) => Some(slot),
-                Err(NoSlot::Cancelled) => return Outcome::Cancelled,
-                Err(NoSlot::TimedOut) => {
-                    return Outcome::Retry(format!(
-                        "no free slot (max_concurrency {}) within {} ms",
-                        slots.limit,
-                        self.timeout().as_millis()
-                    ))
-                }
-            },
-        };
+        // The caller holds a concurrency slot for this run already (see `slots`).
         self.execute(call)
     }
 }

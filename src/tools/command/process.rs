@@ -1,5 +1,6 @@
 //! Process supervision: starting the program (no shell, its own process group,
-//! PDEATHSIG), feeding and draining its pipes, and stopping the whole group.
+//! PDEATHSIG), feeding and draining its pipes, stopping the whole group, and having the
+//! reaper kill what left the group before the program is reaped.
 
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -11,6 +12,7 @@ use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 
 use super::output::{forward, interpret, parse_progress, truncate, Progress};
+use super::reaper::{self, Run};
 use super::CommandTool;
 use crate::tools::{Invocation, Outcome};
 
@@ -26,14 +28,16 @@ const PIPE_GRACE: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(20);
 
 impl CommandTool {
-    /// Starts the program: no shell, its own process group, a clean environment.
-    fn spawn(&self, task: Option<(&str, i64)>) -> std::io::Result<Child> {
+    /// Starts the program: no shell, its own process group, a clean environment (plus
+    /// the run's marker, which its descendants inherit).
+    fn spawn(&self, run: &Run, task: Option<(&str, i64)>) -> std::io::Result<Child> {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
             .current_dir(&self.working_dir)
             .env_clear()
             .envs(&self.env)
+            .env(reaper::MARKER, run.marker())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -69,7 +73,7 @@ impl CommandTool {
                 });
             }
         }
-        command.spawn()
+        reaper::spawn(&mut command)
     }
 
     /// Runs the program once and supervises it until it ends or must be stopped.
@@ -81,7 +85,8 @@ impl CommandTool {
         });
         let payload = input.to_string().into_bytes();
         let task = call.host.task_attempt();
-        let mut child = match self.spawn(task) {
+        let mut run = Run::start();
+        let mut child = match self.spawn(&run, task) {
             Ok(child) => child,
             Err(error) => {
                 return Outcome::Retry(format!(
@@ -91,13 +96,14 @@ impl CommandTool {
             }
         };
         let pid = child.id() as libc::pid_t;
+        run.watch_pipes(&child);
         let (events, received) = crossbeam_channel::unbounded();
         let helpers = start_helpers(&mut child, payload, self.max_output, events);
         let (stdout, stderr) = match helpers {
             Ok(helpers) => helpers,
             Err(error) => {
                 terminate_group(pid);
-                let _ = child.wait();
+                let _ = reap_program(&mut child, run);
                 return Outcome::Retry(format!("could not supervise the program: {error}"));
             }
         };
@@ -129,9 +135,12 @@ impl CommandTool {
             // Whatever the program left running in its group goes with it.
             kill_group(pid, libc::SIGKILL);
         } else {
+            run.record_descendants(pid);
             terminate_group(pid);
         }
-        let status = child.wait();
+        // Descendants that left the group are killed before the output is collected:
+        // they may hold stdout open.
+        let status = reap_program(&mut child, run);
 
         let captured = collect(stdout, PIPE_GRACE);
         let stderr_tail = collect(stderr, PIPE_GRACE);
@@ -328,6 +337,17 @@ fn has_exited(pid: libc::pid_t) -> bool {
         }
         info.si_pid() != 0
     }
+}
+
+/// Kills what the run left behind outside its process group, then reaps the program.
+/// In this order: while the program is unreaped its pid, which names its group, stays
+/// taken.
+fn reap_program(child: &mut Child, run: Run) -> std::io::Result<std::process::ExitStatus> {
+    let pid = child.id() as libc::pid_t;
+    reaper::sweep(run, pid, || has_exited(pid));
+    let status = child.wait();
+    reaper::forget(pid);
+    status
 }
 
 fn kill_group(pgid: libc::pid_t, signal: libc::c_int) {

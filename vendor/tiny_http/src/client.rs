@@ -4,10 +4,16 @@ use std::io::Error as IoError;
 use std::io::Result as IoResult;
 use std::io::{BufReader, BufWriter, ErrorKind, Read};
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::common::{HTTPVersion, Method};
+use crate::request::{Answer, AnswerRoute, RequestBounds};
+use crate::util::bounds::{Bounds, Budget, RateLimitedLog, StreamDeadlines, MAX_HEAD_BYTES};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::Request;
@@ -34,7 +40,50 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // mcp-taskd patch: the connection's deadlines, the server-wide bounds and budgets,
+    // the answer to the request handed out last (written by this thread), and whether
+    // the connection must drain unread input before it closes.
+    deadlines: Arc<StreamDeadlines>,
+    shared: Arc<Shared>,
+    pending_answer: Option<Receiver<Answer>>,
+    linger: bool,
+
+    // mcp-taskd patch: the response half's descriptor, handed to each request (see
+    // `Request::socket_fd`).
+    #[cfg(unix)]
+    socket_fd: Option<std::os::unix::io::RawFd>,
 }
+
+/// mcp-taskd patch: what every connection of one server shares.
+pub(crate) struct Shared {
+    pub(crate) bounds: Bounds,
+    body_budget: Arc<Budget>,
+    answer_budget: Arc<Budget>,
+    errors: Mutex<RateLimitedLog>,
+}
+
+impl Shared {
+    pub(crate) fn new(bounds: Bounds) -> Shared {
+        Shared {
+            body_budget: Budget::new(bounds.max_buffered_request_bytes),
+            answer_budget: Budget::new(bounds.max_unsent_answer_bytes),
+            bounds,
+            errors: Mutex::new(RateLimitedLog::new(Duration::from_secs(10))),
+        }
+    }
+
+    fn warn(&self, message: &str) {
+        if let Ok(mut errors) = self.errors.lock() {
+            errors.error(message);
+        }
+    }
+}
+
+/// mcp-taskd patch: how long, and how much, a connection closing with unread input
+/// keeps reading it, so that the client gets the answer rather than a reset.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1024 * 1024;
 
 /// Error that can happen when reading a request.
 #[derive(Debug)]
@@ -44,16 +93,26 @@ enum ReadError {
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     ReadIoError(IoError),
+    /// mcp-taskd patch: the request did not arrive whole within its deadline.
+    RequestTimeout,
+    /// mcp-taskd patch: the request head is longer than `MAX_HEAD_BYTES`.
+    HeadTooLong,
+    /// mcp-taskd patch: the server-wide budget for buffered bodies is spent.
+    BudgetSpent,
 }
 
 impl ClientConnection {
     /// Creates a new `ClientConnection` that takes ownership of the `TcpStream`.
-    pub fn new(
+    pub(crate) fn new(
         write_socket: RefinedTcpStream,
         mut read_socket: RefinedTcpStream,
+        deadlines: Arc<StreamDeadlines>,
+        shared: Arc<Shared>,
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
+        #[cfg(unix)]
+        let socket_fd = write_socket.raw_fd();
 
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
@@ -65,6 +124,79 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            #[cfg(unix)]
+            socket_fd,
+            deadlines,
+            shared,
+            pending_answer: None,
+            linger: false,
+        }
+    }
+
+    /// mcp-taskd patch: waits for the answer to the request handed out last and writes
+    /// it under a deadline that scales with its size. False when the connection must
+    /// close (the answer was aborted, or could not be written in time).
+    fn deliver_pending_answer(&mut self) -> bool {
+        let Some(answers) = self.pending_answer.take() else {
+            return true;
+        };
+        match answers.recv() {
+            Ok(Answer::Written) => true,
+            Ok(Answer::Bytes { buffer, from }) => {
+                let rest = &buffer.bytes[from.min(buffer.bytes.len())..];
+                let within = self.shared.bounds.write_deadline(rest.len());
+                self.deadlines.set_write(Some(within));
+                let written = match self.sink.next() {
+                    Some(mut writer) => {
+                        writer.write_all(rest).and_then(|()| writer.flush()).is_ok()
+                    }
+                    None => false,
+                };
+                self.deadlines.set_write(None);
+                written
+            }
+            Ok(Answer::Abort) => {
+                self.shared
+                    .warn("an answer was dropped: unsent answers fill their server-wide budget");
+                false
+            }
+            // The request took its writer (a stream): nothing to do.
+            Err(_) => true,
+        }
+    }
+
+    /// mcp-taskd patch: reads and discards what the client still sends (bounded in time
+    /// and bytes) before the connection closes, so that closing with unread input does
+    /// not reset the connection before the client has read its answer.
+    fn linger(&mut self) {
+        self.deadlines.set_read(Some(LINGER_TIME));
+        let mut scratch = [0u8; 8 * 1024];
+        let mut discarded = 0;
+        while discarded < LINGER_BYTES {
+            match self.next_header_source.read(&mut scratch) {
+                Ok(n) if n > 0 => discarded += n,
+                _ => break,
+            }
+        }
+    }
+
+    /// mcp-taskd patch: answers a request the server could not read, then closes.
+    fn refuse(&mut self, status: u16, reason: &str, version: HTTPVersion) {
+        use crate::{Header, Response, StatusCode};
+        let body = format!("{{\"error\":\"{reason}\"}}");
+        let mut response = Response::from_string(body).with_status_code(StatusCode(status));
+        if let Ok(header) = Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]) {
+            response.add_header(header);
+        }
+        if status == 503 {
+            if let Ok(header) = Header::from_bytes(&b"Retry-After"[..], &b"1"[..]) {
+                response.add_header(header);
+            }
+        }
+        self.deadlines
+            .set_write(Some(self.shared.bounds.write_timeout));
+        if let Some(writer) = self.sink.next() {
+            response.raw_print(writer, version, &[], false, None).ok();
         }
     }
 
@@ -77,7 +209,10 @@ impl ClientConnection {
     ///
     /// Reads until `CRLF` is reached. The next read will start
     ///  at the first byte of the new line.
-    fn read_next_line(&mut self) -> IoResult<AsciiString> {
+    ///
+    /// mcp-taskd patch: `head_left` is what remains of `MAX_HEAD_BYTES`; a longer head is
+    /// an `InvalidData` error instead of unbounded memory.
+    fn read_next_line(&mut self, head_left: &mut usize) -> IoResult<AsciiString> {
         let mut buf = Vec::new();
         let mut prev_byte_was_cr = false;
 
@@ -88,6 +223,13 @@ impl ClientConnection {
                 Some(b) => b?,
                 None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
             };
+            if *head_left == 0 {
+                return Err(IoError::new(
+                    ErrorKind::InvalidData,
+                    "request head too long",
+                ));
+            }
+            *head_left -= 1;
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
@@ -104,10 +246,40 @@ impl ClientConnection {
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
+        // mcp-taskd patch: an idle connection waits for its next request up to the idle
+        // timeout; from the request's first byte, all of it (head and body) must arrive
+        // within the request timeout.
+        self.deadlines.set_read(None);
+        let mut first = [0u8; 1];
+        match self.next_header_source.read(&mut first) {
+            Ok(1) => {}
+            Ok(_) => {
+                return Err(ReadError::ReadIoError(IoError::new(
+                    ErrorKind::ConnectionAborted,
+                    "Unexpected EOF",
+                )))
+            }
+            Err(e) => return Err(ReadError::ReadIoError(e)),
+        }
+        self.deadlines
+            .set_read(Some(self.shared.bounds.request_timeout));
+        let mut head_left = MAX_HEAD_BYTES - 1;
+        // A passed deadline may reach us wrapped (the chunked decoder rewraps errors).
+        let deadlines = Arc::clone(&self.deadlines);
+        let timed = |e: IoError| match e.kind() {
+            ErrorKind::TimedOut | ErrorKind::WouldBlock => ReadError::RequestTimeout,
+            ErrorKind::InvalidData => ReadError::HeadTooLong,
+            _ if matches!(deadlines.read_remaining(), Some(Err(_))) => ReadError::RequestTimeout,
+            _ => ReadError::ReadIoError(e),
+        };
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
-                let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                let rest = self.read_next_line(&mut head_left).map_err(timed)?;
+                let mut line = vec![first[0]];
+                line.extend_from_slice(rest.as_bytes());
+                let line =
+                    AsciiString::from_ascii(line).map_err(|_| ReadError::WrongRequestLine)?;
 
                 parse_request_line(
                     line.as_str().trim(), // TODO: remove this conversion
@@ -118,7 +290,7 @@ impl ClientConnection {
             let headers = {
                 let mut headers = Vec::new();
                 loop {
-                    let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                    let line = self.read_next_line(&mut head_left).map_err(timed)?;
 
                     if line.is_empty() {
                         break;
@@ -154,25 +326,43 @@ impl ClientConnection {
         std::mem::swap(&mut self.next_header_source, &mut data_source);
 
         // building the next reader
+        // mcp-taskd patch: the body is read here (see `new_request`), and the answer
+        // comes back to this thread; a vanished peer address is not a panic.
+        let (answers, answer_source) = mpsc::channel();
+        let bounds = RequestBounds {
+            max_body_bytes: self.shared.bounds.max_body_bytes,
+            body_budget: Arc::clone(&self.shared.body_budget),
+            answers: AnswerRoute {
+                answers,
+                budget: Arc::clone(&self.shared.answer_budget),
+                deadlines: Arc::clone(&self.deadlines),
+            },
+        };
         let request = crate::request::new_request(
             self.secure,
             method,
             path,
             version.clone(),
             headers,
-            *self.remote_addr.as_ref().unwrap(),
+            self.remote_addr.as_ref().ok().copied().flatten(),
             data_source,
             writer,
+            Some(bounds),
         )
         .map_err(|e| {
             use crate::request;
             match e {
-                request::RequestCreationError::CreationIoError(e) => ReadError::ReadIoError(e),
+                request::RequestCreationError::CreationIoError(e) => timed(e),
                 request::RequestCreationError::ExpectationFailed => {
                     ReadError::ExpectationFailed(version)
                 }
+                request::RequestCreationError::BudgetSpent => ReadError::BudgetSpent,
             }
         })?;
+        self.pending_answer = Some(answer_source);
+
+        #[cfg(unix)]
+        let request = request.with_socket_fd(self.socket_fd);
 
         // return the request
         Ok(request)
@@ -187,9 +377,17 @@ impl Iterator for ClientConnection {
     fn next(&mut self) -> Option<Request> {
         use crate::{Response, StatusCode};
 
+        // mcp-taskd patch: the previous request's answer is written first, by this thread.
+        if !self.deliver_pending_answer() {
+            return None;
+        }
+
         // the client sent a "connection: close" header in this previous request
         //  or is using HTTP 1.0, meaning that no new request will come
         if self.no_more_requests {
+            if self.linger {
+                self.linger();
+            }
             return None;
         }
 
@@ -230,6 +428,25 @@ impl Iterator for ClientConnection {
                 }
 
                 Err(ReadError::ReadIoError(_)) => return None,
+
+                // mcp-taskd patch: a request that did not arrive in time, or could not be
+                // held, is answered and its connection closed (where the next request
+                // would start is unknown).
+                Err(ReadError::RequestTimeout) => {
+                    self.refuse(408, "request not received in time", HTTPVersion(1, 1));
+                    return None;
+                }
+                Err(ReadError::HeadTooLong) => {
+                    self.refuse(431, "request head too long", HTTPVersion(1, 1));
+                    return None;
+                }
+                Err(ReadError::BudgetSpent) => {
+                    self.shared.warn(
+                        "a request was refused: buffered bodies fill their server-wide budget",
+                    );
+                    self.refuse(503, "server busy", HTTPVersion(1, 1));
+                    return None;
+                }
 
                 Ok(rq) => rq,
             };
@@ -272,6 +489,12 @@ impl Iterator for ClientConnection {
                 None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
                 _ => (),
             };
+
+            // mcp-taskd patch: a body left unread ends the connection after the answer.
+            if rq.close_connection {
+                self.no_more_requests = true;
+                self.linger = true;
+            }
 
             // returning the request
             return Some(rq);

@@ -78,19 +78,39 @@ impl std::io::Write for Connection {
     }
 }
 impl Connection {
-    /// mcp-taskd patch: bounds how long one read or one write may block, so a stalled
-    /// client cannot hold a connection thread, a request thread or a stream forever.
-    pub(crate) fn set_timeouts(&self, timeout: std::time::Duration) -> std::io::Result<()> {
-        match self {
-            Self::Tcp(s) => {
-                s.set_read_timeout(Some(timeout))?;
-                s.set_write_timeout(Some(timeout))
-            }
+    /// mcp-taskd patch: the timeout of reads (`read`) or writes, per operation.
+    pub(crate) fn set_timeout(
+        &self,
+        read: bool,
+        timeout: std::time::Duration,
+    ) -> std::io::Result<()> {
+        match (self, read) {
+            (Self::Tcp(s), true) => s.set_read_timeout(Some(timeout)),
+            (Self::Tcp(s), false) => s.set_write_timeout(Some(timeout)),
             #[cfg(unix)]
-            Self::Unix(s) => {
-                s.set_read_timeout(Some(timeout))?;
-                s.set_write_timeout(Some(timeout))
-            }
+            (Self::Unix(s), true) => s.set_read_timeout(Some(timeout)),
+            #[cfg(unix)]
+            (Self::Unix(s), false) => s.set_write_timeout(Some(timeout)),
+        }
+    }
+
+    /// mcp-taskd patch: used to refuse a connection without ever blocking on it.
+    pub(crate) fn set_nonblocking(&self) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_nonblocking(true),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_nonblocking(true),
+        }
+    }
+
+    /// mcp-taskd patch: the descriptor, so a long-lived response (a server-sent event
+    /// stream) can ask the kernel whether the peer hung up or stopped reading.
+    #[cfg(unix)]
+    pub(crate) fn raw_fd(&self) -> std::os::unix::io::RawFd {
+        use std::os::unix::io::AsRawFd;
+        match self {
+            Self::Tcp(s) => s.as_raw_fd(),
+            Self::Unix(s) => s.as_raw_fd(),
         }
     }
 

@@ -117,6 +117,9 @@ pub use connection::{ConfigListenAddr, ListenAddr, Listener};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
+pub use util::bounds::{Bounds, ListenerHealth};
+use util::bounds::{RateLimitedLog, StreamDeadlines};
+use util::RefinedTcpStream;
 
 mod client;
 mod common;
@@ -127,9 +130,46 @@ mod ssl;
 mod test;
 mod util;
 
-/// mcp-taskd patch: longest a single socket read or write may block (an idle
-/// keep-alive connection, a stalled request, a subscriber that stopped reading).
+/// mcp-taskd patch: longest a single socket write may block when no overall deadline
+/// is set (a subscriber that stopped reading its stream).
 const SOCKET_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// mcp-taskd patch: pauses between failed `accept()` calls, doubling from the first.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// mcp-taskd patch: EMFILE, ENFILE (Linux numbering): the process or the system is
+/// out of descriptors.
+fn is_descriptor_exhaustion(error: &IoError) -> bool {
+    matches!(error.raw_os_error(), Some(23 | 24))
+}
+
+/// mcp-taskd patch: answers a connection the server will not serve with a `503` and
+/// closes it, on the accept thread and without ever blocking: the socket is fresh, so
+/// its send buffer takes the few bytes. What the client already sent is read first, so
+/// that closing does not reset the connection before the answer is read.
+fn refuse(sock: Connection, reason: &str) {
+    use std::io::{Read, Write};
+    let mut sock = sock;
+    if sock.set_nonblocking().is_err() {
+        return;
+    }
+    let mut scratch = [0u8; 4096];
+    for _ in 0..4 {
+        match sock.read(&mut scratch) {
+            Ok(n) if n > 0 => continue,
+            _ => break,
+        }
+    }
+    let body = format!("{{\"status\":\"unavailable\",\"reason\":\"{reason}\"}}");
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\
+         Retry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = sock.write_all(answer.as_bytes());
+    let _ = sock.shutdown(Shutdown::Write);
+}
 
 /// The main class of this library.
 ///
@@ -146,6 +186,9 @@ pub struct Server {
 
     // result of TcpListener::local_addr()
     listening_addr: ListenAddr,
+
+    // mcp-taskd patch: whether the accept loop can take connections.
+    health: Arc<ListenerHealth>,
 }
 
 enum Message {
@@ -249,6 +292,32 @@ impl Server {
         listener: L,
         ssl_config: Option<SslConfig>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::from_listener_with_bounds(listener, ssl_config, Bounds::default())
+    }
+
+    /// mcp-taskd patch: an HTTP server on `addr` that enforces `bounds`.
+    pub fn http_with_bounds<A>(
+        addr: A,
+        bounds: Bounds,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>>
+    where
+        A: ToSocketAddrs,
+    {
+        let listener = ConfigListenAddr::from_socket_addrs(addr)?.bind()?;
+        Self::from_listener_with_bounds(listener, None, bounds)
+    }
+
+    /// mcp-taskd patch: whether the server can accept connections now.
+    pub fn health(&self) -> Arc<ListenerHealth> {
+        Arc::clone(&self.health)
+    }
+
+    /// mcp-taskd patch: [`Server::from_listener`] with explicit [`Bounds`].
+    pub fn from_listener_with_bounds<L: Into<Listener>>(
+        listener: L,
+        ssl_config: Option<SslConfig>,
+        bounds: Bounds,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let listener = listener.into();
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
@@ -289,70 +358,128 @@ impl Server {
         // and ClientConnection objects are pushed in the messages queue
         let messages = MessagesQueue::with_capacity(8);
 
+        // mcp-taskd patch: the accept loop never ends before the server does (upstream
+        // stopped on the first `accept()` error, and panicked on EMFILE, leaving a
+        // listening socket that nobody accepted from), and caps open connections.
+        let health = ListenerHealth::new(bounds.max_connections);
+        let shared = Arc::new(client::Shared::new(bounds));
+        let inside_health = Arc::clone(&health);
         let inside_close_trigger = close_trigger.clone();
         let inside_messages = messages.clone();
         thread::spawn(move || {
+            let health = inside_health;
             // a tasks pool is used to dispatch the connections into threads
             let tasks_pool = util::TaskPool::new();
+            // A descriptor kept in reserve: when the process runs out, it is given up
+            // to accept one pending connection and tell it why it is refused.
+            let mut spare = std::fs::File::open("/dev/null").ok();
+            let mut backoff = Duration::ZERO;
+            let mut errors = RateLimitedLog::new(Duration::from_secs(10));
 
             log::debug!("Running accept thread");
             while !inside_close_trigger.load(Relaxed) {
-                let new_client = match server.accept() {
+                let sock = match server.accept() {
                     Ok((sock, _)) => {
-                        // mcp-taskd patch: see `Connection::set_timeouts`.
-                        if sock.set_timeouts(SOCKET_TIMEOUT).is_err() {
-                            continue;
-                        }
-                        use util::RefinedTcpStream;
-                        let (read_closable, write_closable) = match ssl {
-                            None => RefinedTcpStream::new(sock),
-                            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                            Some(ref ssl) => {
-                                // trying to apply SSL over the connection
-                                // if an error occurs, we just close the socket and resume listening
-                                let sock = match ssl.accept(sock) {
-                                    Ok(s) => s,
-                                    Err(_) => continue,
-                                };
-
-                                RefinedTcpStream::new(sock)
+                        backoff = Duration::ZERO;
+                        sock
+                    }
+                    Err(e) => {
+                        health.record_failure(e.to_string());
+                        errors.error(&format!("cannot accept a connection: {e}"));
+                        if is_descriptor_exhaustion(&e) {
+                            if let Some(file) = spare.take() {
+                                drop(file);
+                                if let Ok((sock, _)) = server.accept() {
+                                    refuse(sock, "out of file descriptors");
+                                }
+                                spare = std::fs::File::open("/dev/null").ok();
                             }
-                            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                            Some(ref _ssl) => unreachable!(),
+                        }
+                        backoff = (backoff * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+                        thread::sleep(backoff);
+                        continue;
+                    }
+                };
+                if health.at_capacity() {
+                    refuse(sock, "connection limit reached");
+                    continue;
+                }
+                let slot = health.open_slot();
+                let deadlines = StreamDeadlines::new();
+                let idle_timeout = shared.bounds.idle_timeout;
+                let halves = match ssl {
+                    None => match sock.try_clone() {
+                        Ok(read_half) => Ok(RefinedTcpStream::from_halves(
+                            read_half,
+                            sock,
+                            Arc::clone(&deadlines),
+                            idle_timeout,
+                            slot,
+                        )),
+                        Err(e) => {
+                            if is_descriptor_exhaustion(&e) {
+                                refuse(sock, "out of file descriptors");
+                            }
+                            Err(e)
+                        }
+                    },
+                    #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+                    Some(ref ssl) => {
+                        // trying to apply SSL over the connection
+                        // if an error occurs, we just close the socket and resume listening
+                        let sock = match ssl.accept(sock) {
+                            Ok(s) => s,
+                            Err(_) => continue,
                         };
 
-                        Ok(ClientConnection::new(write_closable, read_closable))
+                        RefinedTcpStream::new(sock, Arc::clone(&deadlines), idle_timeout, slot)
                     }
-                    Err(e) => Err(e),
+                    #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+                    Some(ref _ssl) => unreachable!(),
                 };
+                let (read_closable, write_closable) = match halves {
+                    Ok(halves) => halves,
+                    Err(e) => {
+                        // The socket is closed on drop; the client sees the connection end.
+                        health.record_failure(e.to_string());
+                        errors.error(&format!("cannot set up a connection: {e}"));
+                        backoff = (backoff * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+                        thread::sleep(backoff);
+                        continue;
+                    }
+                };
+                let client = ClientConnection::new(
+                    write_closable,
+                    read_closable,
+                    deadlines,
+                    Arc::clone(&shared),
+                );
 
-                match new_client {
-                    Ok(client) => {
-                        let messages = inside_messages.clone();
-                        let mut client = Some(client);
-                        tasks_pool.spawn(Box::new(move || {
-                            if let Some(client) = client.take() {
-                                // Synchronization is needed for HTTPS requests to avoid a deadlock
-                                if client.secure() {
-                                    let (sender, receiver) = mpsc::channel();
-                                    for rq in client {
-                                        messages.push(rq.with_notify_sender(sender.clone()).into());
-                                        receiver.recv().unwrap();
-                                    }
-                                } else {
-                                    for rq in client {
-                                        messages.push(rq.into());
-                                    }
+                let messages = inside_messages.clone();
+                let mut client = Some(client);
+                let spawned = tasks_pool.spawn(Box::new(move || {
+                    if let Some(client) = client.take() {
+                        // Synchronization is needed for HTTPS requests to avoid a deadlock
+                        if client.secure() {
+                            let (sender, receiver) = mpsc::channel();
+                            for rq in client {
+                                messages.push(rq.with_notify_sender(sender.clone()).into());
+                                if receiver.recv().is_err() {
+                                    break;
                                 }
                             }
-                        }));
+                        } else {
+                            for rq in client {
+                                messages.push(rq.into());
+                            }
+                        }
                     }
-
-                    Err(e) => {
-                        log::error!("Error accepting new client: {}", e);
-                        inside_messages.push(e.into());
-                        break;
-                    }
+                }));
+                if let Err(e) = spawned {
+                    // The connection was dropped with the task, which closed it.
+                    health.record_failure(e.to_string());
+                    errors.error(&format!("cannot start a connection thread: {e}"));
+                    thread::sleep(ACCEPT_BACKOFF_MIN);
                 }
             }
             log::debug!("Terminating accept thread");
@@ -363,6 +490,7 @@ impl Server {
             messages,
             close: close_trigger,
             listening_addr: local_addr,
+            health,
         })
     }
 

@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
+use crate::util::bounds::{Budget, BudgetedBuffer, Reservation, StreamDeadlines};
 use crate::util::{EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 // mcp-taskd patch: our decoder, which accepts a trailer section (util/chunked_decoder.rs).
@@ -75,6 +77,61 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // mcp-taskd patch: where `respond` hands its answer, whole, for the connection's
+    // own thread to write (see `Answer`), so that no request thread waits on a client
+    // that reads slowly or not at all.
+    answers: Option<AnswerRoute>,
+
+    // mcp-taskd patch: the body was left unread, so the connection must close after
+    // the answer (the next request would start somewhere in the body).
+    pub(crate) close_connection: bool,
+
+    // mcp-taskd patch: the connection's response descriptor (see `socket_fd`).
+    #[cfg(unix)]
+    socket_fd: Option<std::os::unix::io::RawFd>,
+}
+
+/// mcp-taskd patch: an answer handed from `Request::respond` to the connection thread.
+pub(crate) enum Answer {
+    /// The request thread wrote the whole answer itself.
+    Written,
+    /// The response, head and body, counted against the unsent-answer budget; the
+    /// request thread already wrote the bytes before `from`.
+    Bytes { buffer: BudgetedBuffer, from: usize },
+    /// The answer did not fit the budget: the connection is closed instead.
+    Abort,
+}
+
+/// mcp-taskd patch: how long a request thread may spend writing an answer itself
+/// before handing the rest to the connection's thread. A client that reads gets its
+/// answer without a thread hop; one that does not costs the request thread this much.
+const DIRECT_WRITE_TIME: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// mcp-taskd patch: where an answer goes on a bounded connection.
+pub(crate) struct AnswerRoute {
+    pub(crate) answers: Sender<Answer>,
+    pub(crate) budget: Arc<Budget>,
+    pub(crate) deadlines: Arc<StreamDeadlines>,
+}
+
+/// mcp-taskd patch: what a bounded connection reads and where its answer goes.
+pub(crate) struct RequestBounds {
+    pub(crate) max_body_bytes: usize,
+    pub(crate) body_budget: Arc<Budget>,
+    pub(crate) answers: AnswerRoute,
+}
+
+/// mcp-taskd patch: a body read whole before the request is handed out.
+struct HeldBody {
+    body: Cursor<Vec<u8>>,
+    _reservation: Reservation,
+}
+
+impl Read for HeldBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.body.read(buf)
+    }
 }
 
 struct NotifyOnDrop<R> {
@@ -109,6 +166,9 @@ pub enum RequestCreationError {
 
     /// Error while reading data from the socket during the creation of the `Request`.
     CreationIoError(IoError),
+
+    /// mcp-taskd patch: the server-wide budget for buffered bodies is spent.
+    BudgetSpent,
 }
 
 impl From<IoError> for RequestCreationError {
@@ -135,7 +195,8 @@ pub fn new_request<R, W>(
     headers: Vec<Header>,
     remote_addr: Option<SocketAddr>,
     mut source_data: R,
-    writer: W,
+    mut writer: W,
+    bounds: Option<RequestBounds>,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
@@ -183,6 +244,69 @@ where
             _ => false,
         }
     };
+
+    // mcp-taskd patch: on a bounded connection the whole body is read here, on the
+    // connection's thread and under its deadline, so that a request thread never waits
+    // on a slow sender; a body declared longer than the limit is not read at all.
+    if let Some(bounds) = bounds {
+        let declared_too_long = content_length.is_some_and(|l| l > bounds.max_body_bytes);
+        let has_body = content_length.is_some_and(|l| l > 0) || transfer_encoding.is_some();
+        let mut must_send_continue = expects_continue;
+        let mut close_connection = declared_too_long;
+        let mut held = BudgetedBuffer {
+            bytes: Vec::new(),
+            reservation: bounds.body_budget.reservation(),
+        };
+        if has_body && !declared_too_long {
+            if expects_continue {
+                writer.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+                writer.flush()?;
+                must_send_continue = false;
+            }
+            let limit = bounds.max_body_bytes as u64 + 1;
+            let copied = match content_length {
+                Some(length) => io::copy(&mut (&mut source_data).take(length as u64), &mut held)
+                    .and_then(|copied| {
+                        if copied < length as u64 {
+                            let info = "Connection has been closed before we received enough data";
+                            Err(IoError::new(ErrorKind::ConnectionAborted, info))
+                        } else {
+                            Ok(copied)
+                        }
+                    }),
+                None => io::copy(&mut Decoder::new(&mut source_data).take(limit), &mut held),
+            };
+            match copied {
+                Err(e) if e.kind() == ErrorKind::OutOfMemory => {
+                    return Err(RequestCreationError::BudgetSpent)
+                }
+                Err(e) => return Err(RequestCreationError::CreationIoError(e)),
+                // A chunked body past the limit: the handler sees `limit + 1` bytes and
+                // refuses it; the rest was never read.
+                Ok(copied) => close_connection |= copied >= limit,
+            }
+        }
+        return Ok(Request {
+            data_reader: Some(Box::new(HeldBody {
+                body: Cursor::new(held.bytes),
+                _reservation: held.reservation,
+            })),
+            response_writer: Some(Box::new(writer) as Box<dyn Write + Send + 'static>),
+            remote_addr,
+            secure,
+            method,
+            path,
+            http_version: version,
+            headers,
+            body_length: content_length,
+            must_send_continue,
+            notify_when_responded: None,
+            answers: Some(bounds.answers),
+            close_connection,
+            #[cfg(unix)]
+            socket_fd: None,
+        });
+    }
 
     // we wrap `source_data` around a reading whose nature depends on the transfer-encoding and
     // content-length headers
@@ -239,6 +363,10 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        answers: None,
+        close_connection: false,
+        #[cfg(unix)]
+        socket_fd: None,
     })
 }
 
@@ -279,6 +407,21 @@ impl Request {
     #[inline]
     pub fn body_length(&self) -> Option<usize> {
         self.body_length
+    }
+
+    /// mcp-taskd patch: the descriptor the response is written to, when the request
+    /// came over a plain socket. It stays open as long as the writer returned by
+    /// [`Request::into_writer`] lives, so a long-lived response can ask the kernel about
+    /// the connection (has the peer hung up? is it reading?) without reading from it.
+    #[cfg(unix)]
+    pub fn socket_fd(&self) -> Option<std::os::unix::io::RawFd> {
+        self.socket_fd
+    }
+
+    #[cfg(unix)]
+    pub(crate) fn with_socket_fd(mut self, fd: Option<std::os::unix::io::RawFd>) -> Self {
+        self.socket_fd = fd;
+        self
     }
 
     /// Returns the address of the client that sent this request.
@@ -448,6 +591,49 @@ impl Request {
         let mut writer = self.extract_writer_impl();
 
         let do_not_send_body = self.method == Method::Head;
+
+        // mcp-taskd patch: print the answer into memory (within the server-wide budget),
+        // write what the socket takes within a few milliseconds, and hand the rest to
+        // the connection thread, which writes it under a deadline that scales with its
+        // size.
+        if let Some(route) = self.answers.take() {
+            let mut buffer = BudgetedBuffer {
+                bytes: Vec::new(),
+                reservation: route.budget.reservation(),
+            };
+            let printed = response.raw_print(
+                &mut buffer,
+                self.http_version.clone(),
+                &self.headers,
+                do_not_send_body,
+                None,
+            );
+            let answer = match printed {
+                Ok(()) => {
+                    route.deadlines.set_write(Some(DIRECT_WRITE_TIME));
+                    let mut from = 0;
+                    while from < buffer.bytes.len() {
+                        match writer.write(&buffer.bytes[from..]) {
+                            Ok(n) if n > 0 => from += n,
+                            _ => break,
+                        }
+                    }
+                    // Bytes the writer still buffers go out before the rest (same writer).
+                    let flushed = from == buffer.bytes.len() && writer.flush().is_ok();
+                    route.deadlines.set_write(None);
+                    if flushed {
+                        Answer::Written
+                    } else {
+                        Answer::Bytes { buffer, from }
+                    }
+                }
+                Err(_) => Answer::Abort,
+            };
+            drop(writer);
+            // The connection may be gone already; then there is no one to answer.
+            let _ = route.answers.send(answer);
+            return Ok(());
+        }
 
         Self::ignore_client_closing_errors(response.raw_print(
             writer.by_ref(),

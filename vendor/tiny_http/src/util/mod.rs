@@ -10,6 +10,7 @@ pub use self::task_pool::TaskPool;
 
 use std::str::FromStr;
 
+pub(crate) mod bounds;
 mod chunked_decoder;
 mod custom_stream;
 mod equal_reader;

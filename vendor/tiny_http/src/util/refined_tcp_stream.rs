@@ -1,6 +1,10 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::util::bounds::{ConnectionSlot, StreamDeadlines};
 
 use crate::connection::Connection;
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
@@ -12,12 +16,23 @@ pub(crate) enum Stream {
     Https(SslStream),
 }
 
-impl Clone for Stream {
-    fn clone(&self) -> Self {
+impl Stream {
+    /// mcp-taskd patch: upstream's `Clone` unwrapped `try_clone`, so running out of
+    /// descriptors (EMFILE) panicked the accept thread and the listener died.
+    fn try_clone(&self) -> IoResult<Self> {
         match self {
-            Stream::Http(tcp_stream) => Stream::Http(tcp_stream.try_clone().unwrap()),
+            Stream::Http(tcp_stream) => tcp_stream.try_clone().map(Stream::Http),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => Stream::Https(ssl_stream.clone()),
+            Stream::Https(ssl_stream) => Ok(Stream::Https(ssl_stream.clone())),
+        }
+    }
+
+    /// mcp-taskd patch: the socket timeout for the next read or write.
+    fn set_timeout(&self, read: bool, timeout: Duration) -> IoResult<()> {
+        match self {
+            Stream::Http(tcp_stream) => tcp_stream.set_timeout(read, timeout),
+            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Https(_) => Ok(()),
         }
     }
 }
@@ -86,30 +101,98 @@ pub struct RefinedTcpStream {
     stream: Stream,
     close_read: bool,
     close_write: bool,
+    // mcp-taskd patch: overall deadlines shared by both halves, the socket timeout used
+    // when none is set, and the connection's place in the server's count.
+    deadlines: Arc<StreamDeadlines>,
+    default_timeout: Duration,
+    armed: Option<Duration>,
+    _slot: Arc<ConnectionSlot>,
 }
 
 impl RefinedTcpStream {
-    pub(crate) fn new<S>(stream: S) -> (RefinedTcpStream, RefinedTcpStream)
+    pub(crate) fn new<S>(
+        stream: S,
+        deadlines: Arc<StreamDeadlines>,
+        idle_timeout: Duration,
+        slot: Arc<ConnectionSlot>,
+    ) -> IoResult<(RefinedTcpStream, RefinedTcpStream)>
     where
         S: Into<Stream>,
     {
         let stream: Stream = stream.into();
 
-        let (read, write) = (stream.clone(), stream);
+        let (read, write) = (stream.try_clone()?, stream);
 
         let read = RefinedTcpStream {
             stream: read,
             close_read: true,
             close_write: false,
+            deadlines: Arc::clone(&deadlines),
+            default_timeout: idle_timeout,
+            armed: None,
+            _slot: Arc::clone(&slot),
         };
 
         let write = RefinedTcpStream {
             stream: write,
             close_read: false,
             close_write: true,
+            deadlines,
+            default_timeout: crate::SOCKET_TIMEOUT,
+            armed: None,
+            _slot: slot,
         };
 
+        Ok((read, write))
+    }
+
+    /// mcp-taskd patch: the two halves of a plain connection whose descriptor was
+    /// already duplicated (so that a failed duplication can still be answered).
+    pub(crate) fn from_halves(
+        read: Connection,
+        write: Connection,
+        deadlines: Arc<StreamDeadlines>,
+        idle_timeout: Duration,
+        slot: Arc<ConnectionSlot>,
+    ) -> (RefinedTcpStream, RefinedTcpStream) {
+        let read = RefinedTcpStream {
+            stream: Stream::Http(read),
+            close_read: true,
+            close_write: false,
+            deadlines: Arc::clone(&deadlines),
+            default_timeout: idle_timeout,
+            armed: None,
+            _slot: Arc::clone(&slot),
+        };
+        let write = RefinedTcpStream {
+            stream: Stream::Http(write),
+            close_read: false,
+            close_write: true,
+            deadlines,
+            default_timeout: crate::SOCKET_TIMEOUT,
+            armed: None,
+            _slot: slot,
+        };
         (read, write)
+    }
+
+    /// mcp-taskd patch: the timeout for one socket operation — what is left of the
+    /// overall deadline if one is set, else the default.
+    /// Without a deadline the default is set once, not before every operation.
+    fn arm(&mut self, read: bool) -> IoResult<()> {
+        let remaining = if read {
+            self.deadlines.read_remaining()
+        } else {
+            self.deadlines.write_remaining()
+        };
+        let timeout = match remaining {
+            Some(left) => left?.min(self.default_timeout),
+            None if self.armed == Some(self.default_timeout) => return Ok(()),
+            None => self.default_timeout,
+        };
+        self.stream.set_timeout(read, timeout)?;
+        self.armed = Some(timeout);
+        Ok(())
     }
 
     /// Returns true if this struct wraps around a secure connection.
@@ -120,6 +203,16 @@ impl RefinedTcpStream {
 
     pub(crate) fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
         self.stream.peer_addr()
+    }
+
+    /// mcp-taskd patch: see `Connection::raw_fd`.
+    #[cfg(unix)]
+    pub(crate) fn raw_fd(&self) -> Option<std::os::unix::io::RawFd> {
+        match &self.stream {
+            Stream::Http(connection) => Some(connection.raw_fd()),
+            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Https(_) => None,
+        }
     }
 }
 
@@ -137,12 +230,14 @@ impl Drop for RefinedTcpStream {
 
 impl Read for RefinedTcpStream {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
+        self.arm(true)?;
         self.stream.read(buf)
     }
 }
 
 impl Write for RefinedTcpStream {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
+        self.arm(false)?;
         self.stream.write(buf)
     }
 

@@ -58,7 +58,7 @@ impl TaskPool {
         };
 
         for _ in 0..MIN_THREADS {
-            pool.add_thread(None)
+            let _ = pool.add_thread(None);
         }
 
         pool
@@ -66,25 +66,32 @@ impl TaskPool {
 
     /// Executes a function in a thread.
     /// If no thread is available, spawns a new one.
-    pub fn spawn(&self, code: Box<dyn FnMut() + Send>) {
-        let mut queue = self.sharing.todo.lock().unwrap();
+    ///
+    /// mcp-taskd patch: a thread that cannot be started is an error, not a panic (which
+    /// killed the accept thread); the task is dropped.
+    pub fn spawn(&self, code: Box<dyn FnMut() + Send>) -> std::io::Result<()> {
+        let mut queue = match self.sharing.todo.lock() {
+            Ok(queue) => queue,
+            Err(poisoned) => poisoned.into_inner(),
+        };
 
         // mcp-taskd patch: count tasks already queued for the idle threads. Upstream
         // compared with zero only, so a burst could queue a task behind an idle thread
         // that had already been promised to an earlier task, leaving it unserved while
         // every thread held a stalled connection.
         if self.sharing.waiting_tasks.load(Ordering::Acquire) <= queue.len() {
-            self.add_thread(Some(code));
+            self.add_thread(Some(code))
         } else {
             queue.push_back(code);
             self.sharing.condvar.notify_one();
+            Ok(())
         }
     }
 
-    fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) {
+    fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) -> std::io::Result<()> {
         let sharing = self.sharing.clone();
 
-        thread::spawn(move || {
+        thread::Builder::new().spawn(move || {
             let sharing = sharing;
             let _active_guard = Registration::new(&sharing.active_tasks);
 
@@ -127,7 +134,8 @@ impl TaskPool {
 
                 task();
             }
-        });
+        })?;
+        Ok(())
     }
 }
 

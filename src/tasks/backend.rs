@@ -1,0 +1,178 @@
+//! The narrow interface between the engine and its storage: [`TaskStore`], the records
+//! of [`super::model`] and a typed [`StoreError`]. Nothing database-specific crosses it,
+//! so a store may be another database, in another process.
+
+use std::error::Error;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use serde_json::{Map, Value};
+
+use super::model::{
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+};
+use crate::auth::Identity;
+use crate::later::Later;
+
+/// Why a store operation failed. Details go to the log. Clients see what they can act
+/// on: `Full`, `ReadOnly`, `Unavailable` and `NotCommitted` are temporary (503 with
+/// `Retry-After`, naming the cause); the rest is a generic internal error.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No space left for the database or its log.
+    #[error("the task store is full: {0}")]
+    Full(Box<dyn Error + Send + Sync>),
+    /// The database cannot be written (file permissions, read-only medium).
+    #[error("the task store is read-only: {0}")]
+    ReadOnly(Box<dyn Error + Send + Sync>),
+    /// The database is damaged or not a task store.
+    #[error("the task store is corrupt: {0}")]
+    Corrupt(Box<dyn Error + Send + Sync>),
+    /// The store cannot serve right now (no connection within its timeout, busy).
+    #[error("the task store is unavailable: {0}")]
+    Unavailable(Box<dyn Error + Send + Sync>),
+    /// The write was not committed: the writer has stopped, or the commit failed.
+    #[error("not committed: {0}")]
+    NotCommitted(String),
+    #[error("task store: {0}")]
+    Other(Box<dyn Error + Send + Sync>),
+}
+
+impl StoreError {
+    /// Whether the same write may succeed later: space returns, the medium is writable
+    /// again, the writer comes back.
+    pub fn is_temporary(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Full(_)
+                | StoreError::ReadOnly(_)
+                | StoreError::Unavailable(_)
+                | StoreError::NotCommitted(_)
+        )
+    }
+
+    /// How loudly a background loop that retries anyway logs this failure: a store
+    /// that cannot write is logged once, when it stops and when it starts writing
+    /// again, not by every loop on every round.
+    pub fn log_level(&self) -> log::Level {
+        if self.is_temporary() {
+            log::Level::Debug
+        } else {
+            log::Level::Error
+        }
+    }
+}
+
+/// The claiming side of a claim, consulted inside the claiming transaction.
+pub trait Claimant: Send {
+    /// Tools whose jobs must stay queued for now (at their concurrency limit); asked
+    /// before each job. Their queued jobs are passed over without being read.
+    fn saturated(&self) -> Vec<String>;
+    /// Takes a claimed job before the claim commits: its tool's concurrency slot, and
+    /// the attempt's registration where cancellations look for it (a `tasks/cancel`
+    /// that sees the job running — it serializes with the claim — always finds the
+    /// attempt). `false` when the tool has no free slot after all (an inline call took
+    /// it meanwhile): the job stays queued as if never claimed, and its tool is passed
+    /// over for the rest of this claim.
+    fn take(&mut self, claim: &Claim) -> bool;
+}
+
+/// Which ready jobs to claim, and who takes each before the claim commits.
+pub struct ClaimRequest {
+    pub limit: usize,
+    pub lease_ms: i64,
+    pub claimant: Box<dyn Claimant>,
+}
+
+/// What a fenced [`TaskStore::finish`] did.
+pub struct Finished {
+    /// `false` when the lease was no longer the caller's: nothing was written.
+    pub applied: bool,
+    /// The jobs claimed in the same write (see [`TaskStore::finish`]).
+    pub next: Vec<Claim>,
+}
+
+/// Durable task storage: every operation the engine performs, each one atomic.
+///
+/// Mutations are acknowledged only after they are durable. Every mutation of a task
+/// also appends to the outbox in the same transaction. Worker writes (`finish`,
+/// `renew_leases`, `set_status_message`) are fenced by the claim's token: once a lease
+/// is taken over, the old holder's writes change nothing. Terminal tasks never change.
+pub trait TaskStore: Send + Sync {
+    /// Creates a task with its first job. With an idempotency key (per identity, across
+    /// tools), the live task that already holds the key answers instead when it has the
+    /// same tool and arguments digest, and a conflict when not (nothing is stored). The
+    /// answer arrives after commit, without blocking the caller.
+    fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>>;
+    /// The task, if it exists, has not expired, and is bound to `identity`. Unknown,
+    /// expired and foreign tasks are indistinguishable.
+    fn find_authorized(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+    ) -> Result<Option<TaskRow>, StoreError>;
+    /// Bytes of the stored payloads (result, error, input requests) of the task that
+    /// [`TaskStore::find_authorized`] would return, without reading them; `None` when
+    /// it would return none.
+    fn payload_bytes_authorized(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+    ) -> Result<Option<usize>, StoreError>;
+    /// `tasks/update`: accepts the responses that answer outstanding requests.
+    fn update(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+        responses: Map<String, Value>,
+    ) -> Result<UpdateEffect, StoreError>;
+    /// `tasks/cancel`: records durable intent.
+    fn cancel(&self, identity: &Identity, task_id: &str) -> Result<CancelEffect, StoreError>;
+    /// Claims up to `limit` ready jobs, oldest first, each with a fresh fencing token
+    /// and lease, passing over the jobs of saturated tools (see [`Claimant`]).
+    fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError>;
+    /// Records an attempt's outcome (fenced), and in the same write claims the jobs of
+    /// `then_claim`: a busy worker goes from job to job with one commit each.
+    fn finish(
+        &self,
+        lease: Lease,
+        outcome: Finish,
+        then_claim: Option<ClaimRequest>,
+    ) -> Result<Finished, StoreError>;
+    /// Extends leases to `expires`; `false` for each one no longer held.
+    fn renew_leases(&self, leases: Vec<Lease>, expires: i64) -> Result<Vec<bool>, StoreError>;
+    /// A fenced status-message update from a running attempt.
+    fn set_status_message(&self, lease: Lease, message: String) -> Result<bool, StoreError>;
+    /// Ends (as a retry, for `reason`) up to `limit` attempts whose lease expired before
+    /// `before` — every leased one with `None`. Returns how many.
+    fn reclaim_leases(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+        reason: String,
+    ) -> Result<usize, StoreError>;
+    /// Deletes up to `limit` tasks past their TTL; returns their ids.
+    fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError>;
+    /// Outbox rows (sequence, task id) after `after`, oldest first.
+    fn outbox_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, String)>, StoreError>;
+    /// The newest outbox sequence (0 when empty).
+    fn outbox_newest(&self) -> Result<i64, StoreError>;
+    /// Deletes up to `limit` delivered rows (`seq <= upto`), always keeping the newest.
+    fn prune_outbox(&self, upto: i64, limit: usize) -> Result<usize, StoreError>;
+    /// Counts for the metrics page.
+    fn stats(&self) -> Result<Stats, StoreError>;
+    /// Jobs waiting for a worker (backoff included), without reading the tasks.
+    fn queued_jobs(&self) -> Result<u64, StoreError>;
+    /// Bytes of the store's log, if it has one (SQLite's WAL).
+    fn log_bytes(&self) -> Option<u64>;
+    /// Periodic maintenance that keeps the store's files bounded.
+    fn maintain(&self) -> Result<(), StoreError>;
+    /// Whether the store can write, as its last write found (cheap: no I/O). `/healthz`
+    /// reports the error.
+    fn health(&self) -> Result<(), StoreError>;
+    /// Pinged after commits (one ping may stand for many).
+    fn subscribe(&self) -> Receiver<()>;
+    /// Waits up to `limit` until every answer of [`TaskStore::create`] has been
+    /// delivered; `false` if some are still owed.
+    fn wait_for_continuations(&self, limit: Duration) -> bool;
+}

@@ -1,0 +1,313 @@
+//! The engine's records in plain Rust types: what a [`super::TaskStore`] takes and
+//! returns, whatever database is behind it. Pure data, plus the rules about it that
+//! involve no storage (how an attempt's outcome resolves, what a new task looks like).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::auth::Identity;
+use crate::protocol::{code, RpcError, TaskStatus};
+
+/// The opaque origin persisted with a task: everything a worker needs to run it again,
+/// in any process, after any restart. Sensitive: never logged.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Origin {
+    pub v: u32,
+    pub tool: String,
+    pub arguments: Map<String, Value>,
+    pub protocol_version: String,
+    pub capabilities: Map<String, Value>,
+}
+
+/// A task as `tasks/get` renders it.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub id: String,
+    pub tool: String,
+    pub status: TaskStatus,
+    pub status_message: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub ttl_ms: Option<i64>,
+    pub poll_interval_ms: i64,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub input_requests: Option<String>,
+    pub version: i64,
+}
+
+/// A task to create, with its first job.
+pub struct NewTask {
+    pub id: String,
+    pub identity: Identity,
+    pub tool: String,
+    pub origin: Vec<u8>,
+    pub input_responses: String,
+    pub now: i64,
+    pub ttl_ms: Option<i64>,
+    pub poll_interval_ms: i64,
+    pub max_attempts: i64,
+    pub backoff_ms: i64,
+    pub timeout_ms: i64,
+    pub idempotency_key: Option<String>,
+    /// [`arguments_digest`] of the arguments, with an idempotency key only.
+    pub arguments_digest: Option<Vec<u8>>,
+}
+
+impl NewTask {
+    /// Saturating: the longest `ttl_ms` a configuration accepts is `i64::MAX`.
+    pub fn expires_at(&self) -> Option<i64> {
+        self.ttl_ms.map(|ttl| self.now.saturating_add(ttl))
+    }
+
+    /// The task as `tasks/get` renders it, right after its creation.
+    pub fn created(&self) -> TaskRow {
+        TaskRow {
+            id: self.id.clone(),
+            tool: self.tool.clone(),
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at: self.now,
+            updated_at: self.now,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+            result: None,
+            error: None,
+            input_requests: None,
+            version: 1,
+        }
+    }
+}
+
+/// What a creation did.
+#[derive(Debug)]
+pub enum Created {
+    /// The new task, or the live task that already holds the idempotency key for the
+    /// same tool and arguments.
+    Task(TaskRow),
+    /// A live task of the same identity holds the key for another tool or other
+    /// arguments: nothing was stored.
+    KeyInUse(KeyConflict),
+}
+
+/// What an idempotency key was already used for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KeyConflict {
+    /// A task of this tool.
+    OtherTool(String),
+    /// A task of the same tool with different arguments.
+    OtherArguments,
+}
+
+/// The SHA-256 of `arguments` in a canonical form (object keys sorted at every level),
+/// which tells whether a reused idempotency key comes with the same arguments. Key
+/// order does not matter to a tool, so it must not matter here either.
+pub fn arguments_digest(arguments: &Map<String, Value>) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+
+    fn object(entries: &Map<String, Value>, out: &mut Vec<u8>) {
+        let mut sorted: Vec<(&String, &Value)> = entries.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        out.push(b'{');
+        for (index, (key, value)) in sorted.into_iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            // A string serializes infallibly.
+            out.extend_from_slice(serde_json::to_string(key).unwrap_or_default().as_bytes());
+            out.push(b':');
+            canonical(value, out);
+        }
+        out.push(b'}');
+    }
+
+    fn canonical(value: &Value, out: &mut Vec<u8>) {
+        match value {
+            Value::Object(entries) => object(entries, out),
+            Value::Array(items) => {
+                out.push(b'[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        out.push(b',');
+                    }
+                    canonical(item, out);
+                }
+                out.push(b']');
+            }
+            scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+        }
+    }
+
+    let mut text = Vec::new();
+    object(arguments, &mut text);
+    Sha256::digest(&text).to_vec()
+}
+
+/// What `tasks/cancel` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CancelEffect {
+    NotFound,
+    /// Terminal already, or cancelled now.
+    Done,
+    /// Running: intent recorded; the running attempt must be told.
+    SignalRunning,
+}
+
+/// What `tasks/update` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum UpdateEffect {
+    NotFound,
+    /// Acknowledged; `requeued` when the round is complete and the job runs again.
+    Accepted {
+        requeued: bool,
+    },
+}
+
+/// A job handed to a worker.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub task_id: String,
+    pub token: String,
+    pub attempt: i64,
+    pub deadline: i64,
+    pub tool: String,
+    pub origin: Vec<u8>,
+    pub input_responses: String,
+    pub tool_state: Option<String>,
+}
+
+/// A job's lease: whose attempt it is (the claim's fencing token).
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub task_id: String,
+    pub token: String,
+}
+
+/// How an attempt ended, as the worker reports it.
+#[derive(Debug, Clone)]
+pub enum Finish {
+    Completed {
+        result: String,
+    },
+    Failed {
+        error: String,
+    },
+    InputRequired {
+        requests: Map<String, Value>,
+        state: Option<String>,
+    },
+    Cancelled,
+    /// A crash-like failure: retried with backoff, or `failed` after the last attempt.
+    Retry {
+        reason: String,
+    },
+    /// Graceful shutdown: back to the queue, the attempt not counted.
+    Release,
+}
+
+impl Finish {
+    /// A failure with `error` as the task's JSON-RPC error.
+    pub fn failed(error: &RpcError) -> Finish {
+        Finish::Failed {
+            error: error.to_json().to_string(),
+        }
+    }
+
+    /// The task's error when its tool asks again for an input request key it used
+    /// before in the task.
+    pub fn reused_input_key_error() -> String {
+        RpcError::new(code::INTERNAL_ERROR, "The tool reused an input request key")
+            .to_json()
+            .to_string()
+    }
+
+    /// What the store records for attempt `attempt` of `max_attempts`: a requested
+    /// cancellation overrides anything but a result, and the last retry fails the task.
+    pub fn resolve(self, attempt: i64, max_attempts: i64, cancel_requested: bool) -> Finish {
+        match self {
+            Finish::Completed { .. } => self,
+            _ if cancel_requested => Finish::Cancelled,
+            Finish::Retry { reason } if attempt >= max_attempts => Finish::failed(&RpcError::new(
+                code::INTERNAL_ERROR,
+                format!("Task failed after {attempt} attempts: {reason}"),
+            )),
+            other => other,
+        }
+    }
+
+    /// The attempt's recorded outcome.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Finish::Completed { .. } => TaskStatus::Completed.as_str(),
+            Finish::Failed { .. } => TaskStatus::Failed.as_str(),
+            Finish::InputRequired { .. } => TaskStatus::InputRequired.as_str(),
+            Finish::Cancelled => TaskStatus::Cancelled.as_str(),
+            Finish::Retry { .. } => "retry",
+            Finish::Release => "released",
+        }
+    }
+}
+
+/// Counts for the metrics page.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub tasks: Vec<(String, u64)>,
+    pub jobs: Vec<(String, u64)>,
+    pub oldest_ready_age_ms: u64,
+    pub outbox_rows: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_retry_fails_with_the_json_rpc_error_the_sql_layer_used_to_build() {
+        let Finish::Failed { error } = (Finish::Retry {
+            reason: "lost".into(),
+        })
+        .resolve(3, 3, false) else {
+            panic!("the last retry fails the task");
+        };
+        assert_eq!(
+            error,
+            r#"{"code":-32603,"message":"Task failed after 3 attempts: lost"}"#
+        );
+        assert_eq!(
+            Finish::reused_input_key_error(),
+            r#"{"code":-32603,"message":"The tool reused an input request key"}"#
+        );
+        assert!(matches!(
+            Finish::Release.resolve(1, 3, true),
+            Finish::Cancelled
+        ));
+        assert!(matches!(
+            (Finish::Completed {
+                result: "{}".into()
+            })
+            .resolve(1, 3, true),
+            Finish::Completed { .. }
+        ));
+    }
+
+    #[test]
+    fn the_arguments_digest_ignores_key_order_and_nothing_else() {
+        let digest =
+            |value: serde_json::Value| arguments_digest(value.as_object().expect("an object"));
+        let one = digest(serde_json::json!({"a": 1, "b": {"x": [1, "2"], "y": null}}));
+        assert_eq!(one.len(), 32);
+        assert_eq!(
+            one,
+            digest(serde_json::json!({"b": {"y": null, "x": [1, "2"]}, "a": 1}))
+        );
+        for other in [
+            serde_json::json!({"a": 2, "b": {"x": [1, "2"], "y": null}}),
+            serde_json::json!({"a": 1, "b": {"x": ["2", 1], "y": null}}),
+            serde_json::json!({"a": 1, "b": {"x": [1, 2], "y": null}}),
+            serde_json::json!({"a": 1, "b": {"x": [1, "2"]}}),
+            serde_json::json!({"a": 1.0, "b": {"x": [1, "2"], "y": null}}),
+        ] {
+            assert_ne!(one, digest(other));
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! [`TaskService`]: what the protocol handlers call — create, get, update, cancel —
+//! with authorization inside each lookup, store errors mapped to `RpcError`, and the
+//! `Task` / `DetailedTask` JSON rendered.
+
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use serde_json::{json, Map, Value};
+
+use super::backend::{StoreError, TaskStore};
+use super::model::{
+    arguments_digest, CancelEffect, Created, KeyConflict, NewTask, Origin, Stats, TaskRow,
+    UpdateEffect,
+};
+use super::payload_gate::PayloadGate;
+use super::workers::Inflight;
+use crate::auth::Identity;
+use crate::clock::{now_ms, rfc3339};
+use crate::config::TaskDefaults;
+use crate::later::Later;
+use crate::protocol::{missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus};
+use crate::tools::{Registered, Registry};
+
+/// Longest task id accepted from a client.
+const MAX_TASK_ID: usize = 128;
+
+/// A `tools/call` that becomes a task: validated, admitted, about to be stored.
+pub struct Submission<'a> {
+    pub identity: &'a Identity,
+    pub tool: &'a Registered,
+    pub arguments: &'a Map<String, Value>,
+    pub protocol_version: &'a str,
+    pub capabilities: &'a ClientCapabilities,
+    /// Responses gathered by an MRTR exchange before creation.
+    pub input_responses: &'a Map<String, Value>,
+    pub idempotency_key: Option<String>,
+}
+
+pub struct TaskService {
+    defaults: TaskDefaults,
+    store: Arc<dyn TaskStore>,
+    tools: Arc<Registry>,
+    inflight: Arc<Inflight>,
+    /// Wakes the dispatcher when a job becomes ready.
+    wake: Sender<()>,
+    /// Large payloads being read into answers at once.
+    payloads: PayloadGate,
+}
+
+/// The answer to a submission whose idempotency key is held by another tool's task, or
+/// by a task with other arguments (it names the key, which the client chose).
+fn key_in_use(key: &str, conflict: KeyConflict) -> RpcError {
+    let key = Value::String(key.to_owned());
+    RpcError::invalid_params(match conflict {
+        KeyConflict::OtherTool(tool) => {
+            format!("idempotency key {key} was already used for tool {tool:?}")
+        }
+        KeyConflict::OtherArguments => {
+            format!("idempotency key {key} was already used with different arguments")
+        }
+    })
+}
+
+/// Seconds a client is asked to wait before retrying when the store cannot write.
+const RETRY_AFTER_S: u16 = 5;
+
+/// Logs a store failure and answers the client: a temporary one (no space, read-only
+/// storage, the store unavailable) as a 503 that names the cause, with `Retry-After`;
+/// anything else as a generic internal error.
+fn internal(error: StoreError) -> RpcError {
+    let Some(cause) = temporary_cause(&error) else {
+        log::error!("task store: {error}");
+        return RpcError::internal();
+    };
+    log::debug!("task store: {error}");
+    RpcError::unavailable(
+        format!("Service unavailable: {cause}; retry later"),
+        RETRY_AFTER_S,
+    )
+}
+
+/// What a client is told about a temporary store failure; `None` for the others.
+fn temporary_cause(error: &StoreError) -> Option<&'static str> {
+    match error {
+        StoreError::Full(_) => Some("the task store is out of disk space"),
+        StoreError::ReadOnly(_) => Some("the task store cannot be written (read-only storage)"),
+        StoreError::Unavailable(_) | StoreError::NotCommitted(_) => {
+            Some("the task store is temporarily unavailable")
+        }
+        StoreError::Corrupt(_) | StoreError::Other(_) => None,
+    }
+}
+
+impl TaskService {
+    pub fn new(
+        defaults: TaskDefaults,
+        store: Arc<dyn TaskStore>,
+        tools: Arc<Registry>,
+        inflight: Arc<Inflight>,
+        wake: Sender<()>,
+    ) -> TaskService {
+        TaskService {
+            payloads: PayloadGate::new(defaults.max_payload_bytes_in_flight),
+            defaults,
+            store,
+            tools,
+            inflight,
+            wake,
+        }
+    }
+
+    /// Creates a durable task. Its `CreateTaskResult` arrives once the task, its job and
+    /// its outbox row are committed; the calling thread does not wait for that.
+    pub fn create(&self, submission: Submission<'_>) -> Later<Result<Value, RpcError>> {
+        let Submission {
+            identity,
+            tool,
+            arguments,
+            protocol_version,
+            capabilities,
+            input_responses,
+            idempotency_key,
+        } = submission;
+        let origin = Origin {
+            v: 1,
+            tool: tool.spec.name.clone(),
+            arguments: arguments.clone(),
+            protocol_version: protocol_version.to_owned(),
+            capabilities: capabilities.0.clone(),
+        };
+        let Ok(origin) = serde_json::to_vec(&origin) else {
+            return Later::ready(Err(RpcError::internal()));
+        };
+        let execution = tool.spec.execution.clone();
+        let ttl_ms = execution
+            .ttl
+            .map_or(self.defaults.ttl_ms, |ttl| ttl.as_millis() as u64);
+        let poll_interval_ms = execution
+            .poll_interval
+            .map_or(self.defaults.poll_interval_ms, |poll| {
+                poll.as_millis() as u64
+            });
+        let identity = identity.clone();
+        let tool_name = tool.spec.name.clone();
+        let responses = Value::Object(input_responses.clone()).to_string();
+        let id = match new_task_id(now_ms()) {
+            Ok(id) => id,
+            Err(error) => {
+                log::error!("the OS random source failed: {error}");
+                return Later::ready(Err(RpcError::internal()));
+            }
+        };
+        let wake = self.wake.clone();
+        let arguments_digest = idempotency_key
+            .is_some()
+            .then(|| arguments_digest(arguments));
+        let key = idempotency_key.clone();
+        self.store
+            .create(NewTask {
+                id,
+                identity,
+                tool: tool_name,
+                origin,
+                input_responses: responses,
+                now: now_ms(),
+                ttl_ms: Some(ttl_ms as i64),
+                poll_interval_ms: poll_interval_ms as i64,
+                max_attempts: i64::from(execution.max_attempts),
+                backoff_ms: execution.backoff.as_millis() as i64,
+                timeout_ms: execution.timeout.as_millis() as i64,
+                idempotency_key,
+                arguments_digest,
+            })
+            .map(move |created| {
+                let row = match created.map_err(internal)? {
+                    Created::Task(row) => row,
+                    Created::KeyInUse(conflict) => {
+                        return Err(key_in_use(key.as_deref().unwrap_or_default(), conflict))
+                    }
+                };
+                let _ = wake.try_send(());
+                let mut result = task_fields(&row);
+                result["resultType"] = json!("task");
+                Ok(result)
+            })
+    }
+
+    /// `tasks/get`: the authoritative snapshot, checked against the caller.
+    pub fn get(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+        capabilities: &ClientCapabilities,
+    ) -> Result<Value, RpcError> {
+        check_task_id(task_id)?;
+        // Sized before it is read, so a large payload waits for room outside the store
+        // and the request thread. Task notifications are not gated: dropping one would
+        // lose it, and the relay delivers them one at a time.
+        let size = self
+            .store
+            .payload_bytes_authorized(identity, task_id)
+            .map_err(internal)?
+            .ok_or_else(RpcError::task_not_found)?;
+        let _permit = self.payloads.admit(size)?;
+        self.snapshot(identity, task_id, capabilities)
+            .map(|(_, detailed)| detailed)
+    }
+
+    /// [`TaskService::get`] with the status it found, for callers that act on it.
+    pub fn snapshot(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+        capabilities: &ClientCapabilities,
+    ) -> Result<(TaskStatus, Value), RpcError> {
+        let task = self.find(identity, task_id)?;
+        Ok((task.status, self.detailed(&task, capabilities)?))
+    }
+
+    /// Counts for the metrics page.
+    pub fn stats(&self) -> Result<Stats, RpcError> {
+        self.store.stats().map_err(internal)
+    }
+
+    /// Why the task store cannot write, if it cannot (as its last write found).
+    pub fn store_problem(&self) -> Option<String> {
+        let error = self.store.health().err()?;
+        Some(
+            temporary_cause(&error)
+                .unwrap_or("the task store fails to write")
+                .to_owned(),
+        )
+    }
+
+    /// Attempts running in this process.
+    pub fn running_attempts(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Size of the write-ahead log, if it can be read.
+    pub fn wal_bytes(&self) -> Option<u64> {
+        self.store.log_bytes()
+    }
+
+    /// The newest committed outbox row.
+    pub fn outbox_position(&self) -> Result<i64, RpcError> {
+        self.store.outbox_newest().map_err(internal)
+    }
+
+    /// Whether `identity` may see the task (exists, not expired, bound to it).
+    pub fn is_visible(&self, identity: &Identity, task_id: &str) -> bool {
+        self.find(identity, task_id).is_ok()
+    }
+
+    fn find(&self, identity: &Identity, task_id: &str) -> Result<TaskRow, RpcError> {
+        check_task_id(task_id)?;
+        self.store
+            .find_authorized(identity, task_id)
+            .map_err(internal)?
+            .ok_or_else(RpcError::task_not_found)
+    }
+
+    /// The `DetailedTask` of a row, as `tasks/get` and task notifications carry it.
+    fn detailed(
+        &self,
+        task: &TaskRow,
+        capabilities: &ClientCapabilities,
+    ) -> Result<Value, RpcError> {
+        let mut detailed = task_fields(task);
+        detailed["resultType"] = json!("complete");
+        let stored = |text: &Option<String>| -> Result<Value, RpcError> {
+            text.as_deref()
+                .and_then(|text| serde_json::from_str(text).ok())
+                .ok_or_else(|| {
+                    log::error!("a stored task payload is missing or corrupt");
+                    RpcError::internal()
+                })
+        };
+        match task.status {
+            TaskStatus::Completed => {
+                // Re-check the stored result against the tool's current contract: a
+                // result is never delivered through a contract it does not meet.
+                let tool = self.tools.get(&task.tool).ok_or_else(|| {
+                    log::error!("a completed task's tool is no longer registered");
+                    RpcError::internal()
+                })?;
+                let mut result = tool.check_result(stored(&task.result)?)?;
+                result["resultType"] = json!("complete");
+                detailed["result"] = result;
+            }
+            TaskStatus::Failed => detailed["error"] = stored(&task.error)?,
+            TaskStatus::InputRequired => {
+                let requests = stored(&task.input_requests)?;
+                if let Some(requests) = requests.as_object() {
+                    if let Some(missing) = missing_for_input_requests(requests, capabilities) {
+                        return Err(RpcError::missing_capability(missing));
+                    }
+                }
+                detailed["inputRequests"] = requests;
+            }
+            _ => {}
+        }
+        Ok(detailed)
+    }
+
+    /// `tasks/update`: accepts matching responses durably; the ack is bare.
+    pub fn update(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+        responses: Map<String, Value>,
+    ) -> Result<Value, RpcError> {
+        check_task_id(task_id)?;
+        let effect = self
+            .store
+            .update(identity, task_id, responses)
+            .map_err(internal)?;
+        match effect {
+            UpdateEffect::NotFound => Err(RpcError::task_not_found()),
+            UpdateEffect::Accepted { requeued } => {
+                if requeued {
+                    let _ = self.wake.try_send(());
+                }
+                Ok(json!({ "resultType": "complete" }))
+            }
+        }
+    }
+
+    /// `tasks/cancel`: records durable intent; queued and waiting tasks end at once,
+    /// running attempts are told and end as soon as they notice.
+    pub fn cancel(&self, identity: &Identity, task_id: &str) -> Result<Value, RpcError> {
+        check_task_id(task_id)?;
+        let effect = self.store.cancel(identity, task_id).map_err(internal)?;
+        match effect {
+            CancelEffect::NotFound => Err(RpcError::task_not_found()),
+            CancelEffect::SignalRunning => {
+                self.inflight.cancel(task_id);
+                Ok(json!({ "resultType": "complete" }))
+            }
+            CancelEffect::Done => Ok(json!({ "resultType": "complete" })),
+        }
+    }
+}
+
+/// A fresh task id: 12 hex digits of the creation time in Unix milliseconds, then 128
+/// bits from the OS CSPRNG in 32 hex digits (44 characters).
+///
+/// The random part alone is what makes an id unguessable (more than the 122 bits a
+/// UUIDv4 carries). The time prefix is there for the store: ids of new tasks sort after
+/// older ones, so inserting a task appends to the right edge of the `tasks` and `jobs`
+/// primary-key B-trees instead of dirtying a random leaf page in each — which, once the
+/// tables outgrow the page cache, multiplied the pages every group commit wrote to the
+/// WAL and fsynced. The prefix reveals only what `createdAt` already tells the owner.
+fn new_task_id(now_ms: i64) -> Result<String, getrandom::Error> {
+    let mut random = [0u8; 16];
+    getrandom::fill(&mut random)?;
+    let millis = (now_ms.max(0) as u64) & 0xffff_ffff_ffff;
+    Ok(format!("{millis:012x}{:032x}", u128::from_be_bytes(random)))
+}
+
+/// Task ids are opaque to clients, but absurd ones are refused before any lookup (with
+/// the same neutral error as an unknown id).
+fn check_task_id(task_id: &str) -> Result<(), RpcError> {
+    if task_id.is_empty() || task_id.len() > MAX_TASK_ID || task_id.chars().any(char::is_control) {
+        return Err(RpcError::task_not_found());
+    }
+    Ok(())
+}
+
+/// The `Task` fields shared by `CreateTaskResult` and `DetailedTask`.
+fn task_fields(task: &TaskRow) -> Value {
+    let mut fields = json!({
+        "taskId": task.id,
+        "status": task.status.as_str(),
+        "createdAt": rfc3339(task.created_at),
+        "lastUpdatedAt": rfc3339(task.updated_at),
+        "ttlMs": task.ttl_ms,
+        "pollIntervalMs": task.poll_interval_ms,
+    });
+    if let Some(message) = &task.status_message {
+        fields["statusMessage"] = json!(message);
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_are_random_and_sort_by_creation_time() {
+        let earlier = new_task_id(1_764_000_000_000).unwrap();
+        let later = new_task_id(1_764_000_000_001).unwrap();
+        let twin = new_task_id(1_764_000_000_001).unwrap();
+        assert_eq!(earlier.len(), 44);
+        assert!(earlier.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(earlier < later && earlier < twin);
+        assert_ne!(later, twin, "same millisecond, different random part");
+        assert_eq!(later[..12], twin[..12]);
+    }
+}

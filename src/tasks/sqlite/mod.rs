@@ -1,0 +1,599 @@
+//! The SQLite [`TaskStore`]: one database file in WAL mode, a writer thread that owns
+//! every write, a pool of query-only readers. Only `server.rs` names it (to open it);
+//! the engine sees the trait.
+//!
+//! # Durability guarantees (and what keeps them)
+//!
+//! - **An acknowledged write is on disk.** Every write goes through one writer thread
+//!   that commits in WAL mode with `synchronous = FULL` (the default; `normal` is an
+//!   explicit opt-out that may lose the last commits on power loss, never corrupt). A
+//!   caller of [`Store::write`] gets its answer only after `COMMIT` returned; the
+//!   continuation of a [`Store::write_later`] (which answers a task creation) runs only
+//!   after it, too, and never with a result from a batch that did not commit.
+//! - **Group commit.** The writer takes every write waiting in its queue (up to
+//!   a bound, see [`writer`]) into one `BEGIN IMMEDIATE` transaction, each under its own savepoint,
+//!   so many task creations share one fsync while each still waits for its own commit,
+//!   and one failing write rolls back alone. (Task creations that meet in a batch are
+//!   inserted together; if that fails they go in one by one.)
+//! - **No "database is locked" for clients.** Only the writer thread writes, so writers
+//!   never contend; readers use WAL snapshots and never block the writer. `busy_timeout`
+//!   covers checkpoints.
+//! - **Pragmas are verified.** `journal_mode`, `synchronous`, `foreign_keys` and
+//!   `busy_timeout` are set on every connection (and `temp_store` on the writer,
+//!   `query_only` on the readers) and read back; start-up fails if SQLite did not take
+//!   them (a misspelt pragma is silently ignored).
+//! - **The WAL stays bounded, and checkpoints stay off the commit path.** The writer's
+//!   automatic checkpoints are off (they would copy pages into the database file and
+//!   fsync it inside a `COMMIT`, stalling every write queued behind it); a checkpointer
+//!   thread runs `wal_checkpoint(PASSIVE)` on its own connection every
+//!   100 ms, concurrently with the writer; once the WAL passes
+//!   16 MiB the writer runs a brief `RESTART` between two batches, so the
+//!   file is reused from its beginning (see [`checkpoint`]). `journal_size_limit`
+//!   caps the file after a restart, and the janitor runs `wal_checkpoint(TRUNCATE)`
+//!   periodically.
+//! - **A damaged database is refused at start-up; a store that cannot write says so
+//!   and recovers.** A bounded `PRAGMA quick_check` runs before anything else
+//!   ([`integrity`]). A write that fails (no space, a read-only medium, an I/O error)
+//!   tells its caller the cause, [`health`] records it for `/healthz`, and the writer
+//!   makes room and tries again without a restart (see [`writer`]).
+//! - **One server per data dir.** An exclusive lock on `data_dir/lock` is held for the
+//!   process lifetime, so recovery may treat every leased job it finds as orphaned.
+//!   Every connection also opens the database through SQLite's `unix-excl` VFS: the
+//!   process takes one exclusive POSIX lock on `tasks.db` and settles the locks between
+//!   its own connections in memory. (With the default VFS each read transaction took and
+//!   dropped a shared lock with two `fcntl` calls.) No other process can open the
+//!   database while the server runs; `GET /metrics` shows its state.
+
+mod checkpoint;
+mod connection;
+mod health;
+mod integrity;
+mod migrations;
+mod reply;
+mod sql;
+mod writer;
+
+use std::error::Error;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use r2d2::{Pool, PooledConnection};
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags};
+use serde_json::{Map, Value};
+
+use self::connection::{
+    configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
+};
+use self::health::{Health, Problem};
+use self::sql::{attempts, client, upkeep};
+use crate::auth::Identity;
+use crate::clock::now_ms;
+use crate::config::StoreConfig;
+use crate::later::Later;
+use crate::tasks::backend::{ClaimRequest, Finished, StoreError, TaskStore};
+use crate::tasks::model::{
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Stats, TaskRow, UpdateEffect,
+};
+
+/// Why the store did not open. The messages are the ones operators know from the log.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{} is in use by another mcp-taskd (one server per data dir)", .data_dir.display())]
+    InUse { data_dir: PathBuf },
+    /// A file of the data dir could not be created or opened.
+    #[error("{}: {source}", .path.display())]
+    File {
+        path: PathBuf,
+        source: Box<dyn Error + Send + Sync>,
+    },
+    /// A connection setting (or pragma) that SQLite did not take.
+    #[error("{0}")]
+    Setup(String),
+    #[error("{0}")]
+    Migration(String),
+    /// The integrity check found the database malformed.
+    #[error(
+        "{} is damaged ({detail}); refusing to start on it. Restore it from a backup \
+         (README: \"Restore from a backup\")",
+        .path.display()
+    )]
+    Damaged { path: PathBuf, detail: String },
+    /// A thread of the store could not start.
+    #[error("{0}")]
+    Start(String),
+}
+
+/// Sorts a SQLite error into what the engine can act on (see [`Problem::of`]).
+fn classify(error: rusqlite::Error) -> StoreError {
+    Problem::of(&error).to_store_error()
+}
+
+pub struct Store {
+    path: PathBuf,
+    /// How every connection opens `path` (see [`database_uri`]).
+    uri: String,
+    writes: Sender<writer::Write>,
+    reads: Pool<SqliteConnectionManager>,
+    /// Pinged by the writer after each commit.
+    commits: Receiver<()>,
+    /// Continuations of [`Store::write_later`] and [`Store::create_later`] not run yet.
+    unanswered: Arc<writer::Unanswered>,
+    /// Whether writes succeed, as the writer last found.
+    health: Arc<Health>,
+    /// Dropped with the store: the checkpointer stops.
+    _checkpointer: Sender<()>,
+    _lock: File,
+}
+
+/// A freshly opened store with the handles its owner needs.
+pub struct Opened {
+    pub store: Arc<Store>,
+    /// Ends once every [`Store`] handle is dropped and the queue is committed.
+    pub writer: JoinHandle<()>,
+}
+
+impl Store {
+    /// Opens (creating if needed) `data_dir/tasks.db`, migrates it and starts the writer.
+    pub fn open(data_dir: &Path, config: &StoreConfig) -> Result<Opened, OpenError> {
+        let lock_path = data_dir.join("lock");
+        let lock = File::create(&lock_path).map_err(|e| OpenError::File {
+            path: lock_path.clone(),
+            source: Box::new(e),
+        })?;
+        lock.try_lock().map_err(|_| OpenError::InUse {
+            data_dir: data_dir.to_owned(),
+        })?;
+        let path = data_dir.join("tasks.db");
+        let uri = database_uri(&path)?;
+        let opening = |e: rusqlite::Error| OpenError::File {
+            path: path.clone(),
+            source: Box::new(e),
+        };
+        integrity::check(
+            &open_connection(&uri).map_err(opening)?,
+            &path,
+            Duration::from_millis(config.integrity_check_ms),
+        )?;
+        let mut writer = open_writer(&uri, config).map_err(|e| match e {
+            OpenError::File { source, .. } => OpenError::File {
+                path: path.clone(),
+                source,
+            },
+            other => other,
+        })?;
+        let version = migrations::migrate(&mut writer)?;
+        log::info!("task store at schema version {version}");
+        let health = Arc::new(Health::new(&path, config.min_free_bytes));
+        let (checkpointer, stop_checkpointer) = crossbeam_channel::bounded(0);
+        let restart = Arc::new(AtomicBool::new(false));
+        let wanted = Arc::clone(&restart);
+        let checkpoint_conn = open_connection(&uri).map_err(opening)?;
+        configure(&checkpoint_conn, config)?;
+        let watched = Arc::clone(&health);
+        std::thread::Builder::new()
+            .name("store-checkpoint".into())
+            .spawn(move || {
+                checkpoint::run_checkpointer(
+                    &checkpoint_conn,
+                    &stop_checkpointer,
+                    &wanted,
+                    &watched,
+                )
+            })
+            .map_err(|e| OpenError::Start(format!("starting the checkpointer: {e}")))?;
+        let reads = read_pool(&uri, config)?;
+        let writer::Started {
+            writes,
+            commits,
+            thread,
+        } = writer::start(
+            writer,
+            {
+                let (uri, config) = (uri.clone(), config.clone());
+                Box::new(move || open_writer(&uri, &config))
+            },
+            Arc::clone(&health),
+            restart,
+        )?;
+        Ok(Opened {
+            store: Arc::new(Store {
+                path,
+                uri,
+                writes,
+                reads,
+                commits,
+                unanswered: Arc::default(),
+                health,
+                _checkpointer: checkpointer,
+                _lock: lock,
+            }),
+            writer: thread,
+        })
+    }
+
+    /// A query-only connection from the pool (a WAL snapshot per statement/transaction).
+    fn read(&self) -> Result<PooledConnection<SqliteConnectionManager>, StoreError> {
+        self.reads
+            .get()
+            .map_err(|e| StoreError::Unavailable(Box::new(e)))
+    }
+
+    /// Size of the write-ahead log file.
+    fn wal_bytes(&self) -> Option<u64> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        std::fs::metadata(wal).ok().map(|meta| meta.len())
+    }
+}
+
+/// The writer's connection: configured, its temporary storage in memory, automatic
+/// checkpoints off (see [`checkpoint`]).
+fn open_writer(uri: &str, config: &StoreConfig) -> Result<Connection, OpenError> {
+    let conn = open_connection(uri).map_err(|e| OpenError::File {
+        path: PathBuf::from(uri),
+        source: Box::new(e),
+    })?;
+    configure(&conn, config)?;
+    keep_temp_in_memory(&conn)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(|e| OpenError::Setup(format!("turning off automatic checkpoints: {e}")))?;
+    Ok(conn)
+}
+
+/// The readers: query-only connections, configured and verified like the writer's.
+fn read_pool(uri: &str, config: &StoreConfig) -> Result<Pool<SqliteConnectionManager>, OpenError> {
+    let read_config = config.clone();
+    // Read-write at the file level: `unix-excl` settles locks in memory only for
+    // connections that may write. `query_only` makes them readers all the same.
+    let manager = SqliteConnectionManager::file(uri)
+        .with_flags(
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .with_init(move |conn| {
+            configure(conn, &read_config)
+                .and_then(|()| make_query_only(conn))
+                .map_err(|why| {
+                    rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
+                        Some(why.to_string()),
+                    )
+                })
+        });
+    Pool::builder()
+        .max_size(config.read_connections.max(1))
+        // A local file connection does not go stale; r2d2's check on every checkout
+        // would run a statement per read for nothing.
+        .test_on_check_out(false)
+        .connection_timeout(Duration::from_secs(5))
+        .build(manager)
+        .map_err(|e| OpenError::Setup(format!("opening read connections: {e}")))
+}
+
+/// A fresh fencing token: 128 random bits.
+fn fresh_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Runs a [`ClaimRequest`] inside a write.
+fn claim(conn: &Connection, request: ClaimRequest) -> rusqlite::Result<Vec<Claim>> {
+    let ClaimRequest {
+        limit,
+        lease_ms,
+        mut claimant,
+    } = request;
+    attempts::claim(
+        conn,
+        limit,
+        now_ms(),
+        lease_ms,
+        fresh_token,
+        claimant.as_mut(),
+    )
+}
+
+impl TaskStore for Store {
+    fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
+        self.create_later(task)
+    }
+
+    fn find_authorized(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let conn = self.read()?;
+        client::find_authorized(&conn, identity, task_id, now_ms()).map_err(classify)
+    }
+
+    fn payload_bytes_authorized(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+    ) -> Result<Option<usize>, StoreError> {
+        let conn = self.read()?;
+        client::payload_bytes_authorized(&conn, identity, task_id, now_ms()).map_err(classify)
+    }
+
+    fn update(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+        responses: Map<String, Value>,
+    ) -> Result<UpdateEffect, StoreError> {
+        let (identity, id) = (identity.clone(), task_id.to_owned());
+        self.write(move |conn| client::update(conn, &identity, &id, &responses, now_ms()))
+    }
+
+    fn cancel(&self, identity: &Identity, task_id: &str) -> Result<CancelEffect, StoreError> {
+        let (identity, id) = (identity.clone(), task_id.to_owned());
+        self.write(move |conn| client::cancel(conn, &identity, &id, now_ms()))
+    }
+
+    fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError> {
+        self.write(move |conn| claim(conn, request))
+    }
+
+    fn finish(
+        &self,
+        lease: Lease,
+        outcome: Finish,
+        then_claim: Option<ClaimRequest>,
+    ) -> Result<Finished, StoreError> {
+        self.write(move |conn| {
+            let applied = attempts::finish(conn, &lease.task_id, &lease.token, outcome, now_ms())?;
+            let next = match then_claim {
+                Some(next) => claim(conn, next)?,
+                None => Vec::new(),
+            };
+            Ok(Finished { applied, next })
+        })
+    }
+
+    fn renew_leases(&self, leases: Vec<Lease>, expires: i64) -> Result<Vec<bool>, StoreError> {
+        self.write(move |conn| {
+            leases
+                .iter()
+                .map(|lease| attempts::renew_lease(conn, &lease.task_id, &lease.token, expires))
+                .collect()
+        })
+    }
+
+    fn set_status_message(&self, lease: Lease, message: String) -> Result<bool, StoreError> {
+        self.write(move |conn| {
+            attempts::set_status_message(conn, &lease.task_id, &lease.token, &message, now_ms())
+        })
+    }
+
+    fn reclaim_leases(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+        reason: String,
+    ) -> Result<usize, StoreError> {
+        let leases = {
+            let conn = self.read()?;
+            upkeep::expired_leases(&conn, before, limit).map_err(classify)?
+        };
+        let count = leases.len();
+        if count == 0 {
+            return Ok(0);
+        }
+        self.write(move |conn| {
+            for (task_id, token) in &leases {
+                let retry = Finish::Retry {
+                    reason: reason.clone(),
+                };
+                attempts::finish(conn, task_id, token, retry, now_ms())?;
+            }
+            Ok(())
+        })?;
+        Ok(count)
+    }
+
+    fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.write(move |conn| upkeep::delete_expired(conn, now_ms(), limit))
+    }
+
+    fn outbox_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, String)>, StoreError> {
+        let conn = self.read()?;
+        upkeep::outbox_after(&conn, after, limit).map_err(classify)
+    }
+
+    fn outbox_newest(&self) -> Result<i64, StoreError> {
+        let conn = self.read()?;
+        upkeep::max_outbox_seq(&conn).map_err(classify)
+    }
+
+    fn prune_outbox(&self, upto: i64, limit: usize) -> Result<usize, StoreError> {
+        self.write(move |conn| upkeep::prune_outbox(conn, upto, limit))
+    }
+
+    fn stats(&self) -> Result<Stats, StoreError> {
+        let conn = self.read()?;
+        upkeep::stats(&conn, now_ms()).map_err(classify)
+    }
+
+    fn queued_jobs(&self) -> Result<u64, StoreError> {
+        let conn = self.read()?;
+        upkeep::queued_jobs(&conn).map_err(classify)
+    }
+
+    fn log_bytes(&self) -> Option<u64> {
+        self.wal_bytes()
+    }
+
+    fn maintain(&self) -> Result<(), StoreError> {
+        self.checkpoint().map_err(classify)
+    }
+
+    fn health(&self) -> Result<(), StoreError> {
+        match self.health.problem() {
+            Some(problem) => Err(problem.to_store_error()),
+            None => Ok(()),
+        }
+    }
+
+    fn subscribe(&self) -> Receiver<()> {
+        self.commits.clone()
+    }
+
+    fn wait_for_continuations(&self, limit: Duration) -> bool {
+        self.wait_for_answers(limit)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::migrations::{migrations, SCHEMA};
+    use super::*;
+
+    /// Rows in `table`, read through the pool.
+    pub(crate) fn rows_in(store: &Store, table: &str) -> i64 {
+        store
+            .read()
+            .unwrap()
+            .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// The identity every test task is bound to.
+    pub(crate) fn identity() -> Identity {
+        Identity {
+            endpoint: "/mcp".into(),
+            tenant: "t".into(),
+            principal: "p".into(),
+        }
+    }
+
+    /// A task created at `now`, with a TTL, three attempts and a short backoff.
+    pub(crate) fn task_at(id: &str, now: i64) -> NewTask {
+        NewTask {
+            id: id.to_owned(),
+            identity: identity(),
+            tool: "tool".into(),
+            origin: br#"{"arguments":{"n":1}}"#.to_vec(),
+            input_responses: "{}".into(),
+            now,
+            ttl_ms: Some(60_000),
+            poll_interval_ms: 500,
+            max_attempts: 3,
+            backoff_ms: 10,
+            timeout_ms: 60_000,
+            idempotency_key: None,
+            arguments_digest: None,
+        }
+    }
+
+    /// A store on a fresh temporary data dir (kept alive by the returned guard).
+    pub(crate) fn fresh_store() -> (tempfile::TempDir, Arc<Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreConfig::default())
+            .unwrap()
+            .store;
+        (dir, store)
+    }
+
+    #[test]
+    fn sqlite_errors_are_sorted_into_what_the_engine_can_act_on() {
+        let failure = |code| {
+            classify(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(code),
+                None,
+            ))
+        };
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_FULL),
+            StoreError::Full(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_READONLY),
+            StoreError::ReadOnly(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_CORRUPT),
+            StoreError::Corrupt(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_NOTADB),
+            StoreError::Corrupt(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_BUSY),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_CONSTRAINT),
+            StoreError::Other(_)
+        ));
+        assert!(matches!(
+            classify(rusqlite::Error::QueryReturnedNoRows),
+            StoreError::Other(_)
+        ));
+    }
+
+    #[test]
+    fn migrate_is_idempotent_and_pragmas_are_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig::default();
+        let store = Store::open(dir.path(), &config).unwrap().store;
+        let version: u32 = store
+            .read()
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version as usize, migrations(SCHEMA).unwrap().len());
+        let temp_store = |conn: &Connection| -> i64 {
+            conn.query_row("PRAGMA temp_store", [], |r| r.get(0))
+                .unwrap()
+        };
+        let writers = store.write(move |conn| Ok(temp_store(conn))).unwrap();
+        assert_eq!(writers, 2, "the writer's savepoint journals stay in memory");
+        assert_eq!(
+            temp_store(&store.read().unwrap()),
+            0,
+            "readers keep the default"
+        );
+        let second = Store::open(dir.path(), &config);
+        assert!(second.is_err(), "the data dir is locked");
+        drop(store);
+    }
+
+    #[test]
+    fn the_store_opens_any_data_dir_path_and_its_readers_cannot_write() {
+        // A data dir whose name needs escaping in a SQLite URI.
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("odd?name#with%");
+        std::fs::create_dir(&dir).unwrap();
+        let store = Store::open(&dir, &StoreConfig::default()).unwrap().store;
+        store
+            .write(|conn| {
+                conn.execute(
+                    "INSERT INTO outbox (task_id, created_at) VALUES ('t', 1)",
+                    [],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        let reader = store.read().unwrap();
+        let rows: i64 = reader
+            .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            rows, 1,
+            "the store opened the database in the odd directory"
+        );
+        let written = reader.execute(
+            "INSERT INTO outbox (task_id, created_at) VALUES ('u', 1)",
+            [],
+        );
+        assert!(written.is_err(), "pool connections are query-only");
+    }
+}

@@ -1,0 +1,166 @@
+//! What clients do to their tasks: find and size (authorized in the `WHERE`),
+//! `tasks/update` and `tasks/cancel`.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::{Map, Value};
+
+use super::{append_outbox, set_terminal, task_row};
+use crate::auth::Identity;
+use crate::protocol::input::response_matches;
+use crate::protocol::TaskStatus;
+use crate::tasks::model::{CancelEffect, TaskRow, UpdateEffect};
+
+/// The task, if it exists, has not expired, and is bound to `identity`. Unknown,
+/// expired and foreign tasks are indistinguishable here by construction.
+pub fn find_authorized(
+    conn: &Connection,
+    identity: &Identity,
+    task_id: &str,
+    now: i64,
+) -> rusqlite::Result<Option<TaskRow>> {
+    conn.prepare_cached(concat!(
+        "SELECT ",
+        task_columns!(),
+        " FROM tasks WHERE id = ?1 AND endpoint = ?2 AND tenant = ?3 \
+             AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5)"
+    ))?
+    .query_row(
+        params![
+            task_id,
+            identity.endpoint,
+            identity.tenant,
+            identity.principal,
+            now
+        ],
+        task_row,
+    )
+    .optional()
+}
+
+/// Bytes of an authorized task's stored payloads (result, error, input requests),
+/// read from the record headers only (`octet_length` does not load the values).
+pub fn payload_bytes_authorized(
+    conn: &Connection,
+    identity: &Identity,
+    task_id: &str,
+    now: i64,
+) -> rusqlite::Result<Option<usize>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT coalesce(octet_length(result), 0) + coalesce(octet_length(error), 0) \
+             + coalesce(octet_length(input_requests), 0) \
+             FROM tasks WHERE id = ?1 AND endpoint = ?2 AND tenant = ?3 \
+             AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5)",
+        )?
+        .query_row(
+            params![
+                task_id,
+                identity.endpoint,
+                identity.tenant,
+                identity.principal,
+                now
+            ],
+            |row| row.get::<_, i64>(0),
+        )
+        .optional()?
+        .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)))
+}
+
+pub fn cancel(
+    conn: &Connection,
+    identity: &Identity,
+    task_id: &str,
+    now: i64,
+) -> rusqlite::Result<CancelEffect> {
+    let Some(task) = find_authorized(conn, identity, task_id, now)? else {
+        return Ok(CancelEffect::NotFound);
+    };
+    if task.status.is_terminal() {
+        return Ok(CancelEffect::Done);
+    }
+    let job_state: Option<String> = conn
+        .prepare_cached("SELECT state FROM jobs WHERE task_id = ?1")?
+        .query_row([task_id], |row| row.get(0))
+        .optional()?;
+    if job_state.as_deref() == Some("running") {
+        conn.prepare_cached(
+            "UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
+        )?
+        .execute(params![task_id, now])?;
+        return Ok(CancelEffect::SignalRunning);
+    }
+    set_terminal(conn, task_id, TaskStatus::Cancelled, None, None, now)?;
+    Ok(CancelEffect::Done)
+}
+
+/// Accepts the responses that answer outstanding requests of the right kind; ignores
+/// the rest (unknown, answered, superseded or mismatched keys).
+pub fn update(
+    conn: &Connection,
+    identity: &Identity,
+    task_id: &str,
+    responses: &Map<String, Value>,
+    now: i64,
+) -> rusqlite::Result<UpdateEffect> {
+    let Some(task) = find_authorized(conn, identity, task_id, now)? else {
+        return Ok(UpdateEffect::NotFound);
+    };
+    if task.status != TaskStatus::InputRequired {
+        return Ok(UpdateEffect::Accepted { requeued: false });
+    }
+    let mut outstanding: Map<String, Value> = task
+        .input_requests
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    let accepted: Map<String, Value> = responses
+        .iter()
+        .filter(|(key, response)| {
+            outstanding
+                .get(key.as_str())
+                .is_some_and(|request| response_matches(request, response))
+        })
+        .map(|(key, response)| (key.clone(), response.clone()))
+        .collect();
+    if accepted.is_empty() {
+        return Ok(UpdateEffect::Accepted { requeued: false });
+    }
+    let stored: String = conn
+        .prepare_cached("SELECT input_responses FROM tasks WHERE id = ?1")?
+        .query_row([task_id], |row| row.get(0))?;
+    let mut all: Map<String, Value> = serde_json::from_str(&stored).unwrap_or_default();
+    for (key, response) in accepted {
+        outstanding.remove(&key);
+        all.insert(key, response);
+    }
+    let round_done = outstanding.is_empty();
+    let (status, requests) = if round_done {
+        (TaskStatus::Working, None)
+    } else {
+        (
+            TaskStatus::InputRequired,
+            Some(Value::Object(outstanding).to_string()),
+        )
+    };
+    conn.prepare_cached(
+        "UPDATE tasks SET status = ?2, input_requests = ?3, input_responses = ?4, \
+         updated_at = ?5, version = version + 1 WHERE id = ?1 AND status = 'input_required'",
+    )?
+    .execute(params![
+        task_id,
+        status.as_str(),
+        requests,
+        Value::Object(all).to_string(),
+        now
+    ])?;
+    if round_done {
+        conn.prepare_cached(
+            "UPDATE jobs SET state = 'queued', run_after = ?2 WHERE task_id = ?1 AND state = 'waiting'",
+        )?
+        .execute(params![task_id, now])?;
+    }
+    append_outbox(conn, task_id, now)?;
+    Ok(UpdateEffect::Accepted {
+        requeued: round_done,
+    })
+}

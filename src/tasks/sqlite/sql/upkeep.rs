@@ -1,0 +1,114 @@
+//! Upkeep queries: expired leases and tasks, the outbox, and the counts for
+//! `GET /metrics`.
+
+use rusqlite::{params, Connection};
+
+use crate::protocol::TaskStatus;
+use crate::tasks::model::Stats;
+
+/// Leased jobs whose lease ended before `before` (all leased jobs with `None`).
+pub fn expired_leases(
+    conn: &Connection,
+    before: Option<i64>,
+    limit: usize,
+) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT task_id, lease_token FROM jobs WHERE state = 'running' \
+         AND (?1 IS NULL OR lease_expires < ?1) LIMIT ?2",
+    )?;
+    let rows = statement.query_map(params![before, limit as i64], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })?;
+    rows.collect()
+}
+
+/// Deletes up to `limit` tasks past their TTL; returns their ids.
+pub fn delete_expired(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<Vec<String>> {
+    let mut statement = conn.prepare_cached(
+        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE expires_at <= ?1 LIMIT ?2) \
+         RETURNING id",
+    )?;
+    let rows = statement.query_map(params![now, limit as i64], |row| row.get(0))?;
+    rows.collect()
+}
+
+/// Outbox rows after `after`, oldest first.
+pub fn outbox_after(
+    conn: &Connection,
+    after: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<(i64, String)>> {
+    let mut statement = conn
+        .prepare_cached("SELECT seq, task_id FROM outbox WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+    let rows = statement.query_map(params![after, limit as i64], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })?;
+    rows.collect()
+}
+
+/// Deletes up to `limit` delivered outbox rows (`seq <= upto`); returns how many.
+///
+/// The newest row always stays: `seq` has no AUTOINCREMENT, and a new row takes the
+/// largest `seq` plus one, so keeping it is what keeps `seq` growing (subscriptions
+/// compare it with where they started).
+pub fn prune_outbox(conn: &Connection, upto: i64, limit: usize) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox \
+         WHERE seq <= ?1 AND seq < (SELECT MAX(seq) FROM outbox) LIMIT ?2)",
+    )?
+    .execute(params![upto, limit as i64])
+}
+
+/// Every status and state with its count (zero included, so series never vanish).
+pub fn stats(conn: &Connection, now: i64) -> rusqlite::Result<Stats> {
+    let count_by = |sql: &str, names: &[&str]| -> rusqlite::Result<Vec<(String, u64)>> {
+        let mut counts: Vec<(String, u64)> = names.iter().map(|n| ((*n).to_owned(), 0)).collect();
+        let mut statement = conn.prepare_cached(sql)?;
+        let rows = statement.query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })?;
+        for row in rows {
+            let (name, count) = row?;
+            if let Some(entry) = counts.iter_mut().find(|(known, _)| *known == name) {
+                entry.1 = count.max(0) as u64;
+            }
+        }
+        Ok(counts)
+    };
+    let tasks = count_by(
+        "SELECT status, COUNT(*) FROM tasks GROUP BY status",
+        &TaskStatus::ALL.map(TaskStatus::as_str),
+    )?;
+    let jobs = count_by(
+        "SELECT state, COUNT(*) FROM jobs GROUP BY state",
+        &["queued", "running", "waiting"],
+    )?;
+    let oldest: Option<i64> = conn.query_row(
+        "SELECT MIN(run_after) FROM jobs WHERE state = 'queued' AND run_after <= ?1",
+        [now],
+        |row| row.get(0),
+    )?;
+    let outbox_rows: i64 = conn.query_row("SELECT COUNT(*) FROM outbox", [], |row| row.get(0))?;
+    Ok(Stats {
+        tasks,
+        jobs,
+        oldest_ready_age_ms: oldest.map_or(0, |at| (now - at).max(0) as u64),
+        outbox_rows: outbox_rows.max(0) as u64,
+    })
+}
+
+pub fn max_outbox_seq(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM outbox", [], |row| {
+        row.get(0)
+    })
+}
+
+/// Jobs waiting for a worker (backoff included): a count over the `jobs_ready` index.
+pub fn queued_jobs(conn: &Connection) -> rusqlite::Result<u64> {
+    let count: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM jobs WHERE state = 'queued'",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(count.max(0) as u64)
+}

@@ -1,0 +1,263 @@
+//! One task attempt: run the tool with a [`TaskHost`] (progress becomes the status
+//! message, cancellation and the deadline stop it), then commit its outcome, fenced.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::inflight::{registering, AttemptControl, Stop};
+use super::Shared;
+use crate::clock::now_ms;
+use crate::protocol::{ClientCapabilities, InputKind, LogLevel, RpcError};
+use crate::tasks::backend::{Finished, StoreError, TaskStore};
+use crate::tasks::model::{Claim, Finish, Lease, Origin};
+use crate::tools::{Invocation, InvocationHost, Outcome};
+
+/// Runs one claimed attempt and commits its outcome (fenced by the claim's token). The
+/// same write claims the worker's next job, unless the pool is stopping: under load a
+/// worker goes from job to job with one commit each, and the dispatcher only feeds
+/// workers that found nothing.
+pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
+    let control = shared
+        .inflight
+        .get(&claim.task_id, &claim.token)
+        .unwrap_or_else(|| {
+            Arc::new(AttemptControl::new(
+                claim.token.clone(),
+                claim.deadline,
+                None,
+            ))
+        });
+    let finish = execute(shared, &claim, &control);
+    // Before the commit, which may claim this worker's next job of the same tool; idle
+    // workers may take the tool's queued jobs too, so the dispatcher is told.
+    if control.release_slot() {
+        let _ = shared.wake.try_send(());
+    }
+    let lease = Lease {
+        task_id: claim.task_id.clone(),
+        token: claim.token.clone(),
+    };
+    let claim_next = !shared.stopping.load(Ordering::Acquire);
+    let (next, registered) = registering(&shared.inflight, &shared.tools, 1, shared.lease_ms);
+    let committed = shared
+        .store
+        .finish(lease.clone(), finish.clone(), claim_next.then_some(next));
+    let committed = match committed {
+        Err(error) if error.is_temporary() => {
+            registered.forget(&shared.inflight);
+            commit_later(shared, lease, finish, error)
+        }
+        other => other,
+    };
+    shared.inflight.remove(&claim.task_id, &claim.token);
+    match committed {
+        Ok(Finished { applied, mut next }) => {
+            if !applied {
+                log::warn!("an attempt finished after losing its lease; its outcome was discarded");
+            }
+            next.pop()
+        }
+        Err(error) => {
+            registered.forget(&shared.inflight);
+            log::warn!(
+                "committing an attempt's outcome: {error}; the attempt runs again once its \
+                 lease expires"
+            );
+            None
+        }
+    }
+}
+
+/// First wait before committing an outcome again; doubles up to [`COMMIT_RETRY_MOST`].
+const COMMIT_RETRY_FIRST: Duration = Duration::from_millis(100);
+const COMMIT_RETRY_MOST: Duration = Duration::from_secs(1);
+
+/// Commits an outcome the store could not take, again and again (with backoff) for up
+/// to one lease: a disk that was full for a moment costs no attempt. The attempt stays
+/// registered meanwhile, so a cancellation still reaches it and the lease keeper keeps
+/// its lease while writes work. Past that, the lease has expired (its renewals failed
+/// too) and the janitor reclaims the job once the store writes again: the attempt runs
+/// again, and nothing stays `working`.
+fn commit_later(
+    shared: &Shared,
+    lease: Lease,
+    finish: Finish,
+    mut error: StoreError,
+) -> Result<Finished, StoreError> {
+    let give_up = Instant::now() + Duration::from_millis(shared.lease_ms.max(0) as u64);
+    let mut wait = COMMIT_RETRY_FIRST;
+    while Instant::now() + wait < give_up && !shared.stopping.load(Ordering::Acquire) {
+        std::thread::sleep(wait);
+        match shared.store.finish(lease.clone(), finish.clone(), None) {
+            Err(again) if again.is_temporary() => error = again,
+            done => return done,
+        }
+        wait = (wait * 2).min(COMMIT_RETRY_MOST);
+    }
+    Err(error)
+}
+
+fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Finish {
+    let Ok(origin) = serde_json::from_slice::<Origin>(&claim.origin) else {
+        log::error!("a task's stored origin is unreadable");
+        return Finish::failed(&RpcError::internal());
+    };
+    let Some(tool) = shared.tools.get(&claim.tool) else {
+        log::error!("task for tool {} which is no longer served", claim.tool);
+        return Finish::failed(&RpcError::new(
+            crate::protocol::code::INTERNAL_ERROR,
+            format!("The tool \"{}\" is no longer served", claim.tool),
+        ));
+    };
+    let responses: Map<String, Value> =
+        serde_json::from_str(&claim.input_responses).unwrap_or_default();
+    let state: Option<Value> = claim
+        .tool_state
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok());
+    let capabilities = ClientCapabilities(origin.capabilities.clone());
+    let mut host = TaskHost {
+        store: shared.store.as_ref(),
+        task_id: &claim.task_id,
+        attempt: claim.attempt,
+        token: &claim.token,
+        control,
+        last_status: None,
+    };
+    let mut invocation = Invocation {
+        arguments: &origin.arguments,
+        input_responses: &responses,
+        state: state.as_ref(),
+        capabilities: &capabilities,
+        host: &mut host,
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| tool.tool.run(&mut invocation)));
+    match outcome {
+        Err(_) => {
+            log::error!("tool {} panicked in a task attempt", claim.tool);
+            Finish::Retry {
+                reason: "the tool panicked".into(),
+            }
+        }
+        Ok(Outcome::Complete(result)) => match tool.check_result(result) {
+            Ok(mut result) => {
+                result["resultType"] = json!("complete");
+                Finish::Completed {
+                    result: result.to_string(),
+                }
+            }
+            Err(error) => Finish::failed(&error),
+        },
+        Ok(Outcome::InputRequired { requests, state }) => {
+            if requests.is_empty()
+                || !requests
+                    .values()
+                    .all(|request| InputKind::of(request).is_some())
+            {
+                log::error!(
+                    "tool {} asked for input without valid input requests",
+                    claim.tool
+                );
+                return Finish::failed(&RpcError::internal());
+            }
+            Finish::InputRequired {
+                requests,
+                state: state.map(|state| state.to_string()),
+            }
+        }
+        Ok(Outcome::Error(error)) => Finish::failed(&error),
+        Ok(Outcome::Retry(reason)) => {
+            log::warn!(
+                "tool {} failed attempt {}: {reason}",
+                claim.tool,
+                claim.attempt
+            );
+            Finish::Retry { reason }
+        }
+        Ok(Outcome::Cancelled) => match control.reason() {
+            Stop::Shutdown => Finish::Release,
+            Stop::Deadline => Finish::Retry {
+                reason: format!(
+                    "the attempt exceeded its deadline (timeout {} ms)",
+                    tool.spec.execution.timeout.as_millis()
+                ),
+            },
+            Stop::LeaseLost | Stop::Expired => Finish::Retry {
+                reason: "the attempt lost its lease".into(),
+            },
+            Stop::Cancelled | Stop::Running => Finish::Cancelled,
+        },
+    }
+}
+
+/// The host of a task attempt: progress becomes the task's status message.
+struct TaskHost<'a> {
+    store: &'a dyn TaskStore,
+    task_id: &'a str,
+    attempt: i64,
+    token: &'a str,
+    control: &'a Arc<AttemptControl>,
+    last_status: Option<Instant>,
+}
+
+/// Least time between two status-message writes of one attempt.
+const STATUS_INTERVAL: Duration = Duration::from_millis(200);
+
+impl InvocationHost for TaskHost<'_> {
+    fn progress(&mut self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let finished = total.is_some_and(|total| progress >= total);
+        if !finished
+            && self
+                .last_status
+                .is_some_and(|at| at.elapsed() < STATUS_INTERVAL)
+        {
+            return;
+        }
+        self.last_status = Some(Instant::now());
+        let text = match (message, total) {
+            (Some(message), _) => message.to_owned(),
+            (None, Some(total)) => format!("{progress}/{total}"),
+            (None, None) => format!("{progress}"),
+        };
+        let lease = Lease {
+            task_id: self.task_id.to_owned(),
+            token: self.token.to_owned(),
+        };
+        let written = self.store.set_status_message(lease, text);
+        if let Ok(false) = written {
+            self.control.stop(Stop::LeaseLost);
+        }
+    }
+
+    fn log(&mut self, _level: LogLevel, _data: Value) {
+        // Tasks carry no log stream (SEP-2663); tool output belongs in the result.
+    }
+
+    fn cancelled(&self) -> bool {
+        if now_ms() >= self.control.deadline {
+            self.control.stop(Stop::Deadline);
+        }
+        self.control.reason() != Stop::Running
+    }
+
+    fn sleep(&mut self, duration: Duration) -> bool {
+        let until_deadline = (self.control.deadline - now_ms()).max(0) as u64;
+        let wait = duration.min(Duration::from_millis(until_deadline));
+        if self.control.sleep_unless_stopped(wait) {
+            return false;
+        }
+        if wait < duration {
+            self.control.stop(Stop::Deadline);
+            return false;
+        }
+        !self.cancelled()
+    }
+
+    fn task_attempt(&self) -> Option<(&str, i64)> {
+        Some((self.task_id, self.attempt))
+    }
+}

@@ -1,0 +1,309 @@
+//! Descendants that leave a command tool's process group (`setsid`, double fork) are
+//! killed and reaped when their run ends, however it ends; the orphans of a run still
+//! running are left alone.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::{poll_until, tasks_caps, Server};
+use serde_json::{json, Value};
+
+const LIMIT: Duration = Duration::from_secs(20);
+/// How soon an escapee must be gone once its run has ended.
+const GONE_WITHIN: Duration = Duration::from_secs(5);
+
+/// A `[[tools]]` entry running tests/scripts/escape.sh with `escape` and `end`.
+fn escape_tool(name: &str, work: &Path, escape: &str, end: &str, extra: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/escape.sh");
+    format!(
+        "[[tools]]\nname = \"{name}\"\ndescription = \"escape.sh\"\n\
+         command = [\"{script}\", \"{escape}\", \"{end}\"]\n\
+         env = {{ WORK = \"{work}\" }}\nbackoff_ms = 50\n{extra}\n",
+        script = script.display(),
+        work = work.display(),
+    )
+}
+
+fn config(tools: &[String]) -> String {
+    format!("[builtin]\nsets = []\n\n{}", tools.concat())
+}
+
+fn temp() -> (tempfile::TempDir, PathBuf) {
+    let temp = tempfile::tempdir().expect("temp dir");
+    let path = temp.path().to_path_buf();
+    (temp, path)
+}
+
+/// One process, named by its pid and its start time (so a reused pid is not it).
+#[derive(Debug)]
+struct Process {
+    pid: u32,
+    start: String,
+}
+
+/// Fields of /proc/<pid>/stat after the command name: state is 0, ppid 1, session 3,
+/// start time 19.
+fn stat(pid: u32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = text.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+impl Process {
+    /// Whether it still exists, running or as a zombie nobody has reaped.
+    fn exists(&self) -> bool {
+        stat(self.pid).is_some_and(|fields| fields.get(19) == Some(&self.start))
+    }
+
+    fn parent(&self) -> Option<u32> {
+        stat(self.pid)?.get(1)?.parse().ok()
+    }
+}
+
+/// The escapee the program recorded in `work`, once it has left its group: it leads a
+/// session of its own.
+fn escapee(work: &Path) -> Process {
+    let process = poll_until(LIMIT, || {
+        let text = std::fs::read_to_string(work.join("escapees")).ok()?;
+        let pid: u32 = text.lines().next()?.trim().parse().ok()?;
+        let fields = stat(pid)?;
+        Some(Process {
+            pid,
+            start: fields.get(19)?.clone(),
+        })
+        .filter(|_| fields.get(3) == Some(&pid.to_string()))
+    })
+    .expect("the program recorded an escapee in a session of its own");
+    assert!(process.exists(), "{process:?}");
+    process
+}
+
+/// The escapee is gone within [`GONE_WITHIN`]: killed, and reaped (no zombie left).
+fn assert_gone(process: &Process) {
+    assert!(
+        poll_until(GONE_WITHIN, || (!process.exists()).then_some(())).is_some(),
+        "escapee {process:?} still exists: {:?}",
+        stat(process.pid)
+    );
+}
+
+/// The server's children that are zombies.
+fn zombies_of(server: &Server) -> Vec<u32> {
+    let pid = server.pid();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|child| child.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .filter(|&child| stat(child).is_some_and(|fields| fields[0] == "Z"))
+        .collect()
+}
+
+/// Once runs have ended, the server has reaped everything that died under it.
+fn assert_no_zombies(server: &Server) {
+    let clean = poll_until(GONE_WITHIN, || zombies_of(server).is_empty().then_some(()));
+    assert!(clean.is_some(), "zombies: {:?}", zombies_of(server));
+}
+
+/// Lets an "exit" program finish.
+fn go(work: &Path) {
+    std::fs::write(work.join("go"), b"").expect("write go");
+}
+
+fn start_task(server: &Server, tool: &str) -> String {
+    let result = server.call_tool(tool, json!({}), tasks_caps()).result();
+    assert_eq!(result["resultType"], "task", "{result}");
+    result["taskId"].as_str().expect("taskId").to_owned()
+}
+
+/// Polls tasks/get until the task is terminal.
+fn wait_terminal(server: &Server, task_id: &str) -> Value {
+    poll_until(LIMIT, || {
+        let task = server
+            .request("tasks/get", json!({"taskId": task_id}), tasks_caps())
+            .result();
+        let status = task["status"].as_str().unwrap_or_default();
+        matches!(status, "completed" | "failed" | "cancelled").then_some(task)
+    })
+    .expect("task reached a terminal status")
+}
+
+#[test]
+fn a_setsid_grandchild_dies_when_the_program_exits_and_its_output_counts() {
+    let (_temp, work) = temp();
+    let server = Server::start(&config(&[escape_tool("t", &work, "setsid", "exit", "")]));
+    let task = start_task(&server, "t");
+    let escapee = escapee(&work);
+    go(&work);
+    let done = wait_terminal(&server, &task);
+    // The escapee held stdout open: it no longer turns a good run into a failed one.
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "left one behind",
+        "{done}"
+    );
+    assert_gone(&escapee);
+    assert_no_zombies(&server);
+}
+
+#[test]
+fn a_setsid_grandchild_dies_when_the_task_is_cancelled() {
+    let (_temp, work) = temp();
+    let server = Server::start(&config(&[escape_tool("t", &work, "setsid", "wait", "")]));
+    let task = start_task(&server, "t");
+    let escapee = escapee(&work);
+    let cancel = server.request("tasks/cancel", json!({"taskId": task}), tasks_caps());
+    assert_eq!(cancel.result()["resultType"], "complete");
+    assert_gone(&escapee);
+    assert_eq!(wait_terminal(&server, &task)["status"], "cancelled");
+    assert_no_zombies(&server);
+}
+
+#[test]
+fn a_setsid_grandchild_dies_when_the_attempt_times_out() {
+    let (_temp, work) = temp();
+    let extra = "timeout_ms = 1500\nmax_attempts = 1";
+    let server = Server::start(&config(&[escape_tool("t", &work, "setsid", "wait", extra)]));
+    let task = start_task(&server, "t");
+    let escapee = escapee(&work);
+    let failed = wait_terminal(&server, &task);
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_gone(&escapee);
+    assert_no_zombies(&server);
+}
+
+#[test]
+fn a_setsid_grandchild_dies_when_the_program_writes_too_much() {
+    let (_temp, work) = temp();
+    let extra = "max_output_bytes = 1000\nmax_attempts = 1";
+    let server = Server::start(&config(&[escape_tool(
+        "t", &work, "setsid", "flood", extra,
+    )]));
+    let task = start_task(&server, "t");
+    let escapee = escapee(&work);
+    let failed = wait_terminal(&server, &task);
+    let message = failed["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("more than 1000 bytes"), "{failed}");
+    assert_gone(&escapee);
+    assert_no_zombies(&server);
+}
+
+#[test]
+fn a_double_forked_orphan_dies_when_the_inline_call_ends() {
+    let (_temp, work) = temp();
+    let server = Server::start(&config(&[escape_tool("t", &work, "double", "exit", "")]));
+    let (result, escapee) = std::thread::scope(|scope| {
+        let call = scope.spawn(|| server.call_tool("t", json!({}), json!({})).result());
+        let escapee = escapee(&work);
+        go(&work);
+        (call.join().expect("the call"), escapee)
+    });
+    assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+    assert_gone(&escapee);
+}
+
+#[test]
+fn orphans_of_a_run_still_running_survive_another_runs_end() {
+    let (_temp, running) = temp();
+    let (_temp2, ending) = temp();
+    let server = Server::start(&config(&[
+        escape_tool("running", &running, "double", "wait", ""),
+        escape_tool("ending", &ending, "double", "exit", ""),
+    ]));
+    let task = start_task(&server, "running");
+    let survivor = escapee(&running);
+    // Its parent died at once: the server adopted it (it is a child subreaper).
+    let adopted = poll_until(LIMIT, || {
+        (survivor.parent() == Some(server.pid())).then_some(())
+    });
+    assert!(adopted.is_some(), "parent {:?}", survivor.parent());
+
+    let (result, ended) = std::thread::scope(|scope| {
+        let call = scope.spawn(|| server.call_tool("ending", json!({}), json!({})).result());
+        let escapee = escapee(&ending);
+        go(&ending);
+        (call.join().expect("the call"), escapee)
+    });
+    assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+    assert_gone(&ended);
+    assert!(survivor.exists(), "the running task's orphan was killed");
+
+    let cancel = server.request("tasks/cancel", json!({"taskId": task}), tasks_caps());
+    assert_eq!(cancel.result()["resultType"], "complete");
+    assert_gone(&survivor);
+}
+
+#[test]
+fn a_setsid_grandchild_dies_on_a_graceful_shutdown() {
+    let (_temp, work) = temp();
+    let mut server = Server::start(&config(&[escape_tool("t", &work, "setsid", "wait", "")]));
+    start_task(&server, "t");
+    let escapee = escapee(&work);
+    assert!(server.terminate(LIMIT), "the server exits on SIGTERM");
+    assert_gone(&escapee);
+}
+
+#[test]
+fn a_grandchild_with_nothing_of_its_run_dies_when_the_task_is_cancelled() {
+    let (_temp, work) = temp();
+    let server = Server::start(&config(&[escape_tool(
+        "t",
+        &work,
+        "setsid-hidden",
+        "wait",
+        "",
+    )]));
+    let task = start_task(&server, "t");
+    let escapee = escapee(&work);
+    let cancel = server.request("tasks/cancel", json!({"taskId": task}), tasks_caps());
+    assert_eq!(cancel.result()["resultType"], "complete");
+    assert_gone(&escapee);
+}
+
+#[test]
+fn an_orphan_with_a_replaced_environment_that_holds_stdout_dies_when_the_call_ends() {
+    let (_temp, work) = temp();
+    let server = Server::start(&config(&[escape_tool(
+        "t",
+        &work,
+        "double-bare",
+        "exit",
+        "",
+    )]));
+    let (result, escapee) = std::thread::scope(|scope| {
+        let call = scope.spawn(|| server.call_tool("t", json!({}), json!({})).result());
+        let escapee = escapee(&work);
+        go(&work);
+        (call.join().expect("the call"), escapee)
+    });
+    assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+    assert_gone(&escapee);
+}
+
+#[test]
+fn an_orphan_with_nothing_of_its_run_dies_at_the_latest_on_a_graceful_shutdown() {
+    let (_temp, work) = temp();
+    let mut server = Server::start(&config(&[escape_tool(
+        "t",
+        &work,
+        "double-hidden",
+        "exit",
+        "",
+    )]));
+    let escapee = std::thread::scope(|scope| {
+        let call = scope.spawn(|| server.call_tool("t", json!({}), json!({})).result());
+        let escapee = escapee(&work);
+        go(&work);
+        let result = call.join().expect("the call");
+        assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+        escapee
+    });
+    assert!(server.terminate(LIMIT), "the server exits on SIGTERM");
+    assert_gone(&escapee);
+}
