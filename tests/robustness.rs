@@ -714,6 +714,29 @@ fn status_lines_are_http_1_whatever_the_request_line_names() {
     }
 }
 
+/// A byte outside ASCII in the request line or a header (RFC 9110 allows obs-text in
+/// field values, but tiny_http keeps a head as ASCII) is a 400, then a close. It closed
+/// the connection without an answer, which a client cannot tell from a crash. Found by
+/// `fuzz::http`; vendor/tiny_http (PATCHES.md, "non-ASCII heads").
+#[test]
+fn a_non_ascii_head_is_refused_with_400() {
+    let server = Server::start(ALL_SETS);
+    let host = server.addr.to_string();
+    for request in [
+        format!("GET /healthz\u{e9} HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+        format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nX-Name: caf\u{e9}\r\n\r\n"),
+    ] {
+        let raw = server
+            .try_exchange_raw(request.as_bytes(), Duration::from_secs(5))
+            .expect("connect");
+        let answer = String::from_utf8_lossy(&raw);
+        assert!(
+            answer.starts_with("HTTP/1.1 400 "),
+            "{request:?} got {answer:?}"
+        );
+    }
+}
+
 /// A chunked body may end with a trailer section and carry chunk extensions (RFC 9112
 /// §7.1). Upstream tiny_http's decoder took the first trailer byte for the end of the
 /// body and parsed the rest as the next request on the connection: two answers, the
