@@ -547,3 +547,6 @@ fn tool_label(index: usize, name: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fuzz;

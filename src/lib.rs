@@ -25,6 +25,8 @@ pub mod builtin;
 pub mod catalog;
 pub mod clock;
 pub mod config;
+#[cfg(test)]
+mod fuzzing;
 pub mod handlers;
 pub mod later;
 pub mod legacy;

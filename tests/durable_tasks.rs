@@ -219,6 +219,23 @@ fn an_expired_task_is_gone() {
     assert_eq!(gone.body, unknown.body);
 }
 
+/// The longest `ttl_ms` a configuration accepts keeps tasks (for 292 million years):
+/// `created_at + ttl_ms` overflowed, so a debug build panicked while creating the task
+/// and a release build stored an expiry in the past, which the janitor acted on at once.
+#[test]
+fn the_longest_ttl_keeps_tasks() {
+    let server = Server::start(&config("[tasks]\nttl_ms = 9223372036854775807\n"));
+    let id = tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
+    let task = wait_terminal(&server, &id, Duration::from_secs(5));
+    assert_eq!(task["status"], "completed");
+    assert_eq!(task["ttlMs"], i64::MAX);
+    // Still there after several janitor passes (one every 50 ms).
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(500) {
+        assert_eq!(tasks::get(&server, &id)["status"], "completed");
+    }
+}
+
 #[test]
 fn a_panicking_tool_is_retried_then_fails_with_a_clear_message() {
     let server = Server::start(&config(""));

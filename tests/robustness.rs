@@ -683,6 +683,90 @@ fn unsupported_http_versions_are_answered_and_closed() {
     }
 }
 
+/// Whatever version a request line names, the answer's status line is HTTP/1.x.
+/// Upstream tiny_http echoed it: a refused `HTTP/2.0` request (refused here before the
+/// version check, by its `Expect` or a malformed header) got `HTTP/2.0 417`, and an
+/// `HTTP/0.9` one `HTTP/0.9 200`. Found by `fuzz::http`; fixed in vendor/tiny_http
+/// (PATCHES.md, "status lines").
+#[test]
+fn status_lines_are_http_1_whatever_the_request_line_names() {
+    let server = Server::start(ALL_SETS);
+    let host = server.addr.to_string();
+    for (request, expected) in [
+        (
+            format!("POST /mcp HTTP/2.0\r\nHost: {host}\r\nExpect: nothing\r\n\r\n"),
+            "HTTP/1.1 417 ",
+        ),
+        (
+            format!("POST /mcp HTTP/3.0\r\nHost: {host}\r\nNo colon\r\n\r\n"),
+            "HTTP/1.1 400 ",
+        ),
+        (
+            format!("GET /healthz HTTP/0.9\r\nHost: {host}\r\n\r\n"),
+            "HTTP/1.0 200 ",
+        ),
+    ] {
+        let raw = server
+            .try_exchange_raw(request.as_bytes(), Duration::from_secs(5))
+            .expect("connect");
+        let answer = String::from_utf8_lossy(&raw);
+        assert!(answer.starts_with(expected), "{request:?} got {answer:?}");
+    }
+}
+
+/// A byte outside ASCII in the request line or a header (RFC 9110 allows obs-text in
+/// field values, but tiny_http keeps a head as ASCII) is a 400, then a close. It closed
+/// the connection without an answer, which a client cannot tell from a crash. Found by
+/// `fuzz::http`; vendor/tiny_http (PATCHES.md, "non-ASCII heads").
+#[test]
+fn a_non_ascii_head_is_refused_with_400() {
+    let server = Server::start(ALL_SETS);
+    let host = server.addr.to_string();
+    for request in [
+        format!("GET /healthz\u{e9} HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+        format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nX-Name: caf\u{e9}\r\n\r\n"),
+    ] {
+        let raw = server
+            .try_exchange_raw(request.as_bytes(), Duration::from_secs(5))
+            .expect("connect");
+        let answer = String::from_utf8_lossy(&raw);
+        assert!(
+            answer.starts_with("HTTP/1.1 400 "),
+            "{request:?} got {answer:?}"
+        );
+    }
+}
+
+/// A chunked body may end with a trailer section and carry chunk extensions (RFC 9112
+/// §7.1). Upstream tiny_http's decoder took the first trailer byte for the end of the
+/// body and parsed the rest as the next request on the connection: two answers, the
+/// second a 400. Found by `fuzz::http`; fixed in vendor/tiny_http (PATCHES.md,
+/// "chunked request bodies").
+#[test]
+fn chunked_bodies_may_carry_extensions_and_trailers() {
+    let server = Server::start(ALL_SETS);
+    let body = Rpc::new("tools/list", json!({})).body.to_string();
+    let (head, tail) = body.split_at(body.len() / 2);
+    let encoded = format!(
+        "{:x};ext=1\r\n{head}\r\n{:x}\r\n{tail}\r\n0\r\nX-Trailer: 1\r\nX-Other: 2\r\n\r\n",
+        head.len(),
+        tail.len()
+    );
+    let mut request = Rpc::new("tools/list", json!({}))
+        .header("Transfer-Encoding", "chunked")
+        .header("Connection", "keep-alive");
+    request.headers.retain(|(name, _)| name != "Content-Length");
+    let once = server.raw_request("POST", "/mcp", &request.header_pairs(), encoded.as_bytes());
+    // Twice on one connection: the second request starts right after the trailer.
+    let twice = [once.clone(), once].concat();
+    let raw = server
+        .try_exchange_raw(&twice, Duration::from_secs(5))
+        .expect("connect");
+    let answers = String::from_utf8_lossy(&raw);
+    assert_eq!(answers.matches("HTTP/1.1 200 ").count(), 2, "{answers}");
+    assert!(!answers.contains("HTTP/1.1 400"), "{answers}");
+}
+
 /// tiny_http 0.12's connection pool can lose the wake-up of a queued connection when
 /// connections arrive in a burst (`TaskPool::spawn` trusts a stale count of idle
 /// workers), and a connection that stalls mid-request holds its worker for as long as

@@ -20,7 +20,7 @@
 //! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir;
 //! - [`legacy`]: the 2025 session era (initialize, sessions, GET streams) beside 2026;
 //! - [`listen_streams`]: listen streams under load, hang-ups and stalled readers;
-//! - [`fuzz`]: generated HTTP requests against the server's documented answers;
+//! - [`fuzz`]: generated requests (proptest) through the whole HTTP request path;
 //! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
@@ -34,6 +34,7 @@ mod command_tools;
 mod demo_tools;
 mod durable_tasks;
 mod fair_workers;
+mod fuzz;
 mod hardening;
 mod legacy;
 mod listen_streams;

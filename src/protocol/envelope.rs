@@ -138,3 +138,148 @@ impl RequestMeta {
         })
     }
 }
+
+/// Generated envelopes and `_meta`s (see [`crate::fuzzing`]): near-valid messages with
+/// members removed, retyped or added, and odd ids. Each parse is checked against an
+/// independent statement of the rules, and every refusal is a 400 with `-32600` or
+/// `-32602`.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::{json, Map, Value};
+
+    use super::*;
+    use crate::fuzzing::{any_json, any_number, any_string, config, mutate_object};
+    use crate::protocol::code;
+
+    /// An id of any JSON type, odd ones included.
+    fn any_id() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any_number(),
+            any_string().prop_map(Value::String),
+            any_json(2),
+        ]
+    }
+
+    fn meta() -> impl Strategy<Value = Map<String, Value>> {
+        let level = prop_oneof![
+            Just(Value::Null),
+            prop::sample::select(vec!["debug", "info", "warning", "emergency", "loud", ""])
+                .prop_map(Value::from),
+            any_json(1),
+        ];
+        (any_id(), level).prop_flat_map(|(token, level)| {
+            let valid = json!({
+                META_PROTOCOL_VERSION: "2026-07-28",
+                META_CLIENT_CAPABILITIES: { "extensions": { TASKS_EXTENSION: {} } },
+                META_LOG_LEVEL: level,
+                "progressToken": token,
+            });
+            mutate_object(valid.as_object().cloned().unwrap_or_default())
+        })
+    }
+
+    fn params() -> impl Strategy<Value = Map<String, Value>> {
+        meta().prop_flat_map(|meta| {
+            let mut valid = Map::new();
+            valid.insert("_meta".into(), Value::Object(meta));
+            valid.insert("name".into(), Value::from("echo"));
+            mutate_object(valid)
+        })
+    }
+
+    fn message() -> impl Strategy<Value = Value> {
+        let method = prop_oneof![
+            3 => prop::sample::select(crate::protocol::METHODS).prop_map(Value::from),
+            1 => any_json(1),
+        ];
+        let object = (any_id(), method, params()).prop_flat_map(|(id, method, params)| {
+            let mut valid = Map::new();
+            valid.insert("jsonrpc".into(), Value::from("2.0"));
+            valid.insert("id".into(), id);
+            valid.insert("method".into(), method);
+            valid.insert("params".into(), Value::Object(params));
+            mutate_object(valid).prop_map(Value::Object)
+        });
+        prop_oneof![8 => object, 1 => any_json(4)]
+    }
+
+    /// The envelope rules, restated: the id to echo and whether the message is accepted.
+    fn expected(message: &Value) -> (Value, bool) {
+        let Some(object) = message.as_object() else {
+            return (Value::Null, false);
+        };
+        let id = object.get("id");
+        let usable_id = id.is_none_or(|id| id.is_string() || id.is_number());
+        if !usable_id {
+            return (Value::Null, false);
+        }
+        let accepted = object.get("jsonrpc") == Some(&Value::from("2.0"))
+            && object.get("method").is_some_and(Value::is_string)
+            && object
+                .get("params")
+                .is_none_or(|params| params.is_null() || params.is_object());
+        (id.cloned().unwrap_or(Value::Null), accepted)
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn envelopes_are_accepted_exactly_by_the_rules(message in message()) {
+            let (echo, accepted) = expected(&message);
+            match Envelope::parse(message.clone()) {
+                Ok(envelope) => {
+                    prop_assert!(accepted, "accepted {message}");
+                    prop_assert_eq!(envelope.id.as_ref(), message.get("id"));
+                    prop_assert_eq!(Some(&Value::from(envelope.method)), message.get("method"));
+                    let params = message.get("params").and_then(Value::as_object).cloned();
+                    prop_assert_eq!(envelope.params, params.unwrap_or_default());
+                }
+                Err(rejected) => {
+                    let (id, error) = *rejected;
+                    prop_assert!(!accepted, "refused {message}: {error}");
+                    prop_assert_eq!(id, echo);
+                    prop_assert!(
+                        [code::INVALID_REQUEST, code::INVALID_PARAMS].contains(&error.code),
+                        "{error}"
+                    );
+                    prop_assert_eq!(error.http_status, 400);
+                    prop_assert!(error.message.starts_with("Invalid "), "{error}");
+                }
+            }
+        }
+
+        #[test]
+        fn meta_is_accepted_exactly_by_the_rules(params in params()) {
+            let meta = params.get("_meta").and_then(Value::as_object);
+            let field = |name: &str| meta.and_then(|meta| meta.get(name));
+            let level_ok = match field(META_LOG_LEVEL) {
+                None | Some(Value::Null) => true,
+                Some(Value::String(level)) => LogLevel::parse(level).is_some(),
+                Some(_) => false,
+            };
+            let accepted = field(META_PROTOCOL_VERSION).is_some_and(Value::is_string)
+                && field(META_CLIENT_CAPABILITIES).is_some_and(Value::is_object)
+                && level_ok;
+            match RequestMeta::parse(&params) {
+                Ok(parsed) => {
+                    prop_assert!(accepted, "accepted {params:?}");
+                    prop_assert_eq!(
+                        Some(&Value::from(parsed.protocol_version)),
+                        field(META_PROTOCOL_VERSION)
+                    );
+                    let token = field("progressToken")
+                        .filter(|token| token.is_string() || token.is_number());
+                    prop_assert_eq!(parsed.progress_token.as_ref(), token);
+                }
+                Err(error) => {
+                    prop_assert!(!accepted, "refused {params:?}: {error}");
+                    prop_assert_eq!(error.code, code::INVALID_PARAMS);
+                    prop_assert_eq!(error.http_status, 400);
+                    prop_assert!(error.message.starts_with("Invalid params: "), "{error}");
+                }
+            }
+        }
+    }
+}

@@ -55,8 +55,9 @@ pub struct NewTask {
 }
 
 impl NewTask {
+    /// Saturating: the longest `ttl_ms` a configuration accepts is `i64::MAX`.
     pub fn expires_at(&self) -> Option<i64> {
-        self.ttl_ms.map(|ttl| self.now + ttl)
+        self.ttl_ms.map(|ttl| self.now.saturating_add(ttl))
     }
 
     /// The task as `tasks/get` renders it, right after its creation.

@@ -250,3 +250,186 @@ mod tests {
         ));
     }
 }
+
+/// Generated program output (see [`crate::fuzzing`]): progress lines, final messages
+/// (well-formed, near-valid and malformed), plain text, invalid UTF-8, blank and huge
+/// lines, under any exit status. Every outcome must be one the protocol defines, with
+/// the shape the rest of the server relies on.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::{json, Map, Value};
+
+    use super::*;
+    use crate::fuzzing::{any_json, any_number, any_string, config, mutate_object};
+
+    fn object(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    fn progress_line() -> impl Strategy<Value = Vec<u8>> {
+        (any_number(), any_number(), any_string()).prop_flat_map(|(progress, total, message)| {
+            mutate_object(object(
+                json!({ "progress": progress, "total": total, "message": message }),
+            ))
+            .prop_map(|line| Value::Object(line).to_string().into_bytes())
+        })
+    }
+
+    fn final_line() -> impl Strategy<Value = Vec<u8>> {
+        let result = mutate_object(object(json!({
+            "content": [{ "type": "text", "text": "done" }],
+            "structuredContent": { "a": 1 },
+            "isError": false,
+            "resultType": "complete",
+        })))
+        .prop_map(|result| json!({ "result": result }));
+        let error = mutate_object(object(
+            json!({ "code": -32602, "message": "no", "data": 1 }),
+        ))
+        .prop_map(|error| json!({ "error": error }));
+        let request = prop_oneof![
+            Just(json!({ "method": "roots/list", "params": {} })),
+            Just(
+                json!({ "method": "elicitation/create", "params": { "message": "ok?",
+                "requestedSchema": { "type": "object", "properties": {} } } })
+            ),
+            any_json(3),
+        ];
+        let input = (any_string(), request, any_json(2))
+            .prop_flat_map(|(key, request, state)| {
+                mutate_object(object(
+                    json!({ "requests": { key: request }, "state": state }),
+                ))
+            })
+            .prop_map(|input| json!({ "inputRequired": input }));
+        prop_oneof![result, error, input, any_json(4)]
+            .prop_flat_map(|message| mutate_object(object(message)))
+            .prop_map(|line| Value::Object(line).to_string().into_bytes())
+    }
+
+    fn line() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            4 => progress_line(),
+            2 => final_line(),
+            3 => any_string().prop_map(String::into_bytes),
+            1 => prop::collection::vec(any::<u8>(), 0..64),
+            1 => prop::sample::select(vec!["", " ", "\t", "\r", "{", "{}"]).prop_map(|s| s.as_bytes().to_vec()),
+            1 => (MAX_PROGRESS_LINE - 40..MAX_PROGRESS_LINE + 40).prop_map(|n| {
+                format!(r#"{{"progress": 1, "message": "{}"}}"#, "m".repeat(n)).into_bytes()
+            }),
+        ]
+    }
+
+    fn stdout() -> impl Strategy<Value = Vec<u8>> {
+        (
+            prop::collection::vec((line(), any::<bool>(), " {0,2}"), 0..8),
+            any::<bool>(),
+        )
+            .prop_map(|(lines, trailing_newline)| {
+                let mut out = Vec::new();
+                for (index, (line, crlf, indent)) in lines.iter().enumerate() {
+                    if index > 0 {
+                        out.extend_from_slice(if *crlf { b"\r\n" } else { b"\n" });
+                    }
+                    out.extend_from_slice(indent.as_bytes());
+                    out.extend_from_slice(line);
+                }
+                if trailing_newline {
+                    out.push(b'\n');
+                }
+                out
+            })
+    }
+
+    fn status() -> impl Strategy<Value = ExitStatus> {
+        prop_oneof![
+            4 => Just(ExitStatus::from_raw(0)),
+            2 => (1i32..256).prop_map(|code| ExitStatus::from_raw(code << 8)),
+            1 => (1i32..32).prop_map(ExitStatus::from_raw),
+        ]
+    }
+
+    /// Whether `line` is, by the output protocol, a final message (well-formed or not).
+    fn names_a_final_kind(line: &[u8]) -> bool {
+        serde_json::from_slice::<Map<String, Value>>(line).is_ok_and(|object| {
+            ["result", "error", "inputRequired"]
+                .iter()
+                .any(|kind| object.contains_key(*kind))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn progress_lines_follow_the_protocol(line in prop_oneof![progress_line(), line()]) {
+            let object: Option<Map<String, Value>> = serde_json::from_slice(&line).ok();
+            let field = |name: &str| object.as_ref().and_then(|o| o.get(name));
+            let number_or_absent =
+                |value: Option<&Value>| value.is_none_or(|v| v.is_null() || v.is_number());
+            let expected = line.len() <= MAX_PROGRESS_LINE
+                && object.as_ref().is_some_and(|o| {
+                    o.keys().all(|k| ["progress", "total", "message"].contains(&k.as_str()))
+                })
+                && field("progress").is_some_and(Value::is_number)
+                && number_or_absent(field("total"))
+                && field("message").is_none_or(|m| m.is_null() || m.is_string());
+            match parse_progress(&line) {
+                None => prop_assert!(!expected),
+                Some(progress) => {
+                    prop_assert!(expected);
+                    prop_assert_eq!(Some(progress.progress), field("progress").and_then(Value::as_f64));
+                    let message = field("message").and_then(Value::as_str).unwrap_or("");
+                    let kept = progress.message.as_deref().unwrap_or("");
+                    prop_assert!(kept.len() <= MAX_MESSAGE && message.starts_with(kept));
+                    prop_assert!(kept.len() == message.len() || kept.len() > MAX_MESSAGE - 4);
+                }
+            }
+        }
+
+        #[test]
+        fn every_output_has_a_well_formed_outcome(stdout in stdout(), status in status()) {
+            let last = stdout
+                .split(|&b| b == b'\n')
+                .rfind(|line| !line.trim_ascii().is_empty());
+            let final_kind = last.is_some_and(names_a_final_kind);
+            match interpret(status, &stdout) {
+                Outcome::Complete(result) => {
+                    prop_assert!(status.signal().is_none());
+                    prop_assert!(result["content"].is_array(), "{result}");
+                    prop_assert!(result.get("resultType").is_none());
+                    prop_assert!(result.get("structuredContent").is_none_or(Value::is_object));
+                    prop_assert!(result.get("isError").is_none_or(Value::is_boolean));
+                    if !final_kind {
+                        prop_assert!(status.success());
+                        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+                        prop_assert!(text.lines().all(|line| parse_progress(line.as_bytes()).is_none()));
+                        prop_assert_eq!(text.trim_end(), text);
+                    }
+                }
+                Outcome::Error(error) => {
+                    prop_assert!(final_kind && status.signal().is_none());
+                    prop_assert!([400, 404, 500].contains(&error.http_status));
+                }
+                Outcome::InputRequired { requests, .. } => {
+                    prop_assert!(final_kind && status.signal().is_none());
+                    prop_assert!(!requests.is_empty());
+                    prop_assert!(requests
+                        .iter()
+                        .all(|(key, request)| !key.is_empty() && InputKind::of(request).is_some()));
+                }
+                Outcome::Retry(reason) => {
+                    let malformed = reason.contains("final line is malformed");
+                    prop_assert!(
+                        status.signal().is_some() || !status.success() || malformed,
+                        "{reason}"
+                    );
+                    prop_assert!(!malformed || final_kind);
+                    prop_assert!(reason.len() < 512, "a bounded reason: {reason}");
+                }
+                Outcome::Cancelled => prop_assert!(false, "never from output alone"),
+            }
+        }
+    }
+}

@@ -405,3 +405,74 @@ mod tests {
         assert!(received.try_recv().is_err(), "overflow is reported once");
     }
 }
+
+/// Generated stdout read in generated slices (see [`crate::fuzzing`]): the progress
+/// reported while reading must not depend on where reads split lines.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzzing::{any_string, config};
+
+    /// Hands out the bytes in reads of the given sizes (cycled).
+    struct Slices<'a> {
+        data: &'a [u8],
+        sizes: Vec<usize>,
+        next: usize,
+    }
+
+    impl Read for Slices<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let size = self.sizes[self.next % self.sizes.len()];
+            self.next += 1;
+            let n = self.data.len().min(buf.len()).min(size);
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    fn line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (any::<i32>(), any_string())
+                .prop_map(|(n, m)| serde_json::json!({ "progress": n, "message": m }).to_string()),
+            Just(r#"{"progress": 1, "extra": 2}"#.to_owned()),
+            any_string(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn progress_does_not_depend_on_read_boundaries(
+            lines in prop::collection::vec(line(), 0..12),
+            sizes in prop::collection::vec(1usize..300, 1..6),
+            limit in prop_oneof![Just(usize::MAX), 0usize..2000],
+        ) {
+            let out = lines.join("\n").into_bytes();
+            let (events, received) = crossbeam_channel::unbounded();
+            let captured = read_stdout(Slices { data: &out, sizes, next: 0 }, limit, &events);
+            let events: Vec<Event> = received.try_iter().collect();
+            if out.len() <= limit {
+                prop_assert_eq!(&captured.bytes, &out);
+                let complete = out.iter().rposition(|&b| b == b'\n').map_or(&out[..0], |end| &out[..end]);
+                let expected: Vec<f64> = if out.contains(&b'\n') {
+                    complete.split(|&b| b == b'\n').filter_map(parse_progress).map(|p| p.progress).collect()
+                } else {
+                    Vec::new()
+                };
+                let seen: Vec<f64> = events.iter().map(|event| match event {
+                    Event::Progress(progress) => progress.progress,
+                    Event::Overflow => f64::NAN,
+                }).collect();
+                prop_assert_eq!(seen, expected);
+            } else {
+                prop_assert!(captured.bytes.len() <= limit);
+                let overflows = events.iter().filter(|e| matches!(e, Event::Overflow)).count();
+                prop_assert_eq!(overflows, 1);
+            }
+        }
+    }
+}

@@ -211,8 +211,10 @@ impl ClientConnection {
     ///  at the first byte of the new line.
     ///
     /// mcp-taskd patch: `head_left` is what remains of `MAX_HEAD_BYTES`; a longer head is
-    /// an `InvalidData` error instead of unbounded memory.
-    fn read_next_line(&mut self, head_left: &mut usize) -> IoResult<AsciiString> {
+    /// an `InvalidData` error instead of unbounded memory. The line is returned as bytes:
+    /// the caller refuses a non-ASCII one with a 400 (an I/O error here closed the
+    /// connection without an answer).
+    fn read_next_line(&mut self, head_left: &mut usize) -> IoResult<Vec<u8>> {
         let mut buf = Vec::new();
         let mut prev_byte_was_cr = false;
 
@@ -233,8 +235,7 @@ impl ClientConnection {
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+                return Ok(buf);
             }
 
             prev_byte_was_cr = byte == b'\r';
@@ -277,7 +278,7 @@ impl ClientConnection {
             let (method, path, version) = {
                 let rest = self.read_next_line(&mut head_left).map_err(timed)?;
                 let mut line = vec![first[0]];
-                line.extend_from_slice(rest.as_bytes());
+                line.extend_from_slice(&rest);
                 let line =
                     AsciiString::from_ascii(line).map_err(|_| ReadError::WrongRequestLine)?;
 
@@ -291,6 +292,8 @@ impl ClientConnection {
                 let mut headers = Vec::new();
                 loop {
                     let line = self.read_next_line(&mut head_left).map_err(timed)?;
+                    let line = AsciiString::from_ascii(line)
+                        .map_err(|_| ReadError::WrongHeader(version.clone()))?;
 
                     if line.is_empty() {
                         break;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use crate::util::bounds::{Budget, BudgetedBuffer, Reservation, StreamDeadlines};
 use crate::util::{EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
-use chunked_transfer::Decoder;
+// mcp-taskd patch: our decoder, which accepts a trailer section (util/chunked_decoder.rs).
+use crate::util::ChunkedDecoder as Decoder;
 
 /// Represents an HTTP request made by a client.
 ///

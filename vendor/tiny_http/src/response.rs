@@ -339,6 +339,14 @@ where
         do_not_send_body: bool,
         upgrade: Option<&str>,
     ) -> IoResult<()> {
+        // mcp-taskd patch: answer in HTTP/1.x whatever version the request line named.
+        // Upstream echoed it, so a refused `HTTP/2.0` request got an `HTTP/2.0 417`
+        // status line and an `HTTP/0.9` one an `HTTP/0.9 200`, which clients reject.
+        let http_version = match http_version {
+            HTTPVersion(0, _) => HTTPVersion(1, 0),
+            HTTPVersion(1, _) => http_version,
+            _ => HTTPVersion(1, 1),
+        };
         let mut transfer_encoding = Some(choose_transfer_encoding(
             self.status_code,
             request_headers,

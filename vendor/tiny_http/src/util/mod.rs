@@ -1,3 +1,4 @@
+pub use self::chunked_decoder::ChunkedDecoder;
 pub use self::custom_stream::CustomStream;
 pub use self::equal_reader::EqualReader;
 pub use self::fused_reader::FusedReader;
@@ -10,6 +11,7 @@ pub use self::task_pool::TaskPool;
 use std::str::FromStr;
 
 pub(crate) mod bounds;
+mod chunked_decoder;
 mod custom_stream;
 mod equal_reader;
 mod fused_reader;
