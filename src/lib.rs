@@ -1,22 +1,30 @@
-//! mcp-taskd: one binary that serves MCP tools over stateless Streamable HTTP
-//! (protocol revision 2026-07-28) and turns long-running tool calls into durable tasks
-//! (the `io.modelcontextprotocol/tasks` extension).
+//! mcp-taskd: one binary that serves MCP tools over Streamable HTTP — stateless
+//! 2026-07-28 with the Tasks extension (`io.modelcontextprotocol/tasks`), and the 2025
+//! `initialize`-session era on the same endpoint — and turns long-running tool calls
+//! into durable tasks.
 //!
-//! Data flow, one module per stage:
+//! Data flow, one module per stage (folders are stages; `protocol` is the ground floor
+//! every other module may use, and it uses none of them):
 //!
 //! ```text
-//! transport   HTTP: limits, Host/Origin, auth, MCP headers vs body, JSON / SSE out
-//!   └─ protocol   JSON-RPC envelope, _meta, one handler per method, MRTR state
-//!        ├─ tools, catalog, builtin   what is served
+//! transport   HTTP: connection limits, Host/Origin, auth, MCP headers vs body, era
+//!   │         selection, JSON / SSE out, listen streams
+//!   ├─ legacy       2025 sessions: initialize, GET streams, server-to-client requests,
+//!   │               2025-11-25 tasks — answered through the same handlers
+//!   └─ handlers     the dispatcher: one handler per method, MRTR request state
+//!        ├─ tools, catalog, builtin   what is served (command tools in tools/command)
 //!        ├─ tasks                     the task engine, one folder:
 //!        │    ├─ service              TaskService: create, get, update, cancel
 //!        │    ├─ model, backend       records; TaskStore, the interface to storage
 //!        │    ├─ sqlite               the SQLite store (schema.sql), writer, sql/
 //!        │    ├─ workers              claim jobs (lease + fencing token), run tools
 //!        │    └─ upkeep               outbox relay, janitor, start-up recovery
-//!        └─ notifications             subscriptions/listen streams
+//!        └─ notifications             the hub behind listen streams
+//! protocol    vocabulary: errors and codes, envelope and _meta, capabilities, log
+//!             levels, input-request kinds, task statuses
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
-//! ops         operators: admin socket, `tasks`/`stats`/`backup`/`restore` commands
+//! liveness    heartbeats of the long-lived loops (read by the systemd watchdog)
+//! ops         operating it: systemd notify, admin socket, tasks/stats/backup/restore
 //! auth, config, clock, later, server (assembly and lifecycle)
 //! ```
 
