@@ -21,7 +21,7 @@ use crate::handlers::Emitter;
 use crate::protocol::envelope::TASKS_EXTENSION;
 use crate::protocol::error::code;
 use crate::protocol::RpcError;
-use crate::protocol::{ClientCapabilities, Envelope};
+use crate::protocol::{ClientCapabilities, Envelope, TaskStatus};
 use crate::tools::{Registry, TaskPolicy};
 
 /// The revision that introduced native tasks; older sessions get none of this.
@@ -99,7 +99,7 @@ pub fn legacy_task(fields: &Value) -> Value {
 }
 
 fn is_terminal(status: &str) -> bool {
-    matches!(status, "completed" | "failed" | "cancelled")
+    TaskStatus::parse(status).is_some_and(TaskStatus::is_terminal)
 }
 
 /// The error a failed task stored, as the JSON-RPC error `tasks/result` returns.
@@ -188,8 +188,8 @@ impl Legacy {
         let mut pause = Duration::from_millis(20);
         loop {
             let task = read()?;
-            match task["status"].as_str().unwrap_or_default() {
-                "completed" => {
+            match TaskStatus::parse(task["status"].as_str().unwrap_or_default()) {
+                Some(TaskStatus::Completed) => {
                     let mut result = task["result"].clone();
                     if let Some(fields) = result.as_object_mut() {
                         super::methods::strip_modern_fields(fields);
@@ -200,14 +200,14 @@ impl Legacy {
                     }
                     return Ok(result);
                 }
-                "failed" => return Err(stored_error(&task["error"])),
-                "cancelled" => {
+                Some(TaskStatus::Failed) => return Err(stored_error(&task["error"])),
+                Some(TaskStatus::Cancelled) => {
                     return Err(RpcError::new(
                         code::INTERNAL_ERROR,
                         "The task was cancelled",
                     ))
                 }
-                "input_required" => {
+                Some(TaskStatus::InputRequired) => {
                     let requests = match task.get("inputRequests") {
                         Some(Value::Object(requests)) => requests.clone(),
                         _ => Map::new(),

@@ -161,7 +161,9 @@ pub fn tasks(command: TasksCommand) -> Outcome {
                     Some("cancel_requested") => {
                         "cancellation requested (an attempt is running)".to_owned()
                     }
-                    Some("cancelled") => "cancelled".to_owned(),
+                    Some(status) if TaskStatus::parse(status) == Some(TaskStatus::Cancelled) => {
+                        status.to_owned()
+                    }
                     Some(status) => format!("already {status}"),
                     None => "?".to_owned(),
                 };
