@@ -18,19 +18,23 @@ use crate::handlers::{Reply, Request, Service};
 use crate::later::Later;
 use crate::protocol::envelope::TASKS_EXTENSION;
 use crate::protocol::RpcError;
-use crate::protocol::{Envelope, LogLevel, RequestMeta};
+use crate::protocol::{Envelope, LogLevel, RequestMeta, METHODS};
 
-/// Methods a legacy session shares with 2026-07-28, served by the same handlers.
-const SHARED_METHODS: &[&str] = &[
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
+/// Methods of 2026-07-28 ([`METHODS`]) that a legacy session does not share: discovery
+/// and listen streams have no legacy form, and legacy tasks have their own shapes. The
+/// rest are served by the same handlers.
+const MODERN_ONLY: &[&str] = &[
+    "server/discover",
+    "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
 ];
+
+/// Whether a legacy session's `method` is served by the shared handlers.
+fn shared(method: &str) -> bool {
+    METHODS.contains(&method) && !MODERN_ONLY.contains(&method)
+}
 
 /// Result fields only 2026-07-28 defines (strict legacy clients reject them).
 const MODERN_RESULT_FIELDS: &[&str] = &["resultType", "ttlMs", "cacheScope"];
@@ -115,9 +119,7 @@ impl Legacy {
                 let as_task = self.task_gate(&envelope)?;
                 self.shared(session, identity, envelope, sink, as_task)
             }
-            method if SHARED_METHODS.contains(&method) => {
-                self.shared(session, identity, envelope, sink, false)
-            }
+            method if shared(method) => self.shared(session, identity, envelope, sink, false),
             method => Err(RpcError::method_not_found(method)),
         }
     }

@@ -4,7 +4,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{set_terminal, status_column};
+use super::status_column;
 use crate::auth::Identity;
 use crate::protocol::TaskStatus;
 use crate::tasks::model::{
@@ -133,22 +133,7 @@ pub fn cancel(conn: &Connection, task_id: &str, now: i64) -> rusqlite::Result<Ca
     let Some(status) = status else {
         return Ok(CancelEffect::NotFound);
     };
-    if status.is_terminal() {
-        return Ok(CancelEffect::Done);
-    }
-    let job_state: Option<String> = conn
-        .prepare_cached("SELECT state FROM jobs WHERE task_id = ?1")?
-        .query_row([task_id], |row| row.get(0))
-        .optional()?;
-    if job_state.as_deref() == Some("running") {
-        conn.prepare_cached(
-            "UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
-        )?
-        .execute(params![task_id, now])?;
-        return Ok(CancelEffect::SignalRunning);
-    }
-    set_terminal(conn, task_id, TaskStatus::Cancelled, None, None, now)?;
-    Ok(CancelEffect::Done)
+    super::client::cancel_found(conn, task_id, status, now)
 }
 
 /// The binding, tool and origin a rerun copies.

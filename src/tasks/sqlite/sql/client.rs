@@ -1,7 +1,7 @@
 //! What clients do to their tasks: find and size (authorized in the `WHERE`),
 //! `tasks/update` and `tasks/cancel`.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, ToSql};
 use serde_json::{Map, Value};
 
 use super::{append_outbox, set_terminal, task_row};
@@ -9,6 +9,29 @@ use crate::auth::Identity;
 use crate::protocol::input::response_matches;
 use crate::protocol::TaskStatus;
 use crate::tasks::model::{CancelEffect, TaskRow, UpdateEffect};
+
+/// The `WHERE` condition that finds a task only for its own identity and only while it
+/// has not expired; its parameters are [`authorized_params`].
+macro_rules! authorized {
+    () => {
+        "id = ?1 AND endpoint = ?2 AND tenant = ?3 AND principal = ?4 \
+         AND (expires_at IS NULL OR expires_at > ?5)"
+    };
+}
+
+fn authorized_params<'a>(
+    identity: &'a Identity,
+    task_id: &'a &'a str,
+    now: &'a i64,
+) -> [&'a dyn ToSql; 5] {
+    [
+        task_id,
+        &identity.endpoint,
+        &identity.tenant,
+        &identity.principal,
+        now,
+    ]
+}
 
 /// The task, if it exists, has not expired, and is bound to `identity`. Unknown,
 /// expired and foreign tasks are indistinguishable here by construction.
@@ -21,19 +44,10 @@ pub fn find_authorized(
     conn.prepare_cached(concat!(
         "SELECT ",
         task_columns!(),
-        " FROM tasks WHERE id = ?1 AND endpoint = ?2 AND tenant = ?3 \
-             AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5)"
+        " FROM tasks WHERE ",
+        authorized!()
     ))?
-    .query_row(
-        params![
-            task_id,
-            identity.endpoint,
-            identity.tenant,
-            identity.principal,
-            now
-        ],
-        task_row,
-    )
+    .query_row(authorized_params(identity, &task_id, &now), task_row)
     .optional()
 }
 
@@ -75,22 +89,14 @@ pub fn payload_bytes_authorized(
     now: i64,
 ) -> rusqlite::Result<Option<usize>> {
     Ok(conn
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT coalesce(octet_length(result), 0) + coalesce(octet_length(error), 0) \
-             + coalesce(octet_length(input_requests), 0) \
-             FROM tasks WHERE id = ?1 AND endpoint = ?2 AND tenant = ?3 \
-             AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5)",
-        )?
-        .query_row(
-            params![
-                task_id,
-                identity.endpoint,
-                identity.tenant,
-                identity.principal,
-                now
-            ],
-            |row| row.get::<_, i64>(0),
-        )
+             + coalesce(octet_length(input_requests), 0) FROM tasks WHERE ",
+            authorized!()
+        ))?
+        .query_row(authorized_params(identity, &task_id, &now), |row| {
+            row.get::<_, i64>(0)
+        })
         .optional()?
         .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)))
 }
@@ -104,7 +110,18 @@ pub fn cancel(
     let Some(task) = find_authorized(conn, identity, task_id, now)? else {
         return Ok(CancelEffect::NotFound);
     };
-    if task.status.is_terminal() {
+    cancel_found(conn, task_id, task.status, now)
+}
+
+/// Cancels a task already found (and authorized, where that applies) in `status`:
+/// nothing for a terminal one, intent for a running attempt, at once otherwise.
+pub(super) fn cancel_found(
+    conn: &Connection,
+    task_id: &str,
+    status: TaskStatus,
+    now: i64,
+) -> rusqlite::Result<CancelEffect> {
+    if status.is_terminal() {
         return Ok(CancelEffect::Done);
     }
     let job_state: Option<String> = conn
