@@ -442,6 +442,32 @@ mod tests {
     }
 
     #[test]
+    fn a_session_follows_a_bounded_number_of_tasks_until_they_end_or_it_closes() {
+        let hub = hub();
+        let sessions = Sessions::new(limits(4, 60_000), Arc::clone(&hub));
+        let alice = someone("a");
+        let session = sessions
+            .open(&alice, "2025-11-25", ClientCapabilities::default())
+            .unwrap();
+        for n in 0..=MAX_FOLLOWED_TASKS {
+            session.follow_task(&format!("t-{n}"), "working");
+        }
+        assert!(!session.follows_task("t-0"), "the oldest is forgotten");
+        assert!(session.follows_task("t-1") && hub.follows_any_task());
+        assert!(!session.note_task_status("t-1", "working", false));
+        assert!(session.note_task_status("t-1", "input_required", false));
+        assert!(session.note_task_status("t-1", "completed", true));
+        assert!(
+            !session.follows_task("t-1"),
+            "nothing after a terminal status"
+        );
+        assert_eq!(sessions.end(&session.id, &alice), Ok(()));
+        assert!(!hub.follows_any_task(), "a closed session follows nothing");
+        session.follow_task("t-late", "working");
+        assert!(!hub.follows_any_task());
+    }
+
+    #[test]
     fn replay_starts_after_the_last_seen_event() {
         let sessions = Sessions::new(limits(4, 60_000), hub());
         let session = sessions
