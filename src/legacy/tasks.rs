@@ -6,7 +6,9 @@
 //! the same token. This module only translates: `params.task` becomes the 2026 opt-in,
 //! the 2026 task fields become a 2025-11-25 `Task`, and `tasks/result` waits for a
 //! terminal status, asking the client for input through server-to-client requests
-//! (tagged `io.modelcontextprotocol/related-task`) when the task needs it.
+//! (tagged `io.modelcontextprotocol/related-task`) when the task needs it. It also
+//! renders the `notifications/tasks/status` a session's GET stream gets when a task it
+//! follows changes status.
 
 use std::time::{Duration, Instant};
 
