@@ -230,10 +230,16 @@ struct HubState {
     by_task: HashMap<String, Vec<u64>>,
     /// Mailboxes of relays (see [`Hub::relay`]).
     relays: Vec<Arc<Mailbox>>,
+    /// Tasks the relays follow, each with how many of the relays' clients follow it.
+    relay_tasks: HashMap<String, usize>,
     closed: bool,
 }
 
 impl HubState {
+    fn follows_any_task(&self) -> bool {
+        !self.by_task.is_empty() || !self.relay_tasks.is_empty()
+    }
+
     fn remove(&mut self, key: u64) -> Option<Subscriber> {
         let subscriber = self.subscribers.remove(&key)?;
         for task_id in &subscriber.task_ids {
@@ -263,6 +269,7 @@ impl Hub {
                 subscribers: HashMap::new(),
                 by_task: HashMap::new(),
                 relays: Vec::new(),
+                relay_tasks: HashMap::new(),
                 closed: false,
             }),
             followed: Condvar::new(),
@@ -358,9 +365,10 @@ impl Hub {
         }
     }
 
-    /// A mailbox that hears every list change and every resource update, for a relay
-    /// that fans them out to clients of its own (the legacy sessions, which filter
-    /// resource updates by their `resources/subscribe`). It is not a subscription: no
+    /// A mailbox that hears every list change and every resource update, and changes
+    /// of the tasks the relays follow, for a relay that fans them out to clients of its
+    /// own (the legacy sessions, which filter resource updates by their
+    /// `resources/subscribe` and task changes by the tasks each session follows). It is not a subscription: no
     /// cap applies and [`Hub::open_subscriptions`] does not count it. `None` once the
     /// hub is closed.
     pub fn relay(&self) -> Option<Arc<Mailbox>> {
@@ -376,7 +384,7 @@ impl Hub {
     /// Whether any open subscription follows a task (the relay reads the outbox only
     /// then).
     pub fn follows_any_task(&self) -> bool {
-        !self.lock().by_task.is_empty()
+        self.lock().follows_any_task()
     }
 
     /// Waits up to `timeout` until a subscription follows a task; whether one does.
@@ -385,26 +393,53 @@ impl Hub {
     /// its channel receive) for every commit only to find no one to tell.
     pub fn await_followers(&self, timeout: Duration) -> bool {
         let state = self.lock();
-        if !state.by_task.is_empty() {
+        if state.follows_any_task() {
             return true;
         }
         let (state, _) = self
             .followed
             .wait_timeout(state, timeout)
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        !state.by_task.is_empty()
+        state.follows_any_task()
+    }
+
+    /// Makes the relays hear changes of `task_id` (once per call: each call is undone
+    /// by one [`Hub::relay_unfollow_task`]). The relays get a first hint at once, so a
+    /// change committed before this call is not missed: they re-read the task anyway.
+    pub fn relay_follow_task(&self, task_id: &str) {
+        let mut state = self.lock();
+        if state.closed {
+            return;
+        }
+        *state.relay_tasks.entry(task_id.to_owned()).or_default() += 1;
+        self.followed.notify_all();
+        for relay in &state.relays {
+            relay.post_task(task_id, 0);
+        }
+    }
+
+    pub fn relay_unfollow_task(&self, task_id: &str) {
+        let mut state = self.lock();
+        if let Some(count) = state.relay_tasks.get_mut(task_id) {
+            *count -= 1;
+            if *count == 0 {
+                state.relay_tasks.remove(task_id);
+            }
+        }
     }
 
     /// Hints that a task changed (after its commit, outbox row `seq`) to every
-    /// subscription naming it.
+    /// subscription naming it, and to the relays if they follow it.
     pub fn publish_task_changed(&self, task_id: &str, seq: i64) {
         let state = self.lock();
-        let Some(keys) = state.by_task.get(task_id) else {
-            return;
-        };
-        for key in keys {
+        for key in state.by_task.get(task_id).into_iter().flatten() {
             if let Some(subscriber) = state.subscribers.get(key) {
                 subscriber.mailbox.post_task(task_id, seq);
+            }
+        }
+        if state.relay_tasks.contains_key(task_id) {
+            for relay in &state.relays {
+                relay.post_task(task_id, seq);
             }
         }
     }
@@ -414,6 +449,7 @@ impl Hub {
         let mut state = self.lock();
         state.closed = true;
         state.by_task.clear();
+        state.relay_tasks.clear();
         for (_, subscriber) in state.subscribers.drain() {
             subscriber.mailbox.close();
         }

@@ -13,6 +13,8 @@ struct Client<'s> {
     server: &'s Server,
     session: String,
     version: String,
+    /// The `Authorization` header every request carries, if the server wants tokens.
+    authorization: Option<String>,
 }
 
 fn initialize_body(version: &str, capabilities: Value) -> Value {
@@ -33,7 +35,27 @@ fn post(server: &Server, headers: &[(&str, &str)], body: &Value) -> HttpResponse
 impl<'s> Client<'s> {
     /// Runs the handshake (initialize + notifications/initialized) the SDKs run.
     fn connect(server: &'s Server, version: &str, capabilities: Value) -> Client<'s> {
-        let response = post(server, &[], &initialize_body(version, capabilities));
+        Client::connect_as(server, version, capabilities, None)
+    }
+
+    /// [`Client::connect`] with a bearer token.
+    fn connect_as(
+        server: &'s Server,
+        version: &str,
+        capabilities: Value,
+        token: Option<&str>,
+    ) -> Client<'s> {
+        let authorization = token.map(|token| format!("Bearer {token}"));
+        let auth_header: Vec<(&str, &str)> = authorization
+            .as_deref()
+            .map(|value| ("Authorization", value))
+            .into_iter()
+            .collect();
+        let response = post(
+            server,
+            &auth_header,
+            &initialize_body(version, capabilities),
+        );
         assert_eq!(response.status, 200, "{}", response.text());
         let session = response
             .header("mcp-session-id")
@@ -47,6 +69,7 @@ impl<'s> Client<'s> {
             server,
             session,
             version,
+            authorization,
         };
         let initialized =
             client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -55,10 +78,29 @@ impl<'s> Client<'s> {
     }
 
     fn headers(&self) -> Vec<(&str, &str)> {
-        vec![
+        let mut headers = vec![
             ("Mcp-Session-Id", self.session.as_str()),
             ("MCP-Protocol-Version", self.version.as_str()),
-        ]
+        ];
+        if let Some(authorization) = &self.authorization {
+            headers.push(("Authorization", authorization.as_str()));
+        }
+        headers
+    }
+
+    /// Opens the standalone GET stream and waits for its `200`.
+    fn open_get_stream(&self) -> TcpStream {
+        let mut headers = self.headers();
+        headers.push(("Accept", "text/event-stream"));
+        let mut stream = open(
+            self.server,
+            &self.server.raw_request("GET", "/mcp", &headers, b""),
+        );
+        let head = read_until(&mut stream, Duration::from_secs(5), |t| {
+            t.contains("\r\n\r\n")
+        });
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        stream
     }
 
     fn send(&self, body: &Value) -> HttpResponse {
@@ -394,6 +436,77 @@ fn the_get_stream_carries_list_changes_and_replays_after_last_event_id() {
         replayed.contains("notifications/tools/list_changed"),
         "{replayed}"
     );
+}
+
+#[test]
+fn task_status_changes_reach_the_creating_sessions_get_stream_only() {
+    // Two identities: alice's task must never be announced to bob.
+    const ALICE: &str = "legacy-token-alice";
+    const BOB: &str = "legacy-token-bob";
+    let server = Server::start(&format!(
+        "[[auth.tokens]]\nprincipal = \"alice\"\ntenant = \"t1\"\n\
+         sha256 = \"928d604f1562e969a1c25cedfc0469d0739378654af09e5aab506546185595f2\"\n\
+         [[auth.tokens]]\nprincipal = \"bob\"\ntenant = \"t1\"\n\
+         sha256 = \"7a15a809fd0dc8c1e1aa27f1c41ea47d18b52b037991be9b90a3dcf6403cdd0e\"\n{CONFORMANCE}"
+    ));
+    let alice = Client::connect_as(&server, "2025-11-25", json!({}), Some(ALICE));
+    let bob = Client::connect_as(&server, "2025-11-25", json!({}), Some(BOB));
+    let mut alice_stream = alice.open_get_stream();
+    let mut bob_stream = bob.open_get_stream();
+
+    let created = alice
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0.5}, "task": {}}),
+        )
+        .result();
+    let task_id = created["task"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+    assert_eq!(created["task"]["status"], "working");
+
+    let heard = read_until(&mut alice_stream, Duration::from_secs(20), |t| {
+        t.contains("\"completed\"")
+    });
+    let statuses: Vec<Value> = data_messages(&heard)
+        .into_iter()
+        .filter(|m| m["method"] == "notifications/tasks/status")
+        .map(|m| m["params"].clone())
+        .collect();
+    let last = statuses
+        .last()
+        .unwrap_or_else(|| panic!("no status in {heard}"));
+    // The full task as tasks/get renders it, without related-task metadata.
+    assert_eq!(last["taskId"], task_id.as_str(), "{heard}");
+    assert_eq!(last["status"], "completed", "{heard}");
+    assert!(last["createdAt"].is_string() && last["lastUpdatedAt"].is_string());
+    assert!(
+        last.get("ttl").is_some() && last.get("_meta").is_none(),
+        "{last}"
+    );
+    // Only changes: never the status the client already saw, never twice in a row.
+    let seen: Vec<&str> = std::iter::once("working")
+        .chain(
+            statuses
+                .iter()
+                .map(|s| s["status"].as_str().unwrap_or_default()),
+        )
+        .collect();
+    assert!(seen.windows(2).all(|pair| pair[0] != pair[1]), "{seen:?}");
+    assert_eq!(
+        alice
+            .request("tasks/get", json!({"taskId": task_id}))
+            .result()["status"],
+        "completed"
+    );
+
+    // Nothing after the terminal status, and nothing at all for the other identity.
+    let after = read_until(&mut alice_stream, Duration::from_millis(500), |_| false);
+    assert!(!after.contains("notifications/tasks/status"), "{after}");
+    let bob_heard = read_until(&mut bob_stream, Duration::from_millis(500), |_| false);
+    assert!(!bob_heard.contains("tasks/status"), "{bob_heard}");
+    assert!(!bob_heard.contains(&task_id), "{bob_heard}");
 }
 
 /// Whether a process is gone: no /proc entry, or a zombie waiting for its reaper.

@@ -179,7 +179,11 @@ impl Legacy {
             };
             match result.get("resultType").and_then(Value::as_str) {
                 Some("input_required") => {}
-                Some("task") => return Ok(json!({ "task": tasks::legacy_task(&result) })),
+                Some("task") => {
+                    let task = tasks::legacy_task(&result);
+                    tasks::follow(session, &task);
+                    return Ok(json!({ "task": task }));
+                }
                 _ => {
                     if envelope.method == "tools/list" && session.version == tasks::TASKS_VERSION {
                         tasks::annotate_tools(&mut result, &self.service.tools);

@@ -70,7 +70,7 @@ fn session_not_found() -> Response<Body> {
 
 impl Legacy {
     /// Sets up the session table and the relay that copies list-change announcements
-    /// onto every session's GET stream.
+    /// and task status changes onto sessions' GET streams.
     pub fn start(
         service: Arc<Service>,
         hub: Arc<Hub>,
@@ -79,8 +79,8 @@ impl Legacy {
     ) -> Arc<Legacy> {
         let legacy = Arc::new(Legacy {
             service,
-            hub,
-            sessions: Arc::new(Sessions::new(limits)),
+            hub: Arc::clone(&hub),
+            sessions: Arc::new(Sessions::new(limits, Arc::clone(&hub))),
             metrics,
         });
         legacy.start_relay();
@@ -88,9 +88,11 @@ impl Legacy {
     }
 
     /// One hub relay serves every session: list changes go to all of them, a resource
-    /// update only to the sessions subscribed to that resource.
+    /// update only to the sessions subscribed to that resource, a task's status change
+    /// only to the sessions following that task.
     fn start_relay(&self) {
         let hub = Arc::clone(&self.hub);
+        let service = Arc::clone(&self.service);
         let sessions = Arc::clone(&self.sessions);
         let spawned = std::thread::Builder::new()
             .name("legacy-relay".into())
@@ -122,7 +124,14 @@ impl Legacy {
                                 }),
                                 Some(uri),
                             ),
-                            Frame::TaskChanged { .. } => continue,
+                            Frame::TaskChanged { task_id, .. } => {
+                                for session in sessions.all() {
+                                    if session.follows_task(&task_id) {
+                                        tasks::announce_status(&service, &session, &task_id, keep);
+                                    }
+                                }
+                                continue;
+                            }
                         };
                         for session in sessions.all() {
                             let wanted = uri.as_deref().is_none_or(|uri| session.is_subscribed(uri));

@@ -4,7 +4,8 @@
 //! A session carries what the legacy wire negotiates once (version, client capabilities,
 //! log level, resource subscriptions) plus the bookkeeping of its streams: in-flight
 //! requests that `notifications/cancelled` can stop, server-to-client requests awaiting
-//! an answer, and the standalone GET stream's recent events for `Last-Event-ID` replay.
+//! an answer, the standalone GET stream's recent events for `Last-Event-ID` replay, and
+//! the tasks whose status changes that stream announces.
 //! It is never an identity: it records who opened it only so that nobody else can use
 //! it, and tasks stay bound to the authenticated identity.
 
@@ -18,7 +19,12 @@ use serde_json::Value;
 
 use crate::auth::Identity;
 use crate::config::SessionLimits;
+use crate::notifications::Hub;
 use crate::protocol::{ClientCapabilities, LogLevel};
+
+/// The most tasks one session follows for `notifications/tasks/status`; past it, the
+/// oldest is forgotten (the notification is optional: a client polls `tasks/get`).
+pub const MAX_FOLLOWED_TASKS: usize = 1024;
 
 /// One event of the standalone GET stream.
 #[derive(Debug, Clone)]
@@ -33,6 +39,8 @@ pub struct Session {
     /// The negotiated protocol revision.
     pub version: &'static str,
     pub capabilities: ClientCapabilities,
+    /// Where the session's followed tasks are registered, so the hub's relay hears them.
+    hub: Arc<Hub>,
     state: Mutex<State>,
 }
 
@@ -49,6 +57,10 @@ struct State {
     events: VecDeque<StreamEvent>,
     next_event_id: u64,
     live: Option<Sender<StreamEvent>>,
+    /// Tasks whose status changes the GET stream announces, oldest first, each with
+    /// the status the client last saw; each is followed once in the hub.
+    followed: VecDeque<(String, String)>,
+    closed: bool,
 }
 
 impl Session {
@@ -162,9 +174,62 @@ impl Session {
         }
     }
 
+    /// Follows a non-terminal task the client has seen in `status`, forgetting the
+    /// oldest one past [`MAX_FOLLOWED_TASKS`].
+    pub fn follow_task(&self, task_id: &str, status: &str) {
+        // The hub is called under the session's lock so that `close` cannot slip in
+        // between and leave a follow behind; the hub never calls back into a session.
+        let mut state = self.lock();
+        if state.closed || state.followed.iter().any(|(id, _)| id == task_id) {
+            return;
+        }
+        state
+            .followed
+            .push_back((task_id.to_owned(), status.to_owned()));
+        self.hub.relay_follow_task(task_id);
+        if state.followed.len() > MAX_FOLLOWED_TASKS {
+            if let Some((forgotten, _)) = state.followed.pop_front() {
+                self.hub.relay_unfollow_task(&forgotten);
+            }
+        }
+    }
+
+    pub fn follows_task(&self, task_id: &str) -> bool {
+        self.lock().followed.iter().any(|(id, _)| id == task_id)
+    }
+
+    /// Records a followed task's `status`; whether it differs from the one the client
+    /// last saw (and so is worth announcing). A terminal status ends the following.
+    pub fn note_task_status(&self, task_id: &str, status: &str, terminal: bool) -> bool {
+        let mut state = self.lock();
+        let Some(at) = state.followed.iter().position(|(id, _)| id == task_id) else {
+            return false;
+        };
+        let changed = state.followed[at].1 != status;
+        if terminal {
+            state.followed.remove(at);
+            self.hub.relay_unfollow_task(task_id);
+        } else {
+            state.followed[at].1 = status.to_owned();
+        }
+        changed
+    }
+
+    pub fn forget_task(&self, task_id: &str) {
+        let mut state = self.lock();
+        if let Some(at) = state.followed.iter().position(|(id, _)| id == task_id) {
+            state.followed.remove(at);
+            self.hub.relay_unfollow_task(task_id);
+        }
+    }
+
     /// Ends the session's streams and wakes its waiting calls.
     fn close(&self) {
         let mut state = self.lock();
+        state.closed = true;
+        for (task_id, _) in state.followed.drain(..) {
+            self.hub.relay_unfollow_task(&task_id);
+        }
         state.live = None;
         state.awaiting.clear();
         for flag in state.in_flight.values() {
@@ -184,6 +249,7 @@ pub enum Refused {
 
 pub struct Sessions {
     limits: SessionLimits,
+    hub: Arc<Hub>,
     table: Mutex<HashMap<String, Entry>>,
 }
 
@@ -193,9 +259,10 @@ struct Entry {
 }
 
 impl Sessions {
-    pub fn new(limits: SessionLimits) -> Sessions {
+    pub fn new(limits: SessionLimits, hub: Arc<Hub>) -> Sessions {
         Sessions {
             limits,
+            hub,
             table: Mutex::new(HashMap::new()),
         }
     }
@@ -238,6 +305,7 @@ impl Sessions {
             identity: identity.clone(),
             version,
             capabilities,
+            hub: Arc::clone(&self.hub),
             state: Mutex::new(State::default()),
         });
         table.insert(
@@ -317,6 +385,10 @@ mod tests {
         }
     }
 
+    fn hub() -> Arc<Hub> {
+        Arc::new(Hub::new(crate::config::NotificationLimits::default()))
+    }
+
     fn limits(max_sessions: usize, idle_timeout_ms: u64) -> SessionLimits {
         SessionLimits {
             max_sessions,
@@ -327,7 +399,7 @@ mod tests {
 
     #[test]
     fn a_session_is_only_found_by_its_opener() {
-        let sessions = Sessions::new(limits(4, 60_000));
+        let sessions = Sessions::new(limits(4, 60_000), hub());
         let alice = someone("alice");
         let session = sessions
             .open(&alice, "2025-11-25", ClientCapabilities::default())
@@ -350,7 +422,7 @@ mod tests {
 
     #[test]
     fn the_maximum_holds_until_idle_sessions_expire() {
-        let sessions = Sessions::new(limits(1, 50));
+        let sessions = Sessions::new(limits(1, 50), hub());
         let alice = someone("alice");
         let first = sessions
             .open(&alice, "2025-11-25", ClientCapabilities::default())
@@ -370,8 +442,34 @@ mod tests {
     }
 
     #[test]
+    fn a_session_follows_a_bounded_number_of_tasks_until_they_end_or_it_closes() {
+        let hub = hub();
+        let sessions = Sessions::new(limits(4, 60_000), Arc::clone(&hub));
+        let alice = someone("a");
+        let session = sessions
+            .open(&alice, "2025-11-25", ClientCapabilities::default())
+            .unwrap();
+        for n in 0..=MAX_FOLLOWED_TASKS {
+            session.follow_task(&format!("t-{n}"), "working");
+        }
+        assert!(!session.follows_task("t-0"), "the oldest is forgotten");
+        assert!(session.follows_task("t-1") && hub.follows_any_task());
+        assert!(!session.note_task_status("t-1", "working", false));
+        assert!(session.note_task_status("t-1", "input_required", false));
+        assert!(session.note_task_status("t-1", "completed", true));
+        assert!(
+            !session.follows_task("t-1"),
+            "nothing after a terminal status"
+        );
+        assert_eq!(sessions.end(&session.id, &alice), Ok(()));
+        assert!(!hub.follows_any_task(), "a closed session follows nothing");
+        session.follow_task("t-late", "working");
+        assert!(!hub.follows_any_task());
+    }
+
+    #[test]
     fn replay_starts_after_the_last_seen_event() {
-        let sessions = Sessions::new(limits(4, 60_000));
+        let sessions = Sessions::new(limits(4, 60_000), hub());
         let session = sessions
             .open(&someone("a"), "2025-11-25", ClientCapabilities::default())
             .unwrap();

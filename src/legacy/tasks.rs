@@ -6,7 +6,9 @@
 //! the same token. This module only translates: `params.task` becomes the 2026 opt-in,
 //! the 2026 task fields become a 2025-11-25 `Task`, and `tasks/result` waits for a
 //! terminal status, asking the client for input through server-to-client requests
-//! (tagged `io.modelcontextprotocol/related-task`) when the task needs it.
+//! (tagged `io.modelcontextprotocol/related-task`) when the task needs it. It also
+//! renders the `notifications/tasks/status` a session's GET stream gets when a task it
+//! follows changes status.
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +19,7 @@ use super::sessions::Session;
 use super::stream::CallSink;
 use super::Legacy;
 use crate::auth::Identity;
-use crate::handlers::Emitter;
+use crate::handlers::{Emitter, Service};
 use crate::protocol::envelope::TASKS_EXTENSION;
 use crate::protocol::error::code;
 use crate::protocol::RpcError;
@@ -102,6 +104,46 @@ fn is_terminal(status: &str) -> bool {
     TaskStatus::parse(status).is_some_and(TaskStatus::is_terminal)
 }
 
+/// Starts announcing status changes of a task the session created or read, unless it
+/// already ended.
+pub fn follow(session: &Session, task: &Value) {
+    let (Some(task_id), Some(status)) = (task["taskId"].as_str(), task["status"].as_str()) else {
+        return;
+    };
+    if !is_terminal(status) {
+        session.follow_task(task_id, status);
+    }
+}
+
+/// Puts `notifications/tasks/status` on the session's GET stream if the task's status
+/// changed since the client last saw it. The hint that led here only names the task:
+/// it is re-read with the session's own identity, and a task that cannot be read (gone,
+/// or never this identity's) is no longer followed.
+pub fn announce_status(service: &Service, session: &Session, task_id: &str, keep: usize) {
+    let capabilities = with_tasks_extension(&session.capabilities);
+    let fields = match service
+        .tasks
+        .snapshot(&session.identity, task_id, &capabilities)
+    {
+        Ok((_, fields)) => fields,
+        Err(_) => {
+            session.forget_task(task_id);
+            return;
+        }
+    };
+    // The full task as `tasks/get` renders it, with no related-task metadata.
+    let task = legacy_task(&fields);
+    let status = task["status"].as_str().unwrap_or_default();
+    if session.note_task_status(task_id, status, is_terminal(status)) {
+        let message = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/tasks/status",
+            "params": task,
+        });
+        session.push_event(message, keep);
+    }
+}
+
 /// The error a failed task stored, as the JSON-RPC error `tasks/result` returns.
 fn stored_error(error: &Value) -> RpcError {
     let code = error["code"].as_i64().unwrap_or(code::INTERNAL_ERROR);
@@ -152,7 +194,11 @@ impl Legacy {
         let capabilities = with_tasks_extension(&session.capabilities);
         let read = || self.service.tasks.get(identity, task_id, &capabilities);
         match envelope.method.as_str() {
-            "tasks/get" => Ok(legacy_task(&read()?)),
+            "tasks/get" => {
+                let task = legacy_task(&read()?);
+                follow(session, &task);
+                Ok(task)
+            }
             "tasks/cancel" => {
                 let before = read()?;
                 if is_terminal(before["status"].as_str().unwrap_or_default()) {

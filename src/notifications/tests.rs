@@ -166,6 +166,39 @@ fn relays_hear_every_list_and_resource_change_once_and_are_not_subscriptions() {
 }
 
 #[test]
+fn relays_hear_the_tasks_they_follow_for_as_long_as_anyone_follows_them() {
+    let hub = Hub::new(NotificationLimits::default());
+    let relay = hub.relay().unwrap();
+    hub.publish_task_changed("t-1", 1);
+    assert_eq!(relay.wait(Duration::ZERO), Delivery::Idle);
+    assert!(!hub.follows_any_task());
+
+    // Following gives a first hint at once, so a change just before it is not missed.
+    hub.relay_follow_task("t-1");
+    hub.relay_follow_task("t-1");
+    assert!(hub.follows_any_task() && hub.await_followers(Duration::ZERO));
+    hub.publish_task_changed("t-1", 2);
+    hub.publish_task_changed("t-2", 3);
+    let frames = match relay.wait(Duration::ZERO) {
+        Delivery::Frames(frames) => frames,
+        other => panic!("expected frames, got {other:?}"),
+    };
+    assert_eq!(frames, vec![task("t-1", 2)]);
+
+    // Each follow is undone by one unfollow.
+    hub.relay_unfollow_task("t-1");
+    hub.publish_task_changed("t-1", 4);
+    assert_eq!(
+        relay.wait(Duration::ZERO),
+        Delivery::Frames(vec![task("t-1", 4)])
+    );
+    hub.relay_unfollow_task("t-1");
+    assert!(!hub.follows_any_task());
+    hub.publish_task_changed("t-1", 5);
+    assert_eq!(relay.wait(Duration::ZERO), Delivery::Idle);
+}
+
+#[test]
 fn a_waiting_stream_wakes_on_a_hint() {
     let hub = Arc::new(Hub::new(NotificationLimits::default()));
     let subscription = hub
