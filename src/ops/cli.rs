@@ -250,7 +250,7 @@ pub fn backup(at: &Location, file: &Path) -> Outcome {
     if moved.is_err() {
         let _ = std::fs::remove_file(&staged);
     }
-    moved?;
+    moved.map_err(|e| e.to_string())?;
     println!(
         "backup written to {} ({} bytes, integrity check ok)",
         file.display(),
@@ -266,7 +266,7 @@ pub fn restore_file(at: &Location, file: &Path, force: bool) -> Outcome {
     let mut progress = Progress::new("restore");
     let restored = restore(file, data_dir, force, &mut |d, t| progress.show(d, t));
     progress.finish();
-    restored?;
+    restored.map_err(|e| e.to_string())?;
     println!("restored {} into {}", file.display(), data_dir.display());
     Ok(())
 }
@@ -286,7 +286,7 @@ fn perform(at: &Location, request: Request, label: &str) -> Result<Value, String
     let data_dir = config.server.data_dir.clone();
     let mut progress = Progress::new(label);
     let mut report = |done: u64, total: u64| progress.show(done, total);
-    let result = if server_running(&data_dir)? {
+    let result = if server_running(&data_dir).map_err(|e| e.to_string())? {
         ask(&data_dir.join(SOCKET_NAME), &request, &mut report)
     } else {
         offline(config, request, &mut report)
@@ -338,7 +338,7 @@ fn offline(
     // Every store handle gone: the writer commits what is queued and ends.
     drop(admin);
     let _ = writer.join();
-    return_store_files(&data_dir)?;
+    return_store_files(&data_dir).map_err(|e| e.to_string())?;
     result
 }
 
