@@ -17,7 +17,8 @@
 //!        └─ notifications             subscriptions/listen streams
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
 //! ops         operators: admin socket, `tasks`/`stats`/`backup`/`restore` commands
-//! auth, config, clock, later, server (assembly and lifecycle)
+//! auth, config, clock, later, registration (what a configuration offers),
+//! server (assembly and lifecycle)
 //! ```
 
 pub mod auth;
@@ -35,6 +36,7 @@ pub mod metrics;
 pub mod notifications;
 pub mod ops;
 pub mod protocol;
+pub mod registration;
 pub mod server;
 pub mod tasks;
 pub mod tools;

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::Authenticator;
-use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::handlers::request_state::StateSigner;
 use crate::handlers::{ServerInfo, Service};
@@ -20,28 +19,13 @@ use crate::metrics::Metrics;
 use crate::notifications::Hub;
 use crate::ops::admin::{Admin, AdminSocket};
 use crate::ops::systemd::{Notifier, Serving};
+use crate::registration::build_catalog;
 use crate::tasks::sqlite::{OpenError, Opened, Store};
 use crate::tasks::upkeep::{self, StartError, Upkeep, UpkeepCounters};
 use crate::tasks::workers::{Inflight, WorkerPool};
 use crate::tasks::{TaskService, TaskStore};
-use crate::tools::{command, RegistrationError, Registry};
+use crate::tools::{command, RegistrationError};
 use crate::transport::{Frontend, OriginPolicy};
-
-/// Registers every tool, resource and prompt the configuration asks for. This is all
-/// `check-config` needs to validate a configuration.
-pub fn build_catalog(
-    config: &Config,
-    hub: &Arc<Hub>,
-) -> Result<(Registry, Catalog), RegistrationError> {
-    let mut tools = Registry::default();
-    let mut catalog = Catalog::default();
-    crate::builtin::register(&config.builtin.sets, &mut tools, &mut catalog, hub)?;
-    // Command tools were built when the configuration was loaded.
-    for tool in &config.tools {
-        tools.register(tool.spec().clone(), tool.clone())?;
-    }
-    Ok((tools, catalog))
-}
 
 /// Why the server could not start (or wait for its termination signal).
 #[derive(Debug, thiserror::Error)]

@@ -311,7 +311,8 @@ fn offline(
         ));
     }
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    let (tools, _) = crate::server::build_catalog(&config, &hub).map_err(|e| e.to_string())?;
+    let (tools, _) =
+        crate::registration::build_catalog(&config, &hub).map_err(|e| e.to_string())?;
     let Opened { store, writer } = Store::open(&data_dir, &config.store).map_err(|e| match e {
         OpenError::InUse { .. } => format!(
             "a server started on {} meanwhile; run the command again",
