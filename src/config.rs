@@ -7,7 +7,7 @@
 //!
 //! `[[tools]]` entries declare command tools (see [`crate::tools::command`]); each is
 //! checked and built here, once — with errors naming the tool and the field — and
-//! registered by `server::build_catalog`. Relative paths in them resolve against
+//! registered by `registration::build_catalog`. Relative paths in them resolve against
 //! the directory of the configuration file (the working directory for the embedded
 //! default).
 

@@ -25,7 +25,8 @@
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
 //! liveness    heartbeats of the long-lived loops (read by the systemd watchdog)
 //! ops         operating it: systemd notify, admin socket, tasks/stats/backup/restore
-//! auth, config, clock, later, server (assembly and lifecycle)
+//! auth, config, clock, later, registration (what a configuration offers),
+//! server (assembly and lifecycle)
 //! ```
 
 pub mod auth;
@@ -43,6 +44,7 @@ pub mod metrics;
 pub mod notifications;
 pub mod ops;
 pub mod protocol;
+pub mod registration;
 pub mod server;
 pub mod tasks;
 pub mod tools;

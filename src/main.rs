@@ -126,7 +126,7 @@ fn serve(
 fn check_config(path: Option<&Path>) -> Result<(), Box<dyn Error>> {
     let config = Config::load(path)?;
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    mcp_taskd::server::build_catalog(&config, &hub)?;
+    mcp_taskd::registration::build_catalog(&config, &hub)?;
     println!("configuration is valid");
     Ok(())
 }

@@ -4,13 +4,14 @@
 //! grace period (then release them to the queue), kill what their programs left behind,
 //! stop upkeep, and let the writer commit what is queued. Tasks are never failed or cancelled by a shutdown.
 
+use std::error::Error;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::Authenticator;
-use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::handlers::request_state::StateSigner;
 use crate::handlers::{ServerInfo, Service};
@@ -18,47 +19,71 @@ use crate::metrics::Metrics;
 use crate::notifications::Hub;
 use crate::ops::admin::{Admin, AdminSocket};
 use crate::ops::systemd::{Notifier, Serving};
-use crate::tasks::sqlite::{Opened, Store};
-use crate::tasks::upkeep::{self, Upkeep, UpkeepCounters};
+use crate::registration::build_catalog;
+use crate::tasks::sqlite::{OpenError, Opened, Store};
+use crate::tasks::upkeep::{self, StartError, Upkeep, UpkeepCounters};
 use crate::tasks::workers::{Inflight, WorkerPool};
 use crate::tasks::{TaskService, TaskStore};
-use crate::tools::{command, RegistrationError, Registry};
+use crate::tools::{command, RegistrationError};
 use crate::transport::{Frontend, OriginPolicy};
 
-/// Registers every tool, resource and prompt the configuration asks for. This is all
-/// `check-config` needs to validate a configuration.
-pub fn build_catalog(
-    config: &Config,
-    hub: &Arc<Hub>,
-) -> Result<(Registry, Catalog), RegistrationError> {
-    let mut tools = Registry::default();
-    let mut catalog = Catalog::default();
-    crate::builtin::register(&config.builtin.sets, &mut tools, &mut catalog, hub)?;
-    // Command tools were built when the configuration was loaded.
-    for tool in &config.tools {
-        tools.register(tool.spec().clone(), tool.clone())?;
-    }
-    Ok((tools, catalog))
+/// Why the server could not start (or wait for its termination signal).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("data dir {}: {source}", path.display())]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Registration(#[from] RegistrationError),
+    #[error("request-state key in {}: {source}", data_dir.display())]
+    RequestState {
+        data_dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] OpenError),
+    #[error(transparent)]
+    Upkeep(#[from] StartError),
+    #[error("admin socket in {}: {source}", data_dir.display())]
+    AdminSocket {
+        data_dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: SocketAddr,
+        source: Box<dyn Error + Send + Sync>,
+    },
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
 }
 
 /// Runs the server until a termination signal, then shuts down gracefully.
-pub fn run(config: Config) -> Result<(), String> {
+pub fn run(config: Config) -> Result<(), ServeError> {
     let data_dir = &config.server.data_dir;
-    std::fs::create_dir_all(data_dir)
-        .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
+    std::fs::create_dir_all(data_dir).map_err(|source| ServeError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    let (tools, catalog) = build_catalog(&config, &hub).map_err(|e| e.to_string())?;
+    let (tools, catalog) = build_catalog(&config, &hub)?;
     let tools = Arc::new(tools);
     // Before any program runs: descendants that leave their process group must come
     // back to the server, not to init, to be found and killed when their run ends.
     if !command::become_subreaper() {
         log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
     }
-    let signer = StateSigner::open(data_dir, config.limits.request_state_ttl_ms)
-        .map_err(|e| format!("request-state key in {}: {e}", data_dir.display()))?;
+    let signer =
+        StateSigner::open(data_dir, config.limits.request_state_ttl_ms).map_err(|source| {
+            ServeError::RequestState {
+                data_dir: data_dir.clone(),
+                source,
+            }
+        })?;
 
-    let Opened { store, writer } =
-        Store::open(data_dir, &config.store).map_err(|e| e.to_string())?;
+    let Opened { store, writer } = Store::open(data_dir, &config.store)?;
     // The engine sees the store through its interface only.
     let store: Arc<dyn TaskStore> = store;
     upkeep::recover(store.as_ref());
@@ -78,8 +103,7 @@ pub fn run(config: Config) -> Result<(), String> {
         Arc::clone(&inflight),
         Arc::clone(&metrics) as Arc<dyn UpkeepCounters>,
         Duration::from_millis(config.workers.janitor_interval_ms),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let workers = WorkerPool::start(
         Arc::clone(&store),
         Arc::clone(&tools),
@@ -95,7 +119,10 @@ pub fn run(config: Config) -> Result<(), String> {
         data_dir: data_dir.clone(),
         worker_threads: Some(config.workers.threads),
     }))
-    .map_err(|e| format!("admin socket in {}: {e}", data_dir.display()))?;
+    .map_err(|source| ServeError::AdminSocket {
+        data_dir: data_dir.clone(),
+        source,
+    })?;
 
     let service = Arc::new(Service {
         info: ServerInfo {
@@ -115,7 +142,10 @@ pub fn run(config: Config) -> Result<(), String> {
         config.server.listen,
         crate::transport::limits::bounds(&config),
     )
-    .map_err(|e| format!("cannot listen on {}: {e}", config.server.listen))?;
+    .map_err(|source| ServeError::Listen {
+        address: config.server.listen,
+        source,
+    })?;
     let http = Arc::new(http);
     let legacy = crate::legacy::Legacy::start(
         Arc::clone(&service),
@@ -187,10 +217,10 @@ pub fn run(config: Config) -> Result<(), String> {
     Ok(())
 }
 
-fn wait_for_termination() -> Result<(), String> {
+fn wait_for_termination() -> Result<(), ServeError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(ServeError::Signals)?;
     signals.forever().next();
     Ok(())
 }

@@ -96,7 +96,7 @@ pub struct Admin {
 
 impl Admin {
     /// Answers one request. Errors are operator-facing sentences.
-    pub fn handle(
+    pub(crate) fn handle(
         &self,
         request: Request,
         progress: &mut dyn FnMut(u64, u64),
@@ -422,7 +422,7 @@ fn read_request(stream: &UnixStream) -> Result<Request, String> {
 
 /// The client's end: sends `request` to the server on `socket` and returns its result,
 /// passing progress lines to `progress`.
-pub fn ask(
+pub(crate) fn ask(
     socket: &Path,
     request: &Request,
     progress: &mut dyn FnMut(u64, u64),

@@ -89,7 +89,20 @@ pub enum TasksCommand {
     },
 }
 
-type Outcome = Result<(), String>;
+/// How an operator command ends: `Err` carries one sentence for the operator, which
+/// `main` prints after `mcp-taskd: `.
+type Outcome = Result<(), CommandFailed>;
+
+/// Why an operator command failed, as the operator reads it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CommandFailed(String);
+
+impl From<String> for CommandFailed {
+    fn from(sentence: String) -> CommandFailed {
+        CommandFailed(sentence)
+    }
+}
 
 /// `mcp-taskd tasks …`
 pub fn tasks(command: TasksCommand) -> Outcome {
@@ -170,7 +183,7 @@ pub fn tasks(command: TasksCommand) -> Outcome {
                 println!("{id}  {said}");
             }
             if missing > 0 {
-                return Err(format!("{missing} task(s) not found"));
+                return Err(format!("{missing} task(s) not found").into());
             }
             Ok(())
         }
@@ -242,7 +255,7 @@ pub fn stats(at: &Location, json: bool) -> Outcome {
 /// `mcp-taskd backup FILE`
 pub fn backup(at: &Location, file: &Path) -> Outcome {
     if file.exists() {
-        return Err(format!("{} already exists", file.display()));
+        return Err(format!("{} already exists", file.display()).into());
     }
     let done = perform(at, Request::Backup, "backup")?;
     let staged = PathBuf::from(text(&done["staged"]));
@@ -252,7 +265,7 @@ pub fn backup(at: &Location, file: &Path) -> Outcome {
     if moved.is_err() {
         let _ = std::fs::remove_file(&staged);
     }
-    moved?;
+    moved.map_err(|e| e.to_string())?;
     println!(
         "backup written to {} ({} bytes, integrity check ok)",
         file.display(),
@@ -268,7 +281,7 @@ pub fn restore_file(at: &Location, file: &Path, force: bool) -> Outcome {
     let mut progress = Progress::new("restore");
     let restored = restore(file, data_dir, force, &mut |d, t| progress.show(d, t));
     progress.finish();
-    restored?;
+    restored.map_err(|e| e.to_string())?;
     println!("restored {} into {}", file.display(), data_dir.display());
     Ok(())
 }
@@ -288,7 +301,7 @@ fn perform(at: &Location, request: Request, label: &str) -> Result<Value, String
     let data_dir = config.server.data_dir.clone();
     let mut progress = Progress::new(label);
     let mut report = |done: u64, total: u64| progress.show(done, total);
-    let result = if server_running(&data_dir)? {
+    let result = if server_running(&data_dir).map_err(|e| e.to_string())? {
         ask(&data_dir.join(SOCKET_NAME), &request, &mut report)
     } else {
         offline(config, request, &mut report)
@@ -313,7 +326,8 @@ fn offline(
         ));
     }
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    let (tools, _) = crate::server::build_catalog(&config, &hub).map_err(|e| e.to_string())?;
+    let (tools, _) =
+        crate::registration::build_catalog(&config, &hub).map_err(|e| e.to_string())?;
     let Opened { store, writer } = Store::open(&data_dir, &config.store).map_err(|e| match e {
         OpenError::InUse { .. } => format!(
             "a server started on {} meanwhile; run the command again",
@@ -340,7 +354,7 @@ fn offline(
     // Every store handle gone: the writer commits what is queued and ends.
     drop(admin);
     let _ = writer.join();
-    return_store_files(&data_dir)?;
+    return_store_files(&data_dir).map_err(|e| e.to_string())?;
     result
 }
 

@@ -1,7 +1,7 @@
 //! Online backup through SQLite's backup API, and the check every copy passes before
 //! it counts as a backup (or is restored).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -86,44 +86,85 @@ fn copy_snapshot(
     Ok(())
 }
 
+/// Why a file is not an intact task store this binary can open.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("{} is not a file", .0.display())]
+    NotAFile(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("{} fails the integrity check: {}", path.display(), problems.join("; "))]
+    Damaged {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
+    /// The schema this binary embeds cannot be read (a build defect).
+    #[error("{0}")]
+    Schema(String),
+    #[error(
+        "{} is not a task store this version can open (schema version {version}, \
+         this binary knows 1 to {known})",
+        path.display()
+    )]
+    UnknownVersion {
+        path: PathBuf,
+        version: u32,
+        known: u32,
+    },
+    #[error("{}: table {table}: {source}", path.display())]
+    MissingTable {
+        path: PathBuf,
+        table: &'static str,
+        source: rusqlite::Error,
+    },
+}
+
 /// Opens `path` read-only and checks that it is an intact task store this binary can
 /// open: `PRAGMA integrity_check` passes, its schema version is one this binary knows,
 /// and it has the task tables.
-pub fn verify_database_file(path: &Path) -> Result<(), String> {
+pub fn verify_database_file(path: &Path) -> Result<(), VerifyError> {
     if !path.is_file() {
-        return Err(format!("{} is not a file", path.display()));
+        return Err(VerifyError::NotAFile(path.to_path_buf()));
     }
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut statement = conn
-        .prepare("PRAGMA integrity_check")
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let unreadable = |source| VerifyError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn =
+        Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(unreadable)?;
+    let mut statement = conn.prepare("PRAGMA integrity_check").map_err(unreadable)?;
     let problems = statement
         .query_map([], |row| row.get::<_, String>(0))
         .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(unreadable)?;
     if problems != ["ok"] {
-        return Err(format!(
-            "{} fails the integrity check: {}",
-            path.display(),
-            problems.join("; ")
-        ));
+        return Err(VerifyError::Damaged {
+            path: path.to_path_buf(),
+            problems,
+        });
     }
     let version: u32 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let known = migrations(SCHEMA)?.len() as u32;
+        .map_err(unreadable)?;
+    let known = migrations(SCHEMA).map_err(VerifyError::Schema)?.len() as u32;
     if version == 0 || version > known {
-        return Err(format!(
-            "{} is not a task store this version can open (schema version {version}, \
-             this binary knows 1 to {known})",
-            path.display()
-        ));
+        return Err(VerifyError::UnknownVersion {
+            path: path.to_path_buf(),
+            version,
+            known,
+        });
     }
     for table in ["tasks", "jobs", "attempts", "outbox"] {
         // Preparing is enough: it fails when the table is missing.
         conn.prepare(&format!("SELECT 1 FROM {table} LIMIT 1"))
-            .map_err(|e| format!("{}: table {table}: {e}", path.display()))?;
+            .map_err(|source| VerifyError::MissingTable {
+                path: path.to_path_buf(),
+                table,
+                source,
+            })?;
     }
     Ok(())
 }
@@ -267,7 +308,7 @@ mod tests {
             .unwrap()
             .execute_batch("CREATE TABLE other (x)")
             .unwrap();
-        let why = verify_database_file(&empty).unwrap_err();
+        let why = verify_database_file(&empty).unwrap_err().to_string();
         assert!(why.contains("schema version 0"), "{why}");
     }
 }

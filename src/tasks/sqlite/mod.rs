@@ -70,7 +70,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{Map, Value};
 
-pub use self::backup::verify_database_file;
+pub use self::backup::{verify_database_file, VerifyError};
 use self::connection::{
     configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
