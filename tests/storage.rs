@@ -200,6 +200,12 @@ fn tasks_admitted_before_space_ran_low_complete_without_freeing_any() {
         .unwrap();
     let size = file.metadata().unwrap().len();
     file.set_len(size.saturating_sub(3 << 20)).unwrap();
+    // While the disk was full, a checkpoint may have failed, which refuses writes until
+    // one succeeds again: start once the server says it can write.
+    poll_until(Duration::from_secs(10), || {
+        (health(&server).status == 200).then_some(())
+    })
+    .expect("/healthz is 200 with 3 MiB free");
     let mut acknowledged = Vec::new();
     let refusal = poll_until(Duration::from_secs(60), || {
         let response = server.request(
