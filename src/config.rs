@@ -75,8 +75,10 @@ pub struct ServerConfig {
     pub allowed_hosts: Vec<String>,
     /// Extra `Origin`s accepted besides loopback ones (e.g. `https://app.example.com`).
     pub allowed_origins: Vec<String>,
-    /// Threads answering requests (long-lived streams get their own thread).
-    pub handler_threads: usize,
+    /// Obsolete: requests are answered on their connections' own threads, bounded by
+    /// `max_connections`. Still accepted, so that older files load, and ignored with a
+    /// warning at start-up.
+    pub handler_threads: Option<usize>,
     /// Permit a non-loopback bind without any `[[auth.tokens]]`.
     pub allow_unauthenticated_remote: bool,
     /// Name reported in `server/discover`.
@@ -106,7 +108,7 @@ impl Default for ServerConfig {
             endpoint: "/mcp".into(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
-            handler_threads: 64,
+            handler_threads: None,
             allow_unauthenticated_remote: false,
             name: "mcp-taskd".into(),
             instructions: None,
@@ -470,7 +472,7 @@ impl Config {
         if !s.endpoint.starts_with('/') || s.endpoint == "/healthz" {
             return Err(ConfigError::Endpoint);
         }
-        if s.handler_threads == 0 || self.workers.threads == 0 {
+        if s.handler_threads == Some(0) || self.workers.threads == 0 {
             return Err(ConfigError::NoThreads);
         }
         if self.limits.max_body_bytes < 1024 || self.limits.max_json_depth < 8 {

@@ -1,7 +1,7 @@
 //! Liveness of the server's long-lived loops, read by the systemd watchdog.
 //!
 //! Each loop thread registers a [`Heartbeat`] under its component's name (`writer`,
-//! `dispatcher`, `http`) and holds a [`Working`] guard while it handles one unit of work
+//! `dispatcher`; `http` for connection threads, see [`Registry::register_elastic`]) and holds a [`Working`] guard while it handles one unit of work
 //! (a write batch, a claim round, a request). Waiting for work is not work, so an idle
 //! component is healthy however long it idles. A component is **stalled** when every
 //! one of its threads has been inside one unit of work for longer than the limit (a
@@ -30,7 +30,13 @@ pub struct Registry {
 
 struct State {
     slots: Vec<Weak<Slot>>,
-    components: Vec<&'static str>,
+    components: Vec<Component>,
+}
+
+struct Component {
+    name: &'static str,
+    /// Its threads come and go with the work: having none is idle, not gone.
+    elastic: bool,
 }
 
 /// One thread's heartbeat: when its current unit of work began (0 while idle), in
@@ -98,6 +104,17 @@ impl Registry {
 
     /// Registers the calling loop thread under `component`.
     pub fn register(&self, component: &'static str) -> Heartbeat {
+        self.register_as(component, false)
+    }
+
+    /// Registers the calling thread under a component whose threads come and go with
+    /// the work, such as one per open connection: when none is left, the component is
+    /// idle rather than gone.
+    pub fn register_elastic(&self, component: &'static str) -> Heartbeat {
+        self.register_as(component, true)
+    }
+
+    fn register_as(&self, component: &'static str, elastic: bool) -> Heartbeat {
         let slot = Arc::new(Slot {
             component,
             busy_since: AtomicU64::new(0),
@@ -105,8 +122,11 @@ impl Registry {
         let mut state = self.lock();
         state.slots.retain(|slot| slot.strong_count() > 0);
         state.slots.push(Arc::downgrade(&slot));
-        if !state.components.contains(&component) {
-            state.components.push(component);
+        if !state.components.iter().any(|known| known.name == component) {
+            state.components.push(Component {
+                name: component,
+                elastic,
+            });
         }
         OWN.with(|own| *own.borrow_mut() = Arc::downgrade(&slot));
         Heartbeat(slot)
@@ -119,7 +139,11 @@ impl Registry {
         state.slots.retain(|slot| slot.strong_count() > 0);
         let live: Vec<Arc<Slot>> = state.slots.iter().filter_map(Weak::upgrade).collect();
         let mut stalled = Vec::new();
-        for &component in &state.components {
+        for &Component {
+            name: component,
+            elastic,
+        } in &state.components
+        {
             // How long each of the component's threads has been busy (None: idle).
             let busy: Vec<Option<u64>> = live
                 .iter()
@@ -130,7 +154,9 @@ impl Registry {
                 })
                 .collect();
             if busy.is_empty() {
-                stalled.push((component, Stall::Gone));
+                if !elastic {
+                    stalled.push((component, Stall::Gone));
+                }
             } else if busy.iter().all(Option::is_some) {
                 // Every thread is busy: the pool is stuck once its freshest start is old.
                 let least = busy.iter().flatten().copied().min().unwrap_or(0);
@@ -222,6 +248,17 @@ mod tests {
             registry.stalled(Duration::ZERO).is_empty(),
             "an idle thread stays idle"
         );
+    }
+
+    #[test]
+    fn an_elastic_component_without_threads_is_idle_not_gone() {
+        let registry = Registry::new();
+        let connection = registry.register_elastic("http");
+        let working = connection.working();
+        assert_eq!(registry.stalled(Duration::ZERO)[0].0, "http");
+        drop(working);
+        drop(connection);
+        assert!(registry.stalled(Duration::ZERO).is_empty());
     }
 
     #[test]

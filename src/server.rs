@@ -27,6 +27,10 @@ use crate::tasks::{TaskService, TaskStore};
 use crate::tools::{command, RegistrationError};
 use crate::transport::{Frontend, OriginPolicy};
 
+/// How long a drain waits for requests being handled (inline tool runs included) to
+/// answer; past it the drain goes on, and the process exits under them.
+const HANDLER_DRAIN: Duration = Duration::from_secs(30);
+
 /// Why the server could not start (or wait for its termination signal).
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -138,7 +142,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         hub: Arc::clone(&hub),
         tasks,
     });
-    let http = tiny_http::Server::http_with_bounds(
+    let http = tiny_http::Server::http_on_connection_threads(
         config.server.listen,
         crate::transport::limits::bounds(&config),
     )
@@ -146,7 +150,6 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         address: config.server.listen,
         source,
     })?;
-    let http = Arc::new(http);
     let legacy = crate::legacy::Legacy::start(
         Arc::clone(&service),
         Arc::clone(&hub),
@@ -162,11 +165,18 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         limits: config.limits.clone(),
         draining: Default::default(),
         open_streams: Default::default(),
+        handling: Default::default(),
         metrics,
         legacy,
         listener: http.health(),
     });
-    let threads = frontend.spawn(&http, config.server.handler_threads);
+    frontend.serve(&http);
+    if config.server.handler_threads.is_some() {
+        log::warn!(
+            "server.handler_threads is obsolete and ignored: each connection's requests are \
+             answered on its own thread (see server.max_connections)"
+        );
+    }
     let address = http
         .server_addr()
         .to_ip()
@@ -190,11 +200,9 @@ pub fn run(config: Config) -> Result<(), ServeError> {
     admin.stop();
     frontend.draining.store(true, Ordering::Release);
     hub.close_all();
-    for _ in &threads {
-        http.unblock();
-    }
-    for thread in threads {
-        let _ = thread.join();
+    // Requests arriving from now on are refused; those being handled finish first.
+    if !frontend.wait_for_handlers(HANDLER_DRAIN) {
+        log::warn!("some requests were still being handled when the drain went on");
     }
     // Task creations already committed (or committing) are still owed their answer.
     if !store.wait_for_continuations(Duration::from_secs(5)) {

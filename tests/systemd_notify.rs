@@ -82,19 +82,19 @@ fn ready_status_watchdog_and_stopping_reach_the_service_manager() {
     assert!(line_with(&stopping, "STATUS=").is_some_and(|s| s.starts_with("draining")));
 }
 
-/// A client cannot stall a request thread: its connection's own thread reads the body
-/// (tiny_http patch 9), so the watchdog keeps being fed and the only request thread
-/// keeps answering. (That the pings stop when every request thread *is* stuck is
-/// pinned by the `liveness` unit tests: no client can bring it about any more.)
+/// A client that never sends its body holds only its own connection: the body is read
+/// before any handler runs (tiny_http patch 9), so the watchdog keeps being fed and
+/// other connections keep being answered. (That the pings stop when every connection
+/// thread *is* stuck in a handler is pinned by the `liveness` unit tests: no client
+/// can bring it about any more.)
 #[test]
 fn a_client_that_never_sends_its_body_stalls_no_request_thread() {
-    let config = format!("[server]\nhandler_threads = 1\n{CONFORMANCE}");
-    let (manager, server) = Manager::start(&config);
+    let (manager, server) = Manager::start(CONFORMANCE);
     manager
         .wait_for("WATCHDOG=1", Duration::from_secs(10))
         .expect("pings while healthy");
 
-    // Before the connection bounds, this held the only request thread in the body read.
+    // Before the connection bounds, this held a request thread in the body read.
     let mut stuck = TcpStream::connect(server.addr).expect("connect");
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{",
@@ -122,19 +122,18 @@ fn a_client_that_never_sends_its_body_stalls_no_request_thread() {
     assert_eq!(
         server.get("/healthz").status,
         200,
-        "the request thread is free"
+        "other connections are answered"
     );
     drop(stuck);
 }
 
 #[test]
 fn an_inline_tool_run_is_not_taken_for_a_stuck_request_thread() {
-    let config = format!("[server]\nhandler_threads = 1\n{CONFORMANCE}");
-    let (manager, server) = Manager::start(&config);
+    let (manager, server) = Manager::start(CONFORMANCE);
     manager
         .wait_for("WATCHDOG=1", Duration::from_secs(10))
         .expect("pings while healthy");
-    // The only request thread runs a 2 s inline call: four times the stall limit.
+    // The only connection thread busy runs a 2 s inline call: four times the stall limit.
     let call = std::thread::scope(|scope| {
         let call = scope.spawn(|| {
             server.call_tool(

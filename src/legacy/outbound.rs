@@ -45,7 +45,9 @@ pub fn ask(
         return Err(RpcError::internal());
     }
     let deadline = Instant::now() + timeout;
-    let outcome = loop {
+    // Waiting for a person (an approval form) has a deadline of its own and is not a
+    // stuck request thread: the watchdog does not count it.
+    let outcome = crate::liveness::unwatched(|| loop {
         if sink.cancelled() {
             break Err(RpcError::new(code::INTERNAL_ERROR, "Request cancelled"));
         }
@@ -63,7 +65,7 @@ pub fn ask(
                 break Err(RpcError::new(code::INTERNAL_ERROR, "The session ended"))
             }
         }
-    };
+    });
     session.forget_answer(id);
     outcome
 }

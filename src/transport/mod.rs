@@ -17,7 +17,6 @@ pub(crate) mod sse;
 use std::io::{Cursor, Read};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -48,6 +47,8 @@ pub struct Frontend {
     pub draining: AtomicBool,
     /// Listen streams still writing (each runs on its own thread).
     pub open_streams: Arc<AtomicUsize>,
+    /// Requests whose handler is running on their connection's thread.
+    pub handling: AtomicUsize,
     pub metrics: Arc<Metrics>,
     /// Serves initialize-based (2025-03-26 to 2025-11-25) sessions on the same endpoint.
     pub legacy: Arc<dyn SessionEra>,
@@ -132,39 +133,41 @@ struct AdmittedRequest {
 }
 
 impl Frontend {
-    /// Starts `threads` request threads on `server`.
-    pub fn spawn(
-        self: &Arc<Self>,
-        server: &Arc<tiny_http::Server>,
-        threads: usize,
-    ) -> Vec<JoinHandle<()>> {
-        (0..threads)
-            .map(|index| {
-                let frontend = Arc::clone(self);
-                let server = Arc::clone(server);
-                std::thread::Builder::new()
-                    .name(format!("http-{index}"))
-                    .spawn(move || {
-                        let heartbeat = crate::liveness::LIVENESS.register("http");
-                        while let Ok(request) = server.recv() {
-                            let _working = heartbeat.working();
-                            if frontend.draining.load(Ordering::Acquire) {
-                                let _ = request.respond(error_response(
-                                    &Value::Null,
-                                    &RpcError::new(
-                                        crate::protocol::code::INTERNAL_ERROR,
-                                        "Server is shutting down",
-                                    )
-                                    .with_status(503),
-                                ));
-                                continue;
-                            }
-                            frontend.handle(request);
-                        }
-                    })
-                    .expect("spawning request threads at start-up")
-            })
-            .collect()
+    /// Answers `server`'s requests, each on the thread of the connection it came from
+    /// (tiny_http patch 13): that thread reads the request, runs the handler and writes
+    /// the answer, so a request wakes one thread, not three. A connection's thread is
+    /// its own, so a slow client holds nothing but its own connection (patch 9 bounds
+    /// its reads and writes); answers produced elsewhere (task creations answered after
+    /// their commit) are written by whichever thread produces them.
+    pub fn serve(self: &Arc<Self>, server: &tiny_http::Server) {
+        let frontend = Arc::clone(self);
+        server.serve(Arc::new(move |request| frontend.serve_one(request)));
+    }
+
+    fn serve_one(self: &Arc<Self>, request: tiny_http::Request) {
+        thread_local! {
+            /// This connection thread's heartbeat: registered at its first request,
+            /// dropped when the thread ends.
+            static HEARTBEAT: crate::liveness::Heartbeat =
+                crate::liveness::LIVENESS.register_elastic("http");
+        }
+        self.handling.fetch_add(1, Ordering::AcqRel);
+        HEARTBEAT.with(|heartbeat| {
+            let _working = heartbeat.working();
+            if self.draining.load(Ordering::Acquire) {
+                let _ = request.respond(error_response(
+                    &Value::Null,
+                    &RpcError::new(
+                        crate::protocol::code::INTERNAL_ERROR,
+                        "Server is shutting down",
+                    )
+                    .with_status(503),
+                ));
+            } else {
+                self.handle(request);
+            }
+        });
+        self.handling.fetch_sub(1, Ordering::AcqRel);
     }
 
     fn handle(self: &Arc<Self>, mut request: tiny_http::Request) {
@@ -507,6 +510,18 @@ impl Frontend {
 
     /// Waits (up to `limit`) for every listen stream to finish writing — after
     /// [`Hub::close_all`] each one is sending its graceful answer.
+    /// Waits up to `limit` for the handlers running when the drain began to return.
+    pub fn wait_for_handlers(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.handling.load(Ordering::Acquire) > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
     pub fn wait_for_streams(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
         while self.open_streams.load(Ordering::Acquire) > 0 && Instant::now() < deadline {

@@ -104,7 +104,7 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::Duration;
 
@@ -189,7 +189,15 @@ pub struct Server {
 
     // mcp-taskd patch: whether the accept loop can take connections.
     health: Arc<ListenerHealth>,
+
+    // mcp-taskd patch: the handler of a server that answers on connection threads
+    // (`None` for one that queues requests for `recv`).
+    handler: Option<Arc<OnceLock<Handler>>>,
 }
+
+/// mcp-taskd patch: handles one request on its connection's own thread (see
+/// [`Server::http_on_connection_threads`]).
+pub type Handler = Arc<dyn Fn(Request) + Send + Sync>;
 
 enum Message {
     Error(IoError),
@@ -295,6 +303,33 @@ impl Server {
         Self::from_listener_with_bounds(listener, ssl_config, Bounds::default())
     }
 
+    /// mcp-taskd patch: an HTTP server on `addr` that enforces `bounds` and hands each
+    /// request to the handler given to [`Server::serve`], on the thread of the
+    /// connection it came from, instead of queueing it for `recv`. That thread reads
+    /// the request, runs the handler, and writes the answer: one thread wakes per
+    /// request instead of three (the connection's, a `recv` thread's, then the
+    /// connection's again to take the answer back). Connections accepted before
+    /// `serve` is called wait for it.
+    pub fn http_on_connection_threads<A>(
+        addr: A,
+        bounds: Bounds,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>>
+    where
+        A: ToSocketAddrs,
+    {
+        let listener = ConfigListenAddr::from_socket_addrs(addr)?.bind()?;
+        Self::start(listener, None, bounds, Some(Arc::new(OnceLock::new())))
+    }
+
+    /// mcp-taskd patch: sets the handler of a server built by
+    /// [`Server::http_on_connection_threads`]; later calls, and calls on a server that
+    /// queues requests for `recv`, change nothing.
+    pub fn serve(&self, handler: Handler) {
+        if let Some(slot) = &self.handler {
+            let _ = slot.set(handler);
+        }
+    }
+
     /// mcp-taskd patch: an HTTP server on `addr` that enforces `bounds`.
     pub fn http_with_bounds<A>(
         addr: A,
@@ -317,6 +352,15 @@ impl Server {
         listener: L,
         ssl_config: Option<SslConfig>,
         bounds: Bounds,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::start(listener, ssl_config, bounds, None)
+    }
+
+    fn start<L: Into<Listener>>(
+        listener: L,
+        ssl_config: Option<SslConfig>,
+        bounds: Bounds,
+        handler: Option<Arc<OnceLock<Handler>>>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let listener = listener.into();
         // building the "close" variable
@@ -366,6 +410,7 @@ impl Server {
         let inside_health = Arc::clone(&health);
         let inside_close_trigger = close_trigger.clone();
         let inside_messages = messages.clone();
+        let inside_handler = handler.clone();
         thread::spawn(move || {
             let health = inside_health;
             // a tasks pool is used to dispatch the connections into threads
@@ -456,11 +501,20 @@ impl Server {
                 );
 
                 let messages = inside_messages.clone();
+                let handler = inside_handler.clone();
                 let mut client = Some(client);
                 let spawned = tasks_pool.spawn(Box::new(move || {
                     if let Some(client) = client.take() {
-                        // Synchronization is needed for HTTPS requests to avoid a deadlock
-                        if client.secure() {
+                        if let Some(handler) = &handler {
+                            // mcp-taskd patch: answer on this thread (see
+                            // `http_on_connection_threads`). The next request is read
+                            // once this one's answer is written (patch 9).
+                            let handler = handler.wait();
+                            for rq in client {
+                                handler(rq);
+                            }
+                        } else if client.secure() {
+                            // Synchronization is needed for HTTPS requests to avoid a deadlock
                             let (sender, receiver) = mpsc::channel();
                             for rq in client {
                                 messages.push(rq.with_notify_sender(sender.clone()).into());
@@ -491,6 +545,7 @@ impl Server {
             close: close_trigger,
             listening_addr: local_addr,
             health,
+            handler,
         })
     }
 
