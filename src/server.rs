@@ -66,6 +66,10 @@ pub enum ServeError {
 
 /// Runs the server until a termination signal, then shuts down gracefully.
 pub fn run(config: Config) -> Result<(), ServeError> {
+    // Before anything can tell the world we serve (the address line, `READY=1`): a
+    // SIGTERM that arrives after those must start the drain, not take the default
+    // action and end the process on the spot.
+    let mut termination = termination_signals()?;
     let data_dir = &config.server.data_dir;
     std::fs::create_dir_all(data_dir).map_err(|source| ServeError::DataDir {
         path: data_dir.clone(),
@@ -193,7 +197,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         inflight: Arc::clone(&inflight),
     });
 
-    wait_for_termination()?;
+    termination.forever().next();
 
     log::info!("shutting down");
     systemd.stopping();
@@ -225,10 +229,8 @@ pub fn run(config: Config) -> Result<(), ServeError> {
     Ok(())
 }
 
-fn wait_for_termination() -> Result<(), ServeError> {
+/// The signals that start a graceful shutdown, caught from now on.
+fn termination_signals() -> Result<signal_hook::iterator::Signals, ServeError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(ServeError::Signals)?;
-    signals.forever().next();
-    Ok(())
+    signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(ServeError::Signals)
 }

@@ -82,6 +82,21 @@ fn ready_status_watchdog_and_stopping_reach_the_service_manager() {
     assert!(line_with(&stopping, "STATUS=").is_some_and(|s| s.starts_with("draining")));
 }
 
+/// A SIGTERM that arrives the moment the server says it is ready starts the drain: the
+/// signal handlers are in place before `READY=1` (they once came after it, and a stop
+/// sent in between ended the process on the spot, without a drain).
+#[test]
+fn a_stop_right_after_ready_drains_rather_than_kills() {
+    let (manager, mut server) = Manager::start(CONFORMANCE);
+    manager
+        .wait_for("READY=1", Duration::from_secs(10))
+        .expect("READY=1");
+    assert!(server.terminate(Duration::from_secs(20)), "server exits");
+    manager
+        .wait_for("STOPPING=1", Duration::from_secs(5))
+        .expect("STOPPING=1: the stop went through the drain");
+}
+
 /// A client that never sends its body holds only its own connection: the body is read
 /// before any handler runs (tiny_http patch 9), so the watchdog keeps being fed and
 /// other connections keep being answered. (That the pings stop when every connection
