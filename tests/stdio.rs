@@ -332,3 +332,56 @@ fn the_relay_says_in_one_line_when_the_server_is_unreachable_or_refuses_the_toke
         assert!(stderr.contains(expected), "{stderr}");
     }
 }
+
+/// A legacy session's task asks for approval: the server's `elicitation/create` request
+/// arrives as a line, the answer goes back as a line, and `tasks/result` completes.
+fn approve_through(stdio: &mut Stdio) {
+    let init = stdio.request(
+        1,
+        "initialize",
+        json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "stdio-test", "version": "1"},
+        }),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    stdio.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let created = stdio.request(
+        2,
+        "tools/call",
+        json!({"name": "approve_deployment", "arguments": {"service": "api", "version": "1.4.0"}, "task": {}}),
+    );
+    let task_id = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    stdio.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id}}));
+    let asked = stdio.wait_for(|message| message["method"] == "elicitation/create");
+    assert!(
+        asked["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("api@1.4.0"),
+        "{asked}"
+    );
+    stdio.send(&json!({
+        "jsonrpc": "2.0", "id": asked["id"],
+        "result": {"action": "accept", "content": {"approve": true}},
+    }));
+    let result = stdio.answer(3);
+    assert_eq!(
+        result["result"]["content"][0]["text"], "Deployed api@1.4.0.",
+        "{result}"
+    );
+}
+
+#[test]
+fn a_legacy_task_asks_its_question_over_stdio_and_through_the_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    approve_through(&mut Stdio::start_in(dir.path(), TESTING));
+
+    let served = tempfile::tempdir().unwrap();
+    let server = Server::start_in(served.path(), TESTING);
+    approve_through(&mut Stdio::connect(&url(&server), None));
+}
