@@ -282,6 +282,14 @@ fn the_relay_shares_tasks_with_direct_http_clients_of_the_same_identity() {
     );
     let task = wait_status(&mut relay, &direct, "completed");
     assert_eq!(task["taskId"], direct.as_str());
+    // An `x-mcp-header` argument travels in its Mcp-Param-* header too (Base64 here).
+    let region = relay.modern(
+        20,
+        "tools/call",
+        json!({"name": "test_custom_header", "arguments": {"region": "Zürich"}}),
+        json!({}),
+    );
+    assert_eq!(region["content"][0]["text"], "Region: Zürich", "{region}");
 
     // The legacy era through the relay: a session, its requests, its task list.
     let init = legacy_init(&mut relay, 2);

@@ -140,7 +140,7 @@ impl Response {
 pub fn send(
     endpoint: &Endpoint,
     method: &str,
-    headers: &[(&str, String)],
+    headers: &[(String, String)],
     body: &[u8],
     timeout: Option<Duration>,
 ) -> io::Result<Response> {

@@ -14,6 +14,7 @@
 //! they arrive. Requests run concurrently, one connection each. The server is probed at
 //! start, so an unreachable server or a refused token fails at once with one line.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,8 +24,9 @@ use serde_json::{json, Value};
 
 use super::http::{self, Endpoint, Response};
 use super::{error_message, read_line, request_id, Line, StdioError, StdoutWire};
-use crate::protocol::envelope::META_PROTOCOL_VERSION;
+use crate::protocol::envelope::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 use crate::protocol::{code, RpcError, SUPPORTED_VERSIONS};
+use crate::tools::schema::{header_params, HeaderParam};
 use crate::transport::Wire;
 
 /// The longest line relayed (the server has its own, usually smaller, limit).
@@ -32,6 +34,9 @@ const MAX_LINE: usize = 64 * 1024 * 1024;
 
 /// The longest JSON answer read.
 const MAX_ANSWER: u64 = 64 * 1024 * 1024;
+
+/// The most `tools/list` pages read at start.
+const MAX_TOOL_PAGES: usize = 100;
 
 /// How long the start-up probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,6 +69,7 @@ pub fn run(url: &str, token_file: Option<&Path>) -> Result<(), StdioError> {
         token,
         wire: Arc::new(StdoutWire::new()),
         session: Mutex::new(None),
+        param_headers: Mutex::new(HashMap::new()),
         busy: Arc::new(AtomicUsize::new(0)),
         ended: Arc::new(AtomicBool::new(false)),
         failure: Mutex::new(None),
@@ -115,6 +121,16 @@ pub fn run(url: &str, token_file: Option<&Path>) -> Result<(), StdioError> {
     }
 }
 
+/// What the relay takes from an answer besides relaying it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Plain,
+    /// `initialize`'s answer: the session id and revision.
+    OpensSession,
+    /// A 2026-07-28 `tools/list` page: the tools' `x-mcp-header` arguments.
+    ListsTools,
+}
+
 /// The legacy session the relay holds for the host.
 #[derive(Clone)]
 struct Session {
@@ -128,6 +144,9 @@ struct Relay {
     token: Option<String>,
     wire: Arc<dyn Wire>,
     session: Mutex<Option<Session>>,
+    /// The `x-mcp-header` arguments of each tool, by tool name, from the server's
+    /// `tools/list`: a 2026-07-28 `tools/call` mirrors them into `Mcp-Param-*` headers.
+    param_headers: Mutex<HashMap<String, Vec<HeaderParam>>>,
     /// Requests whose answers are still being relayed.
     busy: Arc<AtomicUsize>,
     /// Set at end of input: the GET stream stops reopening.
@@ -143,11 +162,11 @@ impl Relay {
         let version = SUPPORTED_VERSIONS[0];
         let body = json!({
             "jsonrpc": "2.0", "id": 0, "method": "server/discover",
-            "params": { "_meta": { META_PROTOCOL_VERSION: version } },
+            "params": { "_meta": { META_PROTOCOL_VERSION: version, META_CLIENT_CAPABILITIES: {} } },
         });
         let mut headers = self.common_headers();
-        headers.push(("MCP-Protocol-Version", version.to_owned()));
-        headers.push(("Mcp-Method", "server/discover".to_owned()));
+        headers.push(("MCP-Protocol-Version".into(), version.to_owned()));
+        headers.push(("Mcp-Method".into(), "server/discover".to_owned()));
         let response = http::send(
             &self.endpoint,
             "POST",
@@ -169,7 +188,95 @@ impl Relay {
             });
         }
         let _ = response.read_body(MAX_ANSWER);
+        self.learn_all_tools(version);
         Ok(())
+    }
+
+    /// Reads every page of the server's `tools/list` to learn the tools'
+    /// `x-mcp-header` arguments before the host calls one.
+    fn learn_all_tools(&self, version: &str) {
+        let mut cursor: Option<Value> = None;
+        for _ in 0..MAX_TOOL_PAGES {
+            let mut params = json!({ "_meta": { META_PROTOCOL_VERSION: version, META_CLIENT_CAPABILITIES: {} } });
+            if let Some(cursor) = &cursor {
+                params["cursor"] = cursor.clone();
+            }
+            let body =
+                json!({ "jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": params });
+            let mut headers = self.common_headers();
+            headers.push(("MCP-Protocol-Version".into(), version.to_owned()));
+            headers.push(("Mcp-Method".into(), "tools/list".to_owned()));
+            let answer = http::send(
+                &self.endpoint,
+                "POST",
+                &headers,
+                body.to_string().as_bytes(),
+                Some(PROBE_TIMEOUT),
+            )
+            .and_then(|response| response.read_body(MAX_ANSWER));
+            let Some(result) = answer
+                .ok()
+                .and_then(|body| serde_json::from_slice::<Value>(&body).ok())
+                .and_then(|message| message.get("result").cloned())
+            else {
+                log::warn!("could not read the server's tools/list");
+                return;
+            };
+            self.learn_tools(&result);
+            match result.get("nextCursor") {
+                Some(next) if !next.is_null() => cursor = Some(next.clone()),
+                _ => return,
+            }
+        }
+    }
+
+    /// Records the `x-mcp-header` arguments of the tools in a `tools/list` result.
+    fn learn_tools(&self, result: &Value) {
+        let Some(tools) = result.get("tools").and_then(Value::as_array) else {
+            return;
+        };
+        let mut known = self.param_headers.lock().unwrap_or_else(|p| p.into_inner());
+        for tool in tools {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let params = tool
+                .get("inputSchema")
+                .and_then(|schema| header_params(schema).ok())
+                .unwrap_or_default();
+            if params.is_empty() {
+                known.remove(name);
+            } else {
+                known.insert(name.to_owned(), params);
+            }
+        }
+    }
+
+    /// The `Mcp-Param-*` headers a 2026-07-28 `tools/call` must carry.
+    fn param_headers_for(&self, message: &Value) -> Vec<(String, String)> {
+        let params = &message["params"];
+        let (Some(tool), Some(arguments)) = (
+            params.get("name").and_then(Value::as_str),
+            params.get("arguments").and_then(Value::as_object),
+        ) else {
+            return Vec::new();
+        };
+        let known = self.param_headers.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(declared) = known.get(tool) else {
+            return Vec::new();
+        };
+        declared
+            .iter()
+            .filter_map(|param| {
+                let value = match param.value_in(arguments)? {
+                    Value::String(text) => header_value(text),
+                    Value::Number(number) => number.to_string(),
+                    Value::Bool(flag) => flag.to_string(),
+                    _ => return None,
+                };
+                Some((format!("Mcp-Param-{}", param.name), value))
+            })
+            .collect()
     }
 
     fn refusal(&self, status: u16) -> Option<StdioError> {
@@ -210,13 +317,16 @@ impl Relay {
             .clone()
     }
 
-    fn common_headers(&self) -> Vec<(&'static str, String)> {
+    fn common_headers(&self) -> Vec<(String, String)> {
         let mut headers = vec![
-            ("Content-Type", "application/json".to_owned()),
-            ("Accept", "application/json, text/event-stream".to_owned()),
+            ("Content-Type".into(), "application/json".to_owned()),
+            (
+                "Accept".into(),
+                "application/json, text/event-stream".to_owned(),
+            ),
         ];
         if let Some(token) = &self.token {
-            headers.push(("Authorization", format!("Bearer {token}")));
+            headers.push(("Authorization".into(), format!("Bearer {token}")));
         }
         headers
     }
@@ -244,17 +354,20 @@ impl Relay {
             && message.get("method").and_then(Value::as_str) == Some("initialize");
         match (&modern_version, &session) {
             (Some(version), _) => {
-                headers.push(("MCP-Protocol-Version", version.clone()));
+                headers.push(("MCP-Protocol-Version".into(), version.clone()));
                 if let Some(method) = message.get("method").and_then(Value::as_str) {
-                    headers.push(("Mcp-Method", method.to_owned()));
+                    headers.push(("Mcp-Method".into(), method.to_owned()));
                     if let Some(name) = name_of(method, &message) {
-                        headers.push(("Mcp-Name", name));
+                        headers.push(("Mcp-Name".into(), name));
+                    }
+                    if method == "tools/call" {
+                        headers.extend(self.param_headers_for(&message));
                     }
                 }
             }
             (None, Some(session)) => {
-                headers.push(("Mcp-Session-Id", session.id.clone()));
-                headers.push(("MCP-Protocol-Version", session.version.clone()));
+                headers.push(("Mcp-Session-Id".into(), session.id.clone()));
+                headers.push(("MCP-Protocol-Version".into(), session.version.clone()));
             }
             (None, None) => {}
         }
@@ -262,18 +375,25 @@ impl Relay {
         let id = request_id(&message).cloned();
         if opening {
             // Answered before the next line is read, so that line has the session.
-            self.post(&headers, &body, id.as_ref(), true);
+            self.post(&headers, &body, id.as_ref(), Answer::OpensSession);
         } else if id.is_none() {
             // Notifications and answers to the server's requests: quick, and in order.
-            self.post(&headers, &body, None, false);
+            self.post(&headers, &body, None, Answer::Plain);
         } else {
+            let kind = if modern_version.is_some()
+                && message.get("method").and_then(Value::as_str) == Some("tools/list")
+            {
+                Answer::ListsTools
+            } else {
+                Answer::Plain
+            };
             let relay = Arc::clone(self);
             let busy = Arc::clone(&self.busy);
             busy.fetch_add(1, Ordering::AcqRel);
             let spawned = std::thread::Builder::new()
                 .name("relay-request".into())
                 .spawn(move || {
-                    relay.post(&headers, &body, id.as_ref(), false);
+                    relay.post(&headers, &body, id.as_ref(), kind);
                     busy.fetch_sub(1, Ordering::AcqRel);
                 });
             if spawned.is_err() {
@@ -283,8 +403,8 @@ impl Relay {
         }
     }
 
-    /// POSTs one message and relays the answer; `opening` keeps the session it opens.
-    fn post(&self, headers: &[(&str, String)], body: &[u8], id: Option<&Value>, opening: bool) {
+    /// POSTs one message and relays the answer (taking from it what `kind` says).
+    fn post(&self, headers: &[(String, String)], body: &[u8], id: Option<&Value>, kind: Answer) {
         let response = match http::send(&self.endpoint, "POST", headers, body, None) {
             Ok(response) => response,
             Err(error) => {
@@ -323,7 +443,12 @@ impl Relay {
             .and_then(|body| serde_json::from_slice::<Value>(&body).ok());
         match answer {
             Some(message) if message.get("jsonrpc").is_some() => {
-                if opening {
+                if kind == Answer::ListsTools {
+                    if let Some(result) = message.get("result") {
+                        self.learn_tools(result);
+                    }
+                }
+                if kind == Answer::OpensSession {
                     if let Some(session_id) = session_id {
                         let version = message["result"]["protocolVersion"]
                             .as_str()
@@ -374,8 +499,8 @@ impl Relay {
         }
         if let Some(session) = self.session() {
             let mut headers = self.common_headers();
-            headers.push(("Mcp-Session-Id", session.id));
-            headers.push(("MCP-Protocol-Version", session.version));
+            headers.push(("Mcp-Session-Id".into(), session.id));
+            headers.push(("MCP-Protocol-Version".into(), session.version));
             let ended = http::send(&self.endpoint, "DELETE", &headers, b"", Some(PROBE_TIMEOUT));
             if let Err(error) = ended {
                 log::warn!("could not end the session: {error}");
@@ -387,7 +512,7 @@ impl Relay {
 /// A legacy session's GET stream: the server's own requests and notifications.
 struct GetStream {
     endpoint: Endpoint,
-    headers: Vec<(&'static str, String)>,
+    headers: Vec<(String, String)>,
     session: Session,
     wire: Arc<dyn Wire>,
     ended: Arc<AtomicBool>,
@@ -400,12 +525,12 @@ impl GetStream {
         let mut last_event: Option<String> = None;
         while !self.ended.load(Ordering::Acquire) {
             let mut headers = self.headers.clone();
-            headers.retain(|(name, _)| *name != "Accept" && *name != "Content-Type");
-            headers.push(("Accept", "text/event-stream".to_owned()));
-            headers.push(("Mcp-Session-Id", self.session.id.clone()));
-            headers.push(("MCP-Protocol-Version", self.session.version.clone()));
+            headers.retain(|(name, _)| name != "Accept" && name != "Content-Type");
+            headers.push(("Accept".into(), "text/event-stream".to_owned()));
+            headers.push(("Mcp-Session-Id".into(), self.session.id.clone()));
+            headers.push(("MCP-Protocol-Version".into(), self.session.version.clone()));
             if let Some(last) = &last_event {
-                headers.push(("Last-Event-ID", last.clone()));
+                headers.push(("Last-Event-ID".into(), last.clone()));
             }
             let response: Response = match http::send(&self.endpoint, "GET", &headers, b"", None) {
                 Ok(response) => response,
@@ -436,8 +561,7 @@ impl GetStream {
     }
 }
 
-/// The value `Mcp-Name` carries for `method`, Base64-wrapped when it is not plain
-/// visible ASCII.
+/// The value `Mcp-Name` carries for `method`.
 fn name_of(method: &str, message: &Value) -> Option<String> {
     let field = match method {
         "tools/call" | "prompts/get" => "name",
@@ -446,15 +570,21 @@ fn name_of(method: &str, message: &Value) -> Option<String> {
         _ => return None,
     };
     let value = message.get("params")?.get(field)?.as_str()?;
-    let plain = value
+    Some(header_value(value))
+}
+
+/// `text` as a header value: itself when it is plain visible ASCII without surrounding
+/// blanks, else wrapped in the `=?base64?…?=` sentinel.
+fn header_value(text: &str) -> String {
+    let plain = text
         .bytes()
         .all(|b| b == b'\t' || (0x20..=0x7e).contains(&b));
-    if plain && value.trim_matches([' ', '\t']) == value {
-        Some(value.to_owned())
+    if plain && text.trim_matches([' ', '\t']) == text {
+        text.to_owned()
     } else {
         use base64::Engine;
-        let encoded = base64::engine::general_purpose::STANDARD.encode(value);
-        Some(format!("=?base64?{encoded}?="))
+        let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+        format!("=?base64?{encoded}?=")
     }
 }
 
