@@ -226,6 +226,18 @@ fn end_of_stdin_stops_gracefully_and_the_running_attempt_is_requeued_uncounted()
 }
 
 #[test]
+fn sigterm_sigint_and_sighup_stop_it_gracefully_while_stdin_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    for signal in ["TERM", "INT", "HUP"] {
+        let mut stdio = Stdio::start_in(dir.path(), TESTING);
+        stdio.modern(1, "server/discover", json!({}), json!({}));
+        stdio.signal(signal);
+        let status = stdio.wait_exit(LIMIT).expect("exits on the signal");
+        assert!(status.success(), "SIG{signal}: {status}");
+    }
+}
+
+#[test]
 fn a_data_dir_held_by_a_running_server_is_refused_in_one_line_suggesting_connect() {
     let dir = tempfile::tempdir().unwrap();
     let _server = Server::start_in(dir.path(), TESTING);

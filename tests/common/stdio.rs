@@ -194,6 +194,14 @@ impl Stdio {
         all
     }
 
+    /// Sends `signal` (a `kill` name such as `TERM`).
+    pub fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status();
+    }
+
     /// SIGKILL: no chance to clean up.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
