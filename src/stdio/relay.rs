@@ -408,11 +408,11 @@ impl Relay {
         let response = match http::send(&self.endpoint, "POST", headers, body, None) {
             Ok(response) => response,
             Err(error) => {
-                log::warn!("the server could not be reached: {error}");
+                log::warn!("a request could not be sent to the server: {error}");
                 if let Some(id) = id {
                     let error = RpcError::new(
                         code::INTERNAL_ERROR,
-                        format!("mcp-taskd relay: the server could not be reached ({error})"),
+                        format!("mcp-taskd relay: the request could not be sent to the server ({error})"),
                     );
                     self.wire.send(&error_message(id, &error));
                 }
