@@ -235,6 +235,14 @@ fn sigterm_sigint_and_sighup_stop_it_gracefully_while_stdin_is_open() {
         let status = stdio.wait_exit(LIMIT).expect("exits on the signal");
         assert!(status.success(), "SIG{signal}: {status}");
     }
+    // The relay too, ending its legacy session on the way out.
+    let served = tempfile::tempdir().unwrap();
+    let server = Server::start_in(served.path(), TESTING);
+    let mut relay = Stdio::connect(&url(&server), None);
+    legacy_init(&mut relay, 1);
+    relay.signal("TERM");
+    let status = relay.wait_exit(LIMIT).expect("the relay exits on SIGTERM");
+    assert!(status.success(), "relay: {status}");
 }
 
 #[test]

@@ -12,7 +12,8 @@
 //!
 //! Answers come back as lines: a JSON body as one line, an SSE body event by event as
 //! they arrive. Requests run concurrently, one connection each. The server is probed at
-//! start, so an unreachable server or a refused token fails at once with one line.
+//! start, so an unreachable server or a refused token fails at once with one line. End
+//! of input, SIGTERM, SIGINT or SIGHUP end the relay (and its session).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -77,7 +78,22 @@ pub fn run(url: &str, token_file: Option<&Path>) -> Result<(), StdioError> {
     relay.probe()?;
     log::info!("relaying stdio to the server");
 
-    let (done, finished) = crossbeam_channel::bounded::<()>(1);
+    let (done, finished) = crossbeam_channel::bounded::<()>(2);
+    // A host quitting may signal instead of closing stdin: the session still ends.
+    let signalled = done.clone();
+    let mut signals = {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+            .map_err(StdioError::Threads)?
+    };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                let _ = signalled.send(());
+            }
+        })
+        .map_err(StdioError::Threads)?;
     let reading = Arc::clone(&relay);
     std::thread::Builder::new()
         .name("stdin".into())
@@ -104,7 +120,7 @@ pub fn run(url: &str, token_file: Option<&Path>) -> Result<(), StdioError> {
             let _ = done.send(());
         })
         .map_err(StdioError::Threads)?;
-    // Ends at end of input, or at once when the server refuses the token.
+    // Ends at end of input or a signal, or at once when the server refuses the token.
     loop {
         if relay.failed() {
             break;
