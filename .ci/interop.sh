@@ -5,9 +5,10 @@
 # Installs the pinned clients (.ci/interop-setup.sh), starts the server on an ephemeral
 # port with a temporary data dir, runs every driver in tests/interop/ (each prints one
 # PASS/FAIL line), prints `interop: N passed, M failed`, and fails if any driver failed.
-# HTTP drivers get the server's URL; stdio drivers launch `BINARY stdio` themselves, as a
-# desktop host does, and get the binary and a data dir of their own (they are skipped
-# with --reference, whose server speaks HTTP only).
+# HTTP drivers get the server's URL; stdio drivers get the command line a desktop host
+# would launch: `BINARY stdio` on a data dir of their own, or `BINARY stdio --connect URL`
+# relaying to the server (they are skipped with --reference, whose server speaks HTTP
+# only).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -45,7 +46,8 @@ fi
 
 # name, then how to run it: a Python driver in a venv, or a Node driver copied into the
 # npm project holding its client, so its plain `import`s resolve there; then what it
-# connects to: `http` (the server's URL) or `stdio` (the binary and a fresh data dir).
+# connects to: `http` (the server's URL), `stdio` (the command line of `BINARY stdio` on a
+# fresh data dir) or `relay` (that of `BINARY stdio --connect URL`).
 run_driver() {
   local name="$1" kind="$2" where="$3" script="$4" target="$5"
   local command arguments
@@ -56,7 +58,9 @@ run_driver() {
     command=("$NODE" "$CACHE/npm/$where/$script")
   fi
   if [ "$target" = stdio ]; then
-    arguments=("$BINARY" "$WORK/stdio-$name")
+    arguments=("$BINARY" stdio --data-dir "$WORK/stdio-$name")
+  elif [ "$target" = relay ]; then
+    arguments=("$BINARY" stdio --connect "$URL")
   else
     arguments=("$URL")
   fi
@@ -74,7 +78,7 @@ run_driver() {
 
 passed=0 failed=0
 while read -r name kind where script target; do
-  if [ "$target" = stdio ] && [ -z "$BINARY" ]; then
+  if [ "$target" != http ] && [ -z "$BINARY" ]; then
     continue
   fi
   if run_driver "$name" "$kind" "$where" "$script" "$target"; then
@@ -93,6 +97,9 @@ mcp-remote                  node   mcp-remote mcp_remote.mjs                http
 python-sdk-1.x-stdio        python py1        python_sdk1_stdio.py          stdio
 python-sdk-2.x-client-stdio python py2        python_sdk2_client_stdio.py   stdio
 typescript-sdk-1.x-stdio    node   sdk1       typescript_sdk1_stdio.mjs     stdio
+python-sdk-1.x-relay        python py1        python_sdk1_stdio.py          relay
+python-sdk-2.x-client-relay python py2        python_sdk2_client_stdio.py   relay
+typescript-sdk-1.x-relay    node   sdk1       typescript_sdk1_stdio.mjs     relay
 LIST
 
 echo "interop: $passed passed, $failed failed"

@@ -1,7 +1,9 @@
 """Python SDK `mcp` 1.x `stdio_client` launching `mcp-taskd stdio` (legacy era,
 2025-11-25), as a desktop host does: initialize, tools/list, echo, and generate_report,
 a task tool that a client not asking for a task gets answered inline.
-Usage: python python_sdk1_stdio.py BINARY DATA_DIR (py1 venv of .ci/interop-setup.sh)."""
+Usage: python python_sdk1_stdio.py COMMAND [ARG...] (py1 venv of .ci/interop-setup.sh),
+the command line the host launches: `mcp-taskd stdio --data-dir DIR`, or
+`mcp-taskd stdio --connect URL` for the relay."""
 
 import sys
 
@@ -9,16 +11,16 @@ import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-NAME = "python-sdk-1.x-stdio"
+NAME = "python-sdk-1.x-relay" if "--connect" in sys.argv else "python-sdk-1.x-stdio"
 
 
-async def flow(binary: str, data_dir: str) -> None:
+async def flow(command: list[str]) -> None:
     with anyio.fail_after(30):
-        await steps(binary, data_dir)
+        await steps(command)
 
 
-async def steps(binary: str, data_dir: str) -> None:
-    server = StdioServerParameters(command=binary, args=["stdio", "--data-dir", data_dir])
+async def steps(command: list[str]) -> None:
+    server = StdioServerParameters(command=command[0], args=command[1:])
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
@@ -38,7 +40,7 @@ async def steps(binary: str, data_dir: str) -> None:
 
 def main() -> int:
     try:
-        anyio.run(flow, sys.argv[1], sys.argv[2])
+        anyio.run(flow, sys.argv[1:])
     except BaseException as error:  # a timeout, an assertion, or the SDK's own error group
         print(f"FAIL {NAME}: {describe(error)}")
         return 1

@@ -1,23 +1,24 @@
 """Python SDK `mcp` 2.x high-level `Client` over stdio, launching `mcp-taskd stdio`.
 Default mode "auto": probes `server/discover` and speaks 2026-07-28. tools/list, echo,
 and generate_report, a task tool answered inline to a client without the Tasks extension.
-Usage: python python_sdk2_client_stdio.py BINARY DATA_DIR (py2 venv)."""
+Usage: python python_sdk2_client_stdio.py COMMAND [ARG...] (py2 venv), the command line
+to launch (`mcp-taskd stdio --data-dir DIR`, or `mcp-taskd stdio --connect URL`)."""
 
 import sys
 
 import anyio
 from mcp import Client, StdioServerParameters
 
-NAME = "python-sdk-2.x-client-stdio"
+NAME = "python-sdk-2.x-client-relay" if "--connect" in sys.argv else "python-sdk-2.x-client-stdio"
 
 
-async def flow(binary: str, data_dir: str) -> None:
+async def flow(command: list[str]) -> None:
     with anyio.fail_after(30):
-        await steps(binary, data_dir)
+        await steps(command)
 
 
-async def steps(binary: str, data_dir: str) -> None:
-    server = StdioServerParameters(command=binary, args=["stdio", "--data-dir", data_dir])
+async def steps(command: list[str]) -> None:
+    server = StdioServerParameters(command=command[0], args=command[1:])
     async with Client(server) as client:
         print(f"# negotiated {client.protocol_version}", file=sys.stderr)
 
@@ -35,7 +36,7 @@ async def steps(binary: str, data_dir: str) -> None:
 
 def main() -> int:
     try:
-        anyio.run(flow, sys.argv[1], sys.argv[2])
+        anyio.run(flow, sys.argv[1:])
     except BaseException as error:  # a timeout, an assertion, or the SDK's own error group
         print(f"FAIL {NAME}: {describe(error)}")
         return 1

@@ -2,17 +2,18 @@
 // `mcp-taskd stdio` (legacy era, 2025-11-25), as a desktop host does: initialize,
 // tools/list, echo, and generate_report called plainly (callTool), which a task tool
 // answers inline within the call.
-// Usage: node typescript_sdk1_stdio.mjs BINARY DATA_DIR, from a folder where the SDK is
-// installed.
+// Usage: node typescript_sdk1_stdio.mjs COMMAND [ARG...], from a folder where the SDK is
+// installed; COMMAND [ARG...] is the command line to launch (`mcp-taskd stdio --data-dir
+// DIR`, or `mcp-taskd stdio --connect URL` for the relay).
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 
-const NAME = 'typescript-sdk-1.x-stdio';
+const NAME = process.argv.includes('--connect') ? 'typescript-sdk-1.x-relay' : 'typescript-sdk-1.x-stdio';
 
-async function flow(binary, dataDir) {
+async function flow([command, ...args]) {
   const client = new Client({ name: 'mcp-taskd-interop', version: '1.0.0' });
   await client.connect(
-    new StdioClientTransport({ command: binary, args: ['stdio', '--data-dir', dataDir], stderr: 'inherit' }),
+    new StdioClientTransport({ command, args, stderr: 'inherit' }),
   );
   try {
     const { tools } = await client.listTools();
@@ -44,7 +45,7 @@ const timeout = new Promise((_, reject) => {
   setTimeout(() => reject(new Error('timed out after 30 s')), 30_000).unref();
 });
 try {
-  await Promise.race([flow(process.argv[2], process.argv[3]), timeout]);
+  await Promise.race([flow(process.argv.slice(2)), timeout]);
   console.log(`PASS ${NAME}`);
   process.exit(0);
 } catch (error) {
