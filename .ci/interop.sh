@@ -5,6 +5,10 @@
 # Installs the pinned clients (.ci/interop-setup.sh), starts the server on an ephemeral
 # port with a temporary data dir, runs every driver in tests/interop/ (each prints one
 # PASS/FAIL line), prints `interop: N passed, M failed`, and fails if any driver failed.
+# HTTP drivers get the server's URL; stdio drivers get the command line a desktop host
+# would launch: `BINARY stdio` on a data dir of their own, or `BINARY stdio --connect URL`
+# relaying to the server (they are skipped with --reference, whose server speaks HTTP
+# only).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -16,6 +20,11 @@ export PATH="$(dirname "$NODE"):$PATH"
 WORK="$(mktemp -d -t mcp-taskd-interop-XXXXXX)"
 # Clients keep state under HOME (~/.mcp-inspector, ~/.mcp-auth): give them a throwaway one.
 mkdir -p "$WORK/home"
+
+BINARY=""
+if [ "$1" != --reference ]; then
+  BINARY="$(realpath "$1")"
+fi
 
 if [ "$1" = --reference ]; then
   "$CACHE/py1/bin/python" "$DRIVERS/reference/server.py" >"$WORK/stdout" 2>"$WORK/stderr" &
@@ -36,18 +45,27 @@ if [ -z "$URL" ]; then
 fi
 
 # name, then how to run it: a Python driver in a venv, or a Node driver copied into the
-# npm project holding its client, so its plain `import`s resolve there.
+# npm project holding its client, so its plain `import`s resolve there; then what it
+# connects to: `http` (the server's URL), `stdio` (the command line of `BINARY stdio` on a
+# fresh data dir) or `relay` (that of `BINARY stdio --connect URL`).
 run_driver() {
-  local name="$1" kind="$2" where="$3" script="$4"
-  local command
+  local name="$1" kind="$2" where="$3" script="$4" target="$5"
+  local command arguments
   if [ "$kind" = python ]; then
     command=("$CACHE/$where/bin/python" "$DRIVERS/$script")
   else
     cp "$DRIVERS/$script" "$CACHE/npm/$where/$script"
     command=("$NODE" "$CACHE/npm/$where/$script")
   fi
+  if [ "$target" = stdio ]; then
+    arguments=("$BINARY" stdio --data-dir "$WORK/stdio-$name")
+  elif [ "$target" = relay ]; then
+    arguments=("$BINARY" stdio --connect "$URL")
+  else
+    arguments=("$URL")
+  fi
   # Each driver stops itself after 30 s; this is the backstop if one hangs anyway.
-  HOME="$WORK/home" timeout -k 5 60 "${command[@]}" "$URL" \
+  HOME="$WORK/home" timeout -k 5 60 "${command[@]}" "${arguments[@]}" \
     >"$WORK/$name.out" 2>"$WORK/$name.err" || true
   local verdict
   verdict="$(grep -E '^(PASS|FAIL) ' "$WORK/$name.out" | tail -n 1)"
@@ -59,20 +77,29 @@ run_driver() {
 }
 
 passed=0 failed=0
-while read -r name kind where script; do
-  if run_driver "$name" "$kind" "$where" "$script"; then
+while read -r name kind where script target; do
+  if [ "$target" != http ] && [ -z "$BINARY" ]; then
+    continue
+  fi
+  if run_driver "$name" "$kind" "$where" "$script" "$target"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
   fi
 done <<'LIST'
-python-sdk-1.x        python py1        python_sdk1.py
-python-sdk-2.x        python py2        python_sdk2.py
-python-sdk-2.x-client python py2        python_sdk2_client.py
-typescript-sdk-1.x    node   sdk1       typescript_sdk1.mjs
-typescript-client-2.x node   client2    typescript_client2.mjs
-inspector-cli         node   inspector  inspector_cli.mjs
-mcp-remote            node   mcp-remote mcp_remote.mjs
+python-sdk-1.x              python py1        python_sdk1.py                http
+python-sdk-2.x              python py2        python_sdk2.py                http
+python-sdk-2.x-client       python py2        python_sdk2_client.py         http
+typescript-sdk-1.x          node   sdk1       typescript_sdk1.mjs           http
+typescript-client-2.x       node   client2    typescript_client2.mjs        http
+inspector-cli               node   inspector  inspector_cli.mjs             http
+mcp-remote                  node   mcp-remote mcp_remote.mjs                http
+python-sdk-1.x-stdio        python py1        python_sdk1_stdio.py          stdio
+python-sdk-2.x-client-stdio python py2        python_sdk2_client_stdio.py   stdio
+typescript-sdk-1.x-stdio    node   sdk1       typescript_sdk1_stdio.mjs     stdio
+python-sdk-1.x-relay        python py1        python_sdk1_stdio.py          relay
+python-sdk-2.x-client-relay python py2        python_sdk2_client_stdio.py   relay
+typescript-sdk-1.x-relay    node   sdk1       typescript_sdk1_stdio.mjs     relay
 LIST
 
 echo "interop: $passed passed, $failed failed"

@@ -19,6 +19,18 @@ pub struct Identity {
     pub principal: String,
 }
 
+impl Identity {
+    /// Everyone's identity on `endpoint` when no tokens are configured (and the local
+    /// host's over stdio).
+    pub fn anonymous(endpoint: &str) -> Identity {
+        Identity {
+            endpoint: endpoint.to_owned(),
+            tenant: String::new(),
+            principal: "anonymous".into(),
+        }
+    }
+}
+
 pub struct Authenticator {
     endpoint: String,
     /// token digest -> (tenant, principal)
@@ -47,11 +59,7 @@ impl Authenticator {
     /// Resolves the `Authorization` header value (if any).
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, Unauthorized> {
         if self.tokens.is_empty() {
-            return Ok(Identity {
-                endpoint: self.endpoint.clone(),
-                tenant: String::new(),
-                principal: "anonymous".into(),
-            });
+            return Ok(Identity::anonymous(&self.endpoint));
         }
         let header = authorization.ok_or(Unauthorized)?.trim();
         let (scheme, token) = header.split_once(' ').ok_or(Unauthorized)?;

@@ -1,4 +1,4 @@
-//! mcp-taskd: one binary that serves MCP tools over Streamable HTTP — stateless
+//! mcp-taskd: one binary that serves MCP tools over Streamable HTTP (and stdio) — stateless
 //! 2026-07-28 with the Tasks extension (`io.modelcontextprotocol/tasks`), and the 2025
 //! `initialize`-session era on the same endpoint — and turns long-running tool calls
 //! into durable tasks.
@@ -25,8 +25,10 @@
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
 //! liveness    heartbeats of the long-lived loops (read by the systemd watchdog)
 //! ops         operating it: systemd notify, admin socket, tasks/stats/backup/restore
+//! stdio       `mcp-taskd stdio`: one host over stdin/stdout, served here (both eras)
+//!             or relayed to a running server (`--connect`)
 //! auth, config, clock, later, registration (what a configuration offers),
-//! server (assembly and lifecycle)
+//! server (assembly and lifecycle: the engine every transport shares)
 //! ```
 
 pub mod auth;
@@ -46,6 +48,7 @@ pub mod ops;
 pub mod protocol;
 pub mod registration;
 pub mod server;
+pub mod stdio;
 pub mod tasks;
 pub mod tools;
 pub mod transport;

@@ -34,6 +34,23 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Serve one host (a desktop or IDE client) over stdin/stdout until end of input or
+    /// SIGTERM/SIGINT/SIGHUP; with --connect, relay it to a running server instead.
+    Stdio {
+        /// TOML configuration file; without it the embedded default is used.
+        #[arg(long, value_name = "FILE", conflicts_with = "connect")]
+        config: Option<PathBuf>,
+        /// Data directory, overriding server.data_dir.
+        #[arg(long, value_name = "DIR", conflicts_with = "connect")]
+        data_dir: Option<PathBuf>,
+        /// Relay to the running server at this MCP endpoint URL
+        /// (e.g. http://127.0.0.1:8080/mcp) instead of serving here.
+        #[arg(long, value_name = "URL")]
+        connect: Option<String>,
+        /// File holding the bearer token the relay presents (with --connect).
+        #[arg(long, value_name = "FILE", requires = "connect")]
+        token_file: Option<PathBuf>,
+    },
     /// Inspect and steer tasks (through the running server, or on the database when
     /// none runs).
     Tasks {
@@ -75,7 +92,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The operator commands print their answers; only warnings go to the log.
+    // The operator commands print their answers, and a host shows stdio's stderr as
+    // its log: only warnings go to the log.
     let default_level = match cli.command {
         Command::Serve { .. } => "info",
         _ => "warn",
@@ -88,6 +106,17 @@ fn main() -> ExitCode {
             listen,
             data_dir,
         } => serve(config.as_deref(), listen, data_dir),
+        Command::Stdio {
+            config,
+            data_dir,
+            connect,
+            token_file,
+        } => match connect {
+            Some(url) => {
+                mcp_taskd::stdio::relay::run(&url, token_file.as_deref()).map_err(Into::into)
+            }
+            None => stdio(config.as_deref(), data_dir),
+        },
         Command::CheckConfig { config } => check_config(config.as_deref()),
         Command::Tasks { command } => cli::tasks(command).map_err(Into::into),
         Command::Stats { at, json } => cli::stats(&at, json).map_err(Into::into),
@@ -119,6 +148,15 @@ fn serve(
     }
     config.check()?;
     Ok(mcp_taskd::server::run(config)?)
+}
+
+fn stdio(path: Option<&Path>, data_dir: Option<PathBuf>) -> Result<(), Box<dyn Error>> {
+    let mut config = Config::load(path)?;
+    if let Some(data_dir) = data_dir {
+        config.server.data_dir = data_dir;
+    }
+    config.check()?;
+    Ok(mcp_taskd::stdio::local::serve(config)?)
 }
 
 /// Loads the configuration (which builds its command tools) and registers every tool,

@@ -1,14 +1,17 @@
-//! Assembly and lifecycle: builds every stage from the configuration, serves until
-//! SIGTERM or SIGINT, then drains in order — stop admitting requests, close listen
-//! streams gracefully, let in-flight requests finish, give running task attempts their
-//! grace period (then release them to the queue), kill what their programs left behind,
-//! stop upkeep, and let the writer commit what is queued. Tasks are never failed or cancelled by a shutdown.
+//! Assembly and lifecycle: builds every stage from the configuration ([`Engine`]: the
+//! store, workers, upkeep, admin socket and the MCP service, shared by `serve` and
+//! `stdio`), serves HTTP until SIGTERM or SIGINT, then drains in order — stop admitting
+//! requests, close listen streams gracefully, let in-flight requests finish, give running
+//! task attempts their grace period (then release them to the queue), kill what their
+//! programs left behind, stop upkeep, and let the writer commit what is queued. Tasks are
+//! never failed or cancelled by a shutdown.
 
 use std::error::Error;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::auth::Authenticator;
@@ -64,88 +67,155 @@ pub enum ServeError {
     Signals(std::io::Error),
 }
 
+/// Everything behind a transport: the store (holding the data dir's lock), the workers,
+/// upkeep, the admin socket, and the MCP service the transports answer through.
+pub struct Engine {
+    pub service: Arc<Service>,
+    pub hub: Arc<Hub>,
+    pub metrics: Arc<Metrics>,
+    pub store: Arc<dyn TaskStore>,
+    pub inflight: Arc<Inflight>,
+    workers: WorkerPool,
+    upkeep: Upkeep,
+    /// Taken by [`Engine::stop_admitting`].
+    admin: Option<AdminSocket>,
+    writer: JoinHandle<()>,
+    shutdown_grace: Duration,
+}
+
+impl Engine {
+    /// Opens the store (taking the data dir's lock), recovers, and starts the workers,
+    /// upkeep and the admin socket.
+    pub fn start(config: &Config) -> Result<Engine, ServeError> {
+        let data_dir = &config.server.data_dir;
+        std::fs::create_dir_all(data_dir).map_err(|source| ServeError::DataDir {
+            path: data_dir.clone(),
+            source,
+        })?;
+        let hub = Arc::new(Hub::new(config.notifications.clone()));
+        let (tools, catalog) = build_catalog(config, &hub)?;
+        let tools = Arc::new(tools);
+        // Before any program runs: descendants that leave their process group must come
+        // back to the server, not to init, to be found and killed when their run ends.
+        if !command::become_subreaper() {
+            log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
+        }
+        let signer =
+            StateSigner::open(data_dir, config.limits.request_state_ttl_ms).map_err(|source| {
+                ServeError::RequestState {
+                    data_dir: data_dir.clone(),
+                    source,
+                }
+            })?;
+
+        let Opened { store, writer } = Store::open(data_dir, &config.store)?;
+        // The engine sees the store through its interface only.
+        let store: Arc<dyn TaskStore> = store;
+        upkeep::recover(store.as_ref());
+        let inflight = Arc::new(Inflight::default());
+        let (wake, woken) = crossbeam_channel::bounded(1);
+        let tasks = Arc::new(TaskService::new(
+            config.tasks.clone(),
+            Arc::clone(&store),
+            Arc::clone(&tools),
+            Arc::clone(&inflight),
+            wake.clone(),
+        ));
+        let metrics = Arc::new(Metrics::default());
+        let upkeep = Upkeep::start(
+            Arc::clone(&store),
+            Arc::clone(&hub),
+            Arc::clone(&inflight),
+            Arc::clone(&metrics) as Arc<dyn UpkeepCounters>,
+            Duration::from_millis(config.workers.janitor_interval_ms),
+        )?;
+        let workers = WorkerPool::start(
+            Arc::clone(&store),
+            Arc::clone(&tools),
+            Arc::clone(&inflight),
+            &config.workers,
+            wake,
+            woken,
+        );
+
+        let admin = AdminSocket::start(Arc::new(Admin {
+            store: Arc::clone(&store),
+            tasks: Arc::clone(&tasks),
+            data_dir: data_dir.clone(),
+            worker_threads: Some(config.workers.threads),
+        }))
+        .map_err(|source| ServeError::AdminSocket {
+            data_dir: data_dir.clone(),
+            source,
+        })?;
+
+        let service = Arc::new(Service {
+            info: ServerInfo {
+                name: config.server.name.clone(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                instructions: config.server.instructions.clone(),
+            },
+            page_size: config.limits.page_size,
+            cache_ttl_ms: config.limits.cache_ttl_ms,
+            tools,
+            catalog,
+            signer,
+            hub: Arc::clone(&hub),
+            tasks,
+        });
+        Ok(Engine {
+            service,
+            hub,
+            metrics,
+            store,
+            inflight,
+            workers,
+            upkeep,
+            admin: Some(admin),
+            writer,
+            shutdown_grace: Duration::from_millis(config.workers.shutdown_grace_ms),
+        })
+    }
+
+    /// First step of a shutdown: the admin socket stops answering operator commands.
+    pub fn stop_admitting(&mut self) {
+        if let Some(admin) = self.admin.take() {
+            admin.stop();
+        }
+    }
+
+    /// Last step of a shutdown, once the transport admits nothing more: answers owed
+    /// for committed creations, running attempts' grace (then back to the queue,
+    /// uncounted), leftover processes, upkeep, and the writer's queue.
+    pub fn finish(self) {
+        // Task creations already committed (or committing) are still owed their answer.
+        if !self.store.wait_for_continuations(Duration::from_secs(5)) {
+            log::warn!("some task creations were not answered before shutdown");
+        }
+        self.workers.shutdown(self.shutdown_grace);
+        // Runs have ended (or been given up on): whatever they left behind goes too, even
+        // descendants whose run could not be told from their environment.
+        command::sweep_all();
+        self.upkeep.stop();
+        let writer = self.writer;
+        drop(self.service);
+        drop(self.store);
+        // The writer exits once every store handle is gone (a hung attempt may still hold
+        // one; its writes are fenced, so the process can exit without waiting for it).
+        if writer.is_finished() {
+            let _ = writer.join();
+        }
+        log::info!("stopped");
+    }
+}
+
 /// Runs the server until a termination signal, then shuts down gracefully.
 pub fn run(config: Config) -> Result<(), ServeError> {
     // Before anything can tell the world we serve (the address line, `READY=1`): a
     // SIGTERM that arrives after those must start the drain, not take the default
     // action and end the process on the spot.
     let mut termination = termination_signals()?;
-    let data_dir = &config.server.data_dir;
-    std::fs::create_dir_all(data_dir).map_err(|source| ServeError::DataDir {
-        path: data_dir.clone(),
-        source,
-    })?;
-    let hub = Arc::new(Hub::new(config.notifications.clone()));
-    let (tools, catalog) = build_catalog(&config, &hub)?;
-    let tools = Arc::new(tools);
-    // Before any program runs: descendants that leave their process group must come
-    // back to the server, not to init, to be found and killed when their run ends.
-    if !command::become_subreaper() {
-        log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
-    }
-    let signer =
-        StateSigner::open(data_dir, config.limits.request_state_ttl_ms).map_err(|source| {
-            ServeError::RequestState {
-                data_dir: data_dir.clone(),
-                source,
-            }
-        })?;
-
-    let Opened { store, writer } = Store::open(data_dir, &config.store)?;
-    // The engine sees the store through its interface only.
-    let store: Arc<dyn TaskStore> = store;
-    upkeep::recover(store.as_ref());
-    let inflight = Arc::new(Inflight::default());
-    let (wake, woken) = crossbeam_channel::bounded(1);
-    let tasks = Arc::new(TaskService::new(
-        config.tasks.clone(),
-        Arc::clone(&store),
-        Arc::clone(&tools),
-        Arc::clone(&inflight),
-        wake.clone(),
-    ));
-    let metrics = Arc::new(Metrics::default());
-    let upkeep = Upkeep::start(
-        Arc::clone(&store),
-        Arc::clone(&hub),
-        Arc::clone(&inflight),
-        Arc::clone(&metrics) as Arc<dyn UpkeepCounters>,
-        Duration::from_millis(config.workers.janitor_interval_ms),
-    )?;
-    let workers = WorkerPool::start(
-        Arc::clone(&store),
-        Arc::clone(&tools),
-        Arc::clone(&inflight),
-        &config.workers,
-        wake,
-        woken,
-    );
-
-    let admin = AdminSocket::start(Arc::new(Admin {
-        store: Arc::clone(&store),
-        tasks: Arc::clone(&tasks),
-        data_dir: data_dir.clone(),
-        worker_threads: Some(config.workers.threads),
-    }))
-    .map_err(|source| ServeError::AdminSocket {
-        data_dir: data_dir.clone(),
-        source,
-    })?;
-
-    let service = Arc::new(Service {
-        info: ServerInfo {
-            name: config.server.name.clone(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            instructions: config.server.instructions.clone(),
-        },
-        page_size: config.limits.page_size,
-        cache_ttl_ms: config.limits.cache_ttl_ms,
-        tools,
-        catalog,
-        signer,
-        hub: Arc::clone(&hub),
-        tasks,
-    });
+    let mut engine = Engine::start(&config)?;
     let http = tiny_http::Server::http_on_connection_threads(
         config.server.listen,
         crate::transport::limits::bounds(&config),
@@ -155,14 +225,14 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         source,
     })?;
     let legacy = crate::legacy::Legacy::start(
-        Arc::clone(&service),
-        Arc::clone(&hub),
+        Arc::clone(&engine.service),
+        Arc::clone(&engine.hub),
         config.sessions.clone(),
-        Arc::clone(&metrics),
+        Arc::clone(&engine.metrics),
     );
     let frontend = Arc::new(Frontend {
-        service,
-        hub: Arc::clone(&hub),
+        service: Arc::clone(&engine.service),
+        hub: Arc::clone(&engine.hub),
         auth: Authenticator::new(&config.server.endpoint, &config.auth.tokens),
         origins: OriginPolicy::new(&config.server.allowed_hosts, &config.server.allowed_origins),
         endpoint: config.server.endpoint.clone(),
@@ -170,7 +240,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         draining: Default::default(),
         open_streams: Default::default(),
         handling: Default::default(),
-        metrics,
+        metrics: Arc::clone(&engine.metrics),
         legacy,
         listener: http.health(),
     });
@@ -193,39 +263,24 @@ pub fn run(config: Config) -> Result<(), ServeError> {
     log::info!("serving {} on {address}", config.server.endpoint);
     let systemd = Notifier::ready(Serving {
         address,
-        store: Arc::clone(&store),
-        inflight: Arc::clone(&inflight),
+        store: Arc::clone(&engine.store),
+        inflight: Arc::clone(&engine.inflight),
     });
 
     termination.forever().next();
 
     log::info!("shutting down");
     systemd.stopping();
-    admin.stop();
+    engine.stop_admitting();
     frontend.draining.store(true, Ordering::Release);
-    hub.close_all();
+    engine.hub.close_all();
     // Requests arriving from now on are refused; those being handled finish first.
     if !frontend.wait_for_handlers(HANDLER_DRAIN) {
         log::warn!("some requests were still being handled when the drain went on");
     }
-    // Task creations already committed (or committing) are still owed their answer.
-    if !store.wait_for_continuations(Duration::from_secs(5)) {
-        log::warn!("some task creations were not answered before shutdown");
-    }
     frontend.wait_for_streams(Duration::from_secs(5));
-    workers.shutdown(Duration::from_millis(config.workers.shutdown_grace_ms));
-    // Runs have ended (or been given up on): whatever they left behind goes too, even
-    // descendants whose run could not be told from their environment.
-    command::sweep_all();
-    upkeep.stop();
     drop(frontend);
-    drop(store);
-    // The writer exits once every store handle is gone (a hung attempt may still hold
-    // one; its writes are fenced, so the process can exit without waiting for it).
-    if writer.is_finished() {
-        let _ = writer.join();
-    }
-    log::info!("stopped");
+    engine.finish();
     Ok(())
 }
 

@@ -18,6 +18,7 @@
 //! - [`operator`]: the operator commands (`tasks`, `stats`, `backup`, `restore`);
 //! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery;
 //! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir;
+//! - [`stdio`]: `mcp-taskd stdio` over stdin/stdout, and its `--connect` relay;
 //! - [`legacy`]: the 2025 session era (initialize, sessions, GET streams) beside 2026;
 //! - [`listen_streams`]: listen streams under load, hang-ups and stalled readers;
 //! - [`fuzz`]: generated requests (proptest) through the whole HTTP request path;
@@ -43,6 +44,7 @@ mod operator;
 mod reaping;
 mod robustness;
 mod smoke;
+mod stdio;
 mod storage;
 mod systemd_notify;
 mod task_input;

@@ -5,10 +5,12 @@
 //! [`era::is_legacy_post`] which path serves it; legacy ones land in [`Legacy::serve`].
 //! Here live the session handshake, the GET and DELETE verbs, the methods 2026-07-28
 //! removed, and the bridge that runs every shared method through the same handlers as
-//! the 2026 path, with the session standing in for per-request `_meta`.
+//! the 2026 path, with the session standing in for per-request `_meta`. A stream
+//! transport (stdio) uses the same sessions, one per connection ([`on_wire`]).
 
 pub mod era;
 mod methods;
+mod on_wire;
 mod outbound;
 mod sessions;
 mod stream;
@@ -28,6 +30,7 @@ use crate::notifications::{Delivery, Frame, Hub};
 use crate::protocol::RpcError;
 use crate::transport::headers::header;
 use crate::transport::{Inbound, SessionEra};
+pub use on_wire::WireSession;
 use sessions::{Refused, Session, Sessions};
 use stream::{json_response, Body};
 

@@ -1,6 +1,7 @@
 //! Writing legacy answers: a POST's response (plain JSON until something must stream
 //! first, then SSE carrying notifications and server-to-client requests before the
-//! result), and the session's standalone GET stream with event ids and replay.
+//! result), and the session's standalone GET stream with event ids and replay. On a
+//! stream transport (stdio) the same messages go, one per line, to its [`Wire`].
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +15,7 @@ use tiny_http::{Header, Response, StatusCode};
 use super::sessions::{Session, Sessions, StreamEvent};
 use crate::handlers::Emitter;
 use crate::transport::sse::SseWriter;
+use crate::transport::Wire;
 
 pub type Body = Cursor<Vec<u8>>;
 
@@ -54,11 +56,21 @@ pub struct CallSink {
 enum SinkState {
     Pending(tiny_http::Request),
     Streaming(SseWriter),
+    /// A stream transport: every message is a line of the one shared channel.
+    Wire(Arc<dyn Wire>),
     /// The client went away mid-stream; later output is dropped.
     Broken,
 }
 
 impl CallSink {
+    /// The answer to a request read from a stream transport.
+    pub fn on_wire(wire: Arc<dyn Wire>, cancelled: Arc<AtomicBool>) -> CallSink {
+        CallSink {
+            state: SinkState::Wire(wire),
+            cancelled,
+        }
+    }
+
     pub fn new(request: tiny_http::Request, cancelled: Arc<AtomicBool>) -> CallSink {
         CallSink {
             state: SinkState::Pending(request),
@@ -73,6 +85,12 @@ impl CallSink {
         let stream = match state {
             SinkState::Pending(request) => SseWriter::start(request).ok(),
             SinkState::Streaming(stream) => Some(stream),
+            SinkState::Wire(wire) => {
+                if wire.send(message) {
+                    self.state = SinkState::Wire(wire);
+                }
+                return !matches!(self.state, SinkState::Broken);
+            }
             SinkState::Broken => None,
         };
         self.state = match stream {
@@ -99,6 +117,11 @@ impl CallSink {
             SinkState::Streaming(mut stream) => {
                 if cancelled || stream.send(&message).is_ok() {
                     let _ = stream.finish();
+                }
+            }
+            SinkState::Wire(wire) => {
+                if !cancelled {
+                    wire.send(&message);
                 }
             }
             SinkState::Broken => {}

@@ -16,6 +16,12 @@ pub struct Inbound {
     pub message: Option<Value>,
 }
 
+/// Where a stream transport (stdio) writes whole JSON-RPC messages, one per line; each
+/// send is atomic with respect to the others. `false` once the peer is gone.
+pub trait Wire: Send + Sync {
+    fn send(&self, message: &Value) -> bool;
+}
+
 /// An era the transport hands requests to.
 pub trait SessionEra: Send + Sync {
     /// Whether a POST belongs to this era, from its `Mcp-Session-Id` and

@@ -79,10 +79,6 @@ pub(super) fn run_listen(
     service: &Service,
 ) -> io::Result<()> {
     let id = &listen.subscription_id;
-    let tag = |mut params: Map<String, Value>| {
-        params.insert("_meta".into(), json!({ META_SUBSCRIPTION_ID: id }));
-        params
-    };
     let limits = service.hub.limits();
     let peer = request.socket_fd().map(Peer::new);
     let mut out = Outlet {
@@ -91,11 +87,7 @@ pub(super) fn run_listen(
         frame_ends: VecDeque::new(),
         queue_len: limits.queue_len,
     };
-    out.send_frame(&json!({
-        "jsonrpc": "2.0",
-        "method": "notifications/subscriptions/acknowledged",
-        "params": { "notifications": listen.filter.to_json(), "_meta": { META_SUBSCRIPTION_ID: id } },
-    }))?;
+    out.send_frame(&acknowledgement(listen))?;
     let keep_alive = Duration::from_millis(limits.keep_alive_ms);
     let lifetime = Duration::from_millis(limits.max_stream_lifetime_ms);
     let max_stall = Duration::from_millis(limits.max_stall_ms);
@@ -155,31 +147,8 @@ pub(super) fn run_listen(
             }
         }
         while let Some(frame) = taken.pop_front() {
-            let message = match frame {
-                Frame::ListChanged(kind) => {
-                    json!({ "jsonrpc": "2.0", "method": kind.method(), "params": tag(Map::new()) })
-                }
-                // Only legacy sessions' relay asks for these; a listen filter never does.
-                Frame::ResourceUpdated(_) => continue,
-                Frame::TaskChanged { task_id, seq } => {
-                    let wanted = listen.filter.task_ids.contains(&task_id)
-                        && seq > listen.changes_after
-                        && !finished_tasks.contains(&task_id);
-                    if !wanted {
-                        continue;
-                    }
-                    // One fresh read with the subscriber's identity covers every hint the
-                    // mailbox coalesced for this task.
-                    let Some(task) =
-                        service.task_notification(&listen.identity, &listen.capabilities, &task_id)
-                    else {
-                        continue;
-                    };
-                    if task.terminal {
-                        finished_tasks.insert(task_id);
-                    }
-                    json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": tag(task.params) })
-                }
+            let Some(message) = render_frame(listen, service, frame, &mut finished_tasks) else {
+                continue;
             };
             out.send_frame(&message)?;
             last_write = Instant::now();
@@ -192,12 +161,69 @@ pub(super) fn run_listen(
             }
         }
     }
-    out.sse.send(&json!({
+    out.sse.send(&final_answer(listen))?;
+    out.sse.finish()
+}
+
+/// The first message of a listen stream.
+pub(crate) fn acknowledgement(listen: &Listen) -> Value {
+    let id = &listen.subscription_id;
+    json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": { "notifications": listen.filter.to_json(), "_meta": { META_SUBSCRIPTION_ID: id } },
+    })
+}
+
+/// The graceful last message of a listen stream: the answer to the listen request.
+pub(crate) fn final_answer(listen: &Listen) -> Value {
+    let id = &listen.subscription_id;
+    json!({
         "jsonrpc": "2.0",
         "id": id,
         "result": { "resultType": "complete", "_meta": { META_SUBSCRIPTION_ID: id } },
-    }))?;
-    out.sse.finish()
+    })
+}
+
+/// The notification a hub frame becomes on `listen`'s stream, tagged with its
+/// subscription id; `None` when this stream does not send it. A task's status is read
+/// afresh with the subscriber's identity; `finished_tasks` remembers the terminal ones.
+pub(crate) fn render_frame(
+    listen: &Listen,
+    service: &Service,
+    frame: Frame,
+    finished_tasks: &mut HashSet<String>,
+) -> Option<Value> {
+    let id = &listen.subscription_id;
+    let tag = |mut params: Map<String, Value>| {
+        params.insert("_meta".into(), json!({ META_SUBSCRIPTION_ID: id }));
+        params
+    };
+    match frame {
+        Frame::ListChanged(kind) => {
+            Some(json!({ "jsonrpc": "2.0", "method": kind.method(), "params": tag(Map::new()) }))
+        }
+        // Only legacy sessions' relay asks for these; a listen filter never does.
+        Frame::ResourceUpdated(_) => None,
+        Frame::TaskChanged { task_id, seq } => {
+            let wanted = listen.filter.task_ids.contains(&task_id)
+                && seq > listen.changes_after
+                && !finished_tasks.contains(&task_id);
+            if !wanted {
+                return None;
+            }
+            // One fresh read with the subscriber's identity covers every hint the
+            // mailbox coalesced for this task.
+            let task =
+                service.task_notification(&listen.identity, &listen.capabilities, &task_id)?;
+            if task.terminal {
+                finished_tasks.insert(task_id);
+            }
+            Some(
+                json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": tag(task.params) }),
+            )
+        }
+    }
 }
 
 /// Ends a stream whose client stopped reading: an error answer to the listen request

@@ -9,8 +9,8 @@
 mod era;
 pub(crate) mod headers;
 pub mod limits;
-mod listen;
-mod nesting;
+pub(crate) mod listen;
+pub(crate) mod nesting;
 mod peer;
 pub(crate) mod sse;
 
@@ -29,7 +29,7 @@ use crate::metrics::{Metrics, Snapshot};
 use crate::notifications::Hub;
 use crate::protocol::envelope::{Envelope, RequestMeta};
 use crate::protocol::{RpcError, METHODS, SUPPORTED_VERSIONS};
-pub use era::{Inbound, SessionEra};
+pub use era::{Inbound, SessionEra, Wire};
 use headers::{check_param_headers, header};
 pub use headers::{decode_header_value, OriginPolicy};
 use listen::run_listen;

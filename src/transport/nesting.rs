@@ -3,7 +3,7 @@
 
 /// Deepest nesting of arrays and objects in `bytes`, stopping once past `limit`, so
 /// that a hostile body is refused before the parser recurses into it.
-pub(super) fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
+pub(crate) fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in bytes {
         if in_string {

@@ -1,13 +1,15 @@
 //! Test harness: starts the real `mcp-taskd` binary on an ephemeral loopback port with a
 //! temporary data dir, and speaks raw HTTP/1.1 to it (so tests control every byte).
 //!
-//! One file per job: the process ([`server`]), the raw HTTP client ([`http`]), JSON-RPC
+//! One file per job: the process ([`server`]), `mcp-taskd stdio` with piped stdin and
+//! stdout ([`stdio`]), the raw HTTP client ([`http`]), JSON-RPC
 //! request builders ([`rpc`]), task helpers ([`tasks`]) and listen streams ([`listen`]).
 
 mod http;
 mod listen;
 mod rpc;
 mod server;
+pub mod stdio;
 pub mod tasks;
 
 use std::sync::{Mutex, MutexGuard};
