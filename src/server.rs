@@ -137,6 +137,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         signer,
         hub: Arc::clone(&hub),
         tasks,
+        bridge: crate::handlers::bridge::Bridge::from_config(&config),
     });
     let http = tiny_http::Server::http_with_bounds(
         config.server.listen,
