@@ -535,7 +535,7 @@ fn cancelling_a_legacy_call_kills_the_command_tools_process_group() {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/linger.sh");
     let config = format!(
         "[builtin]\nsets = []\n\n[[tools]]\nname = \"slow\"\ndescription = \"lingers\"\n\
-         command = [{script:?}]\nenv = {{ WORK = {work:?} }}\n",
+         command = [{script:?}]\nenv = {{ WORK = {work:?} }}\ntask_policy = \"inline\"\n",
         script = script.to_string_lossy(),
         work = work.to_string_lossy(),
     );
@@ -579,7 +579,10 @@ fn cancelling_a_legacy_call_kills_the_command_tools_process_group() {
 #[test]
 fn legacy_tasks_come_from_the_same_store_and_survive_a_new_session() {
     let server = Server::start(CONFORMANCE);
-    let client = Client::connect(&server, "2025-11-25", json!({"elicitation": {}}));
+    // A client that speaks 2025-11-25 tasks (so the task bridge leaves it alone).
+    let capabilities =
+        json!({"elicitation": {}, "tasks": {"requests": {"elicitation": {"create": {}}}}});
+    let client = Client::connect(&server, "2025-11-25", capabilities);
     let tools = client.request("tools/list", json!({})).result();
     let support = |name: &str| {
         tools["tools"]

@@ -23,6 +23,7 @@ use super::{Emitter, Request, Service};
 use crate::auth::Identity;
 use crate::config::Config;
 use crate::later::Later;
+use crate::liveness;
 use crate::protocol::{missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus};
 use crate::tools::{error_result, text_result, TaskPolicy, ToolSpec};
 
@@ -274,9 +275,10 @@ impl Service {
                         }
                     },
                 };
-                self.wait_for_task(request, task_id, None, wait, emitter)
+                // Bounded by the inline wait: not a stall of this request thread.
+                liveness::unwatched(|| self.wait_for_task(request, task_id, None, wait, emitter))
             }
-            _ => self.cancel_task(request.identity, task_id),
+            _ => liveness::unwatched(|| self.cancel_task(request.identity, task_id)),
         };
         Some(answer)
     }
@@ -296,7 +298,10 @@ impl Service {
             .ok_or_else(RpcError::internal)?
             .to_owned();
         let wait = tool.inline_wait.unwrap_or(self.bridge.inline_wait);
-        self.wait_for_task(request, &task_id, Some(&tool.name), wait, emitter)
+        // Bounded by the inline wait: not a stall of this request thread.
+        liveness::unwatched(|| {
+            self.wait_for_task(request, &task_id, Some(&tool.name), wait, emitter)
+        })
     }
 
     /// Waits up to `wait` for the task to end, streaming its progress and serving its
