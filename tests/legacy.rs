@@ -762,3 +762,52 @@ fn tasks_of_either_era_survive_a_crash_and_are_found_by_both() {
         assert!(task.get("ttlMs").is_some(), "{task}");
     }
 }
+
+#[test]
+fn a_bridged_task_asks_a_legacy_client_through_a_server_to_client_request() {
+    // The task bridge (on by default) runs approve_deployment as a task for a session
+    // that does not speak tasks; its question reaches the client on the call's stream.
+    let server = Server::start(ALL_SETS);
+    let client = Client::connect(&server, "2025-11-25", json!({"elicitation": {}}));
+    let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {
+        "name": "approve_deployment", "arguments": {"service": "api", "version": "9"}}});
+    let mut headers = client.headers();
+    headers.push(("Content-Type", "application/json"));
+    headers.push(("Accept", "application/json, text/event-stream"));
+    let request = server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes());
+    let mut call = open(&server, &request);
+    let asked = read_until(&mut call, Duration::from_secs(10), |text| {
+        text.contains("elicitation/create")
+    });
+    let question = data_messages(&asked)
+        .into_iter()
+        .find(|m| m["method"] == "elicitation/create")
+        .unwrap_or_else(|| panic!("no elicitation in {asked}"));
+    assert_eq!(question["params"]["message"], "Deploy api@9 to production?");
+    let task_id = question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the request names its task: {question}"))
+        .to_owned();
+    let answer = client.send(&json!({"jsonrpc": "2.0", "id": question["id"], "result": {
+        "action": "accept", "content": {"approve": true}}}));
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    let rest = read_until(&mut call, Duration::from_secs(15), |text| {
+        text.contains("\"id\":6")
+    });
+    let result = data_messages(&rest)
+        .into_iter()
+        .find(|m| m["id"] == 6)
+        .unwrap_or_else(|| panic!("no result in {rest}"));
+    assert_eq!(
+        result["result"]["content"][0]["text"], "Deployed api@9.",
+        "{result}"
+    );
+    // The task is durable: task_status finds it completed.
+    let status = client
+        .request(
+            "tools/call",
+            json!({"name": "task_status", "arguments": {"taskId": task_id}}),
+        )
+        .result();
+    assert_eq!(status["content"][0]["text"], "Deployed api@9.", "{status}");
+}
