@@ -1,5 +1,6 @@
 //! `tools/call`: validation, capability gates, inline runs (with progress and log
-//! messages on the response stream), MRTR rounds, and handing task calls to the engine.
+//! messages on the response stream), MRTR rounds, and handing task calls to the engine —
+//! and, for a client that does not speak tasks, the created task to the bridge.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
