@@ -259,7 +259,7 @@ impl Service {
             )));
         };
         let answer = match name {
-            TASK_STATUS => self.task_answer(request.identity, task_id, None),
+            TASK_STATUS => self.task_answer(request, task_id, None, emitter),
             TASK_WAIT => {
                 let limit = self.bridge.inline_wait;
                 let wait = match arguments.get("seconds") {
@@ -318,7 +318,7 @@ impl Service {
         let identity = request.identity;
         let capabilities = &request.meta.capabilities;
         let Some(_slot) = self.bridge.admit_waiter() else {
-            return self.task_answer(identity, task_id, tool);
+            return self.task_answer(request, task_id, tool, emitter);
         };
         // Watch before the first read: a change committed in between still wakes us.
         let watch = self.hub.watch_task(task_id);
@@ -334,7 +334,7 @@ impl Service {
             };
             let status = TaskStatus::parse(task["status"].as_str().unwrap_or_default());
             if status.is_none_or(TaskStatus::is_terminal) {
-                return Ok(render(&task, task_id, tool));
+                return Ok(render(&task, task_id, tool, false));
             }
             progress.report(&task, emitter);
             if status == Some(TaskStatus::InputRequired) {
@@ -352,12 +352,12 @@ impl Service {
                         continue;
                     }
                     // Nobody here can answer: waiting would only run the clock out.
-                    None => return Ok(render(&task, task_id, tool)),
+                    None => return Ok(render(&task, task_id, tool, false)),
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || emitter.cancelled() || !watch.wait(left.min(WAKE_AT_LEAST_EVERY)) {
-                return self.task_answer(identity, task_id, tool);
+                return self.task_answer(request, task_id, tool, emitter);
             }
         }
     }
@@ -365,12 +365,24 @@ impl Service {
     /// `task_status`: the task now, as a bridged client sees it.
     fn task_answer(
         &self,
-        identity: &Identity,
+        request: &Request<'_>,
         task_id: &str,
         tool: Option<&str>,
+        emitter: &dyn Emitter,
     ) -> Result<Value, RpcError> {
-        match self.tasks.get(identity, task_id, &reading_capabilities()) {
-            Ok(task) => Ok(render(&task, task_id, tool)),
+        match self
+            .tasks
+            .get(request.identity, task_id, &reading_capabilities())
+        {
+            Ok(task) => {
+                let requests = task["inputRequests"].as_object();
+                // Whether task_wait can put the task's questions to this client.
+                let can_ask = emitter.can_ask()
+                    && requests.is_some_and(|requests| {
+                        missing_for_input_requests(requests, &request.meta.capabilities).is_none()
+                    });
+                Ok(render(&task, task_id, tool, can_ask))
+            }
             Err(error) if error == RpcError::task_not_found() => Ok(no_such_task(task_id)),
             Err(error) => Err(error),
         }
@@ -422,8 +434,9 @@ impl Service {
 }
 
 /// A task as a bridged client is told about it: the tool's own result once completed,
-/// a tool error once failed or cancelled, otherwise a handle.
-fn render(task: &Value, task_id: &str, tool: Option<&str>) -> Value {
+/// a tool error once failed or cancelled, otherwise a handle. `can_ask`: `task_wait`
+/// can put the task's questions to this client.
+fn render(task: &Value, task_id: &str, tool: Option<&str>, can_ask: bool) -> Value {
     let status = task["status"].as_str().unwrap_or_default();
     let subject = match tool {
         Some(tool) => format!("{tool} (task {task_id})"),
@@ -446,12 +459,12 @@ fn render(task: &Value, task_id: &str, tool: Option<&str>) -> Value {
         Some(TaskStatus::Cancelled) => {
             error_result(format!("{subject} was cancelled before it finished."))
         }
-        _ => handle(task, task_id, &subject),
+        _ => handle(task, task_id, &subject, can_ask),
     }
 }
 
 /// The `CallToolResult` of an unfinished task: what it is doing and what to call next.
-fn handle(task: &Value, task_id: &str, subject: &str) -> Value {
+fn handle(task: &Value, task_id: &str, subject: &str, can_ask: bool) -> Value {
     let status = task["status"].as_str().unwrap_or("working");
     let poll_after_ms = task["pollIntervalMs"].as_u64().unwrap_or(1000);
     let mut status_message = task["statusMessage"]
@@ -467,6 +480,15 @@ fn handle(task: &Value, task_id: &str, subject: &str) -> Value {
             .collect();
         if status_message.is_empty() {
             status_message = "Waiting for a person to answer".into();
+        }
+        if can_ask {
+            let text = format!(
+                "{subject} is waiting for a person to answer: {}. Call {TASK_WAIT} with \
+                 {{\"taskId\": \"{task_id}\"}}: it puts the question to the person through \
+                 this client, then waits for the task. Only the person can answer it, not you.",
+                questions.join("; ")
+            );
+            return handle_json(text, task_id, status, &status_message, poll_after_ms);
         }
         format!(
             "{subject} is waiting for a person to answer: {}. Only a person can answer it, \
@@ -487,6 +509,16 @@ fn handle(task: &Value, task_id: &str, subject: &str) -> Value {
              {TASK_CANCEL} stops it."
         )
     };
+    handle_json(text, task_id, status, &status_message, poll_after_ms)
+}
+
+fn handle_json(
+    text: String,
+    task_id: &str,
+    status: &str,
+    status_message: &str,
+    poll_after_ms: u64,
+) -> Value {
     json!({
         "content": [{ "type": "text", "text": text }],
         "structuredContent": {
@@ -567,7 +599,7 @@ mod tests {
         let schema = admitting_handle(&tool);
         let validator = jsonschema::validator_for(&schema).expect("schema compiles");
         let task = json!({"status":"working","statusMessage":"Writing","pollIntervalMs":500});
-        let answer = handle(&task, "t1", "generate_report (task t1)");
+        let answer = handle(&task, "t1", "generate_report (task t1)", false);
         assert!(validator.is_valid(&answer["structuredContent"]));
         assert!(validator.is_valid(&json!({"topic": "x"})));
         assert!(!validator.is_valid(&json!({"other": 1})));

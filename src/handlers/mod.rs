@@ -40,6 +40,10 @@ pub trait Emitter {
     fn cancelled(&self) -> bool {
         false
     }
+    /// Whether [`Emitter::ask`] can reach the client.
+    fn can_ask(&self) -> bool {
+        false
+    }
     /// Asks the client a task's input requests (elicitation, sampling, roots) and
     /// returns its `inputResponses`, where the transport can send a request to the
     /// client (legacy sessions); `None` where it cannot.

@@ -101,6 +101,10 @@ impl Emitter for SessionEmitter<'_> {
         self.sink.cancelled()
     }
 
+    fn can_ask(&self) -> bool {
+        true
+    }
+
     fn ask(
         &mut self,
         requests: &Map<String, Value>,
