@@ -29,7 +29,13 @@ fi
 if [ "$1" = --reference ]; then
   "$CACHE/py1/bin/python" "$DRIVERS/reference/server.py" >"$WORK/stdout" 2>"$WORK/stderr" &
 else
-  "$1" serve --config "$ROOT/examples/default.toml" --listen 127.0.0.1:0 \
+  # The default configuration with a 1 s inline wait: generate_report (2.4 s for four
+  # sections) then answers a client that does not speak tasks with a task handle, which
+  # the drivers follow with task_wait (MCP_TASKD_EXPECT_HANDLE makes them insist on it).
+  { cat "$ROOT/examples/default.toml"; printf '\n[tasks]\ninline_wait_ms = 1000\n'; } \
+    >"$WORK/config.toml"
+  export MCP_TASKD_EXPECT_HANDLE=1
+  "$1" serve --config "$WORK/config.toml" --listen 127.0.0.1:0 \
     --data-dir "$WORK/data" >"$WORK/stdout" 2>"$WORK/stderr" &
 fi
 PID=$!

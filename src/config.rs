@@ -240,7 +240,17 @@ pub struct TaskDefaults {
     /// Bytes of large task payloads (over 1 MiB each) read into `tasks/get` answers at
     /// once, server-wide; beyond it `tasks/get` answers 503 to retry.
     pub max_payload_bytes_in_flight: usize,
+    /// Whether clients that do not declare the Tasks extension still get durable task
+    /// tools, through ordinary `CallToolResult`s and the `task_*` tools (see
+    /// `handlers::bridge`). Off: the extension's strict refusal (-32021).
+    pub bridge: bool,
+    /// How long such a client's `tools/call` waits for its task before it gets a handle
+    /// instead of the result (tools may set their own).
+    pub inline_wait_ms: u64,
 }
+
+/// Longest inline wait accepted: hosts cut calls off at about 4 minutes.
+pub const MAX_INLINE_WAIT_MS: u64 = 240_000;
 
 impl Default for TaskDefaults {
     fn default() -> Self {
@@ -248,6 +258,9 @@ impl Default for TaskDefaults {
             ttl_ms: 3_600_000,
             poll_interval_ms: 1000,
             max_payload_bytes_in_flight: 32 * 1024 * 1024,
+            bridge: true,
+            // A third of the TypeScript SDK's 60 s default request timeout.
+            inline_wait_ms: 20_000,
         }
     }
 }
@@ -496,6 +509,12 @@ impl Config {
         }
         if self.tasks.ttl_ms == 0 || self.tasks.poll_interval_ms == 0 {
             return Err(ConfigError::TaskTimes);
+        }
+        if self.tasks.inline_wait_ms > MAX_INLINE_WAIT_MS {
+            return Err(ConfigError::InlineWait {
+                field: "tasks.inline_wait_ms".into(),
+                value: self.tasks.inline_wait_ms,
+            });
         }
         let n = &self.notifications;
         if n.max_subscriptions == 0

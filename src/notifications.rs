@@ -232,12 +232,14 @@ struct HubState {
     relays: Vec<Arc<Mailbox>>,
     /// Tasks the relays follow, each with how many of the relays' clients follow it.
     relay_tasks: HashMap<String, usize>,
+    /// Calls waiting for a task (see [`Hub::watch_task`]), by task id.
+    watchers: HashMap<String, Vec<(u64, Arc<Mailbox>)>>,
     closed: bool,
 }
 
 impl HubState {
     fn follows_any_task(&self) -> bool {
-        !self.by_task.is_empty() || !self.relay_tasks.is_empty()
+        !self.by_task.is_empty() || !self.relay_tasks.is_empty() || !self.watchers.is_empty()
     }
 
     fn remove(&mut self, key: u64) -> Option<Subscriber> {
@@ -270,6 +272,7 @@ impl Hub {
                 by_task: HashMap::new(),
                 relays: Vec::new(),
                 relay_tasks: HashMap::new(),
+                watchers: HashMap::new(),
                 closed: false,
             }),
             followed: Condvar::new(),
@@ -442,6 +445,35 @@ impl Hub {
                 relay.post_task(task_id, seq);
             }
         }
+        for (_, mailbox) in state.watchers.get(task_id).into_iter().flatten() {
+            mailbox.post_task(task_id, seq);
+        }
+    }
+
+    /// Wakes one waiting call whenever `task_id` changes, until the watch is dropped.
+    /// Not a subscription: no cap applies (callers bound their own waits), and it
+    /// carries hints only, so the caller re-reads the task with its own identity.
+    pub fn watch_task(&self, task_id: &str) -> TaskWatch<'_> {
+        let mut state = self.lock();
+        let key = state.next_key;
+        state.next_key += 1;
+        let mailbox = Arc::new(Mailbox::default());
+        if state.closed {
+            mailbox.close();
+        } else {
+            state
+                .watchers
+                .entry(task_id.to_owned())
+                .or_default()
+                .push((key, Arc::clone(&mailbox)));
+            self.followed.notify_all();
+        }
+        TaskWatch {
+            hub: self,
+            key,
+            task_id: task_id.to_owned(),
+            mailbox,
+        }
     }
 
     /// Shutdown: every stream gets its graceful completion; no new subscriptions.
@@ -455,6 +487,39 @@ impl Hub {
         }
         for relay in state.relays.drain(..) {
             relay.close();
+        }
+        for (_, watchers) in state.watchers.drain() {
+            for (_, mailbox) in watchers {
+                mailbox.close();
+            }
+        }
+    }
+}
+
+/// A call's watch on one task (see [`Hub::watch_task`]); dropping it stops the hints.
+pub struct TaskWatch<'a> {
+    hub: &'a Hub,
+    key: u64,
+    task_id: String,
+    mailbox: Arc<Mailbox>,
+}
+
+impl TaskWatch<'_> {
+    /// Waits up to `timeout` for a change of the task; `false` once the server is
+    /// shutting down.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        !matches!(self.mailbox.wait(timeout), Delivery::Close)
+    }
+}
+
+impl Drop for TaskWatch<'_> {
+    fn drop(&mut self) {
+        let mut state = self.hub.lock();
+        if let Some(watchers) = state.watchers.get_mut(&self.task_id) {
+            watchers.retain(|(key, _)| *key != self.key);
+            if watchers.is_empty() {
+                state.watchers.remove(&self.task_id);
+            }
         }
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::auth::Authenticator;
 use crate::config::Config;
+use crate::handlers::bridge::Bridge;
 use crate::handlers::request_state::StateSigner;
 use crate::handlers::{ServerInfo, Service};
 use crate::metrics::Metrics;
@@ -162,6 +163,7 @@ impl Engine {
             signer,
             hub: Arc::clone(&hub),
             tasks,
+            bridge: Bridge::from_config(config, max_waiting_calls(config)),
         });
         Ok(Engine {
             service,
@@ -282,6 +284,13 @@ pub fn run(config: Config) -> Result<(), ServeError> {
     drop(frontend);
     engine.finish();
     Ok(())
+}
+
+/// How many bridged calls may wait for their task at once. Each waits on the thread of
+/// its connection (over stdio, a thread of its own), so half the connections the
+/// listener takes: waiting calls never take every connection a client could open.
+fn max_waiting_calls(config: &Config) -> usize {
+    (crate::transport::limits::max_connections(config) / 2).max(1)
 }
 
 /// The signals that start a graceful shutdown, caught from now on.

@@ -22,9 +22,11 @@ fn toml_str(text: &str) -> String {
     format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// A configuration serving only `tools` (TOML `[[tools]]` entries).
+/// A configuration serving only `tools` (TOML `[[tools]]` entries). The task bridge is
+/// off: these tests pin how optional tools run inline for clients without the Tasks
+/// extension (tests/bridge.rs covers the bridge).
 fn config(tools: &str) -> String {
-    format!("[builtin]\nsets = []\n\n{tools}")
+    format!("[builtin]\nsets = []\n[tasks]\nbridge = false\n\n{tools}")
 }
 
 /// A `[[tools]]` entry running tests/scripts/modes.py with python3 from PATH.

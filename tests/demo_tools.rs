@@ -49,7 +49,7 @@ fn generate_report_reports_progress_and_returns_structured_content() {
         done["result"]["structuredContent"]["sections"],
         json!(["1. Background on uptime", "2. Findings on uptime"])
     );
-    // Without the Tasks extension the same tool answers inline.
+    // Without the Tasks extension the same tool answers its result within the call.
     let inline = server
         .call_tool(
             "generate_report",
@@ -110,8 +110,20 @@ fn approve_deployment_asks_for_approval_then_deploys_or_stands_down() {
         let done = wait_for(&server, &task, "completed");
         assert_eq!(done["result"]["content"][0]["text"], expected);
     }
-    // Task-required: a client without the Tasks extension is told what it lacks.
-    server
+    // A client without the Tasks extension (the bridge): the task waits for a person,
+    // and the answer says so without offering the model a way to answer it.
+    let waiting = server
         .call_tool("approve_deployment", arguments, json!({"elicitation": {}}))
-        .expect_error(400, -32021);
+        .result();
+    assert_eq!(
+        waiting["structuredContent"]["status"], "input_required",
+        "{waiting}"
+    );
+    let text = waiting["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("Deploy api@1.2.3 to production?"),
+        "{waiting}"
+    );
+    assert!(text.contains("Only a person can answer"), "{waiting}");
+    assert!(!text.contains("task_answer"), "{waiting}");
 }

@@ -15,7 +15,8 @@ const THREADS: u64 = 4;
 fn config(work: &Path) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/serial.sh");
     format!(
-        "[builtin]\nsets = [\"conformance\"]\n[workers]\nthreads = {THREADS}\n\n\
+        "[builtin]\nsets = [\"conformance\"]\n[workers]\nthreads = {THREADS}\n\
+         [tasks]\nbridge = false\n\n\
          [[tools]]\nname = \"serial\"\ndescription = \"serial.sh\"\ncommand = [{script:?}]\n\
          env = {{ WORK = {work:?}, PAUSE = \"0.1\" }}\nmax_concurrency = 1\n",
         script = script.to_string_lossy(),

@@ -535,7 +535,7 @@ fn cancelling_a_legacy_call_kills_the_command_tools_process_group() {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/linger.sh");
     let config = format!(
         "[builtin]\nsets = []\n\n[[tools]]\nname = \"slow\"\ndescription = \"lingers\"\n\
-         command = [{script:?}]\nenv = {{ WORK = {work:?} }}\n",
+         command = [{script:?}]\nenv = {{ WORK = {work:?} }}\ntask_policy = \"inline\"\n",
         script = script.to_string_lossy(),
         work = work.to_string_lossy(),
     );
@@ -579,7 +579,10 @@ fn cancelling_a_legacy_call_kills_the_command_tools_process_group() {
 #[test]
 fn legacy_tasks_come_from_the_same_store_and_survive_a_new_session() {
     let server = Server::start(CONFORMANCE);
-    let client = Client::connect(&server, "2025-11-25", json!({"elicitation": {}}));
+    // A client that speaks 2025-11-25 tasks (so the task bridge leaves it alone).
+    let capabilities =
+        json!({"elicitation": {}, "tasks": {"requests": {"elicitation": {"create": {}}}}});
+    let client = Client::connect(&server, "2025-11-25", capabilities);
     let tools = client.request("tools/list", json!({})).result();
     let support = |name: &str| {
         tools["tools"]
@@ -758,4 +761,114 @@ fn tasks_of_either_era_survive_a_crash_and_are_found_by_both() {
         assert_eq!(task["status"], "working", "{task}");
         assert!(task.get("ttlMs").is_some(), "{task}");
     }
+}
+
+#[test]
+fn a_bridged_task_asks_a_legacy_client_through_a_server_to_client_request() {
+    // The task bridge (on by default) runs approve_deployment as a task for a session
+    // that does not speak tasks; its question reaches the client on the call's stream.
+    let server = Server::start(ALL_SETS);
+    let client = Client::connect(&server, "2025-11-25", json!({"elicitation": {}}));
+    let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {
+        "name": "approve_deployment", "arguments": {"service": "api", "version": "9"}}});
+    let mut headers = client.headers();
+    headers.push(("Content-Type", "application/json"));
+    headers.push(("Accept", "application/json, text/event-stream"));
+    let request = server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes());
+    let mut call = open(&server, &request);
+    let asked = read_until(&mut call, Duration::from_secs(10), |text| {
+        text.contains("elicitation/create")
+    });
+    let question = data_messages(&asked)
+        .into_iter()
+        .find(|m| m["method"] == "elicitation/create")
+        .unwrap_or_else(|| panic!("no elicitation in {asked}"));
+    assert_eq!(question["params"]["message"], "Deploy api@9 to production?");
+    let task_id = question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the request names its task: {question}"))
+        .to_owned();
+    let answer = client.send(&json!({"jsonrpc": "2.0", "id": question["id"], "result": {
+        "action": "accept", "content": {"approve": true}}}));
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    let rest = read_until(&mut call, Duration::from_secs(15), |text| {
+        text.contains("\"id\":6")
+    });
+    let result = data_messages(&rest)
+        .into_iter()
+        .find(|m| m["id"] == 6)
+        .unwrap_or_else(|| panic!("no result in {rest}"));
+    assert_eq!(
+        result["result"]["content"][0]["text"], "Deployed api@9.",
+        "{result}"
+    );
+    // The task is durable: task_status finds it completed.
+    let status = client
+        .request(
+            "tools/call",
+            json!({"name": "task_status", "arguments": {"taskId": task_id}}),
+        )
+        .result();
+    assert_eq!(status["content"][0]["text"], "Deployed api@9.", "{status}");
+}
+
+#[test]
+fn a_legacy_client_that_can_answer_is_sent_to_task_wait_which_asks_it() {
+    // A 2026 client without a channel for the question leaves the task waiting...
+    let server = Server::start(ALL_SETS);
+    let handle = server
+        .call_tool(
+            "approve_deployment",
+            json!({"service": "db", "version": "3"}),
+            json!({"elicitation": {}}),
+        )
+        .result();
+    assert_eq!(
+        handle["structuredContent"]["status"], "input_required",
+        "{handle}"
+    );
+    let task_id = handle["structuredContent"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+    // ...and a legacy session of the same identity that declared elicitation is told
+    // that task_wait will put the question to its person, which it then does.
+    let client = Client::connect(&server, "2025-06-18", json!({"elicitation": {}}));
+    let status = client
+        .request(
+            "tools/call",
+            json!({"name": "task_status", "arguments": {"taskId": task_id}}),
+        )
+        .result();
+    let text = status["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("Call task_wait"), "{status}");
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "task_wait", "arguments": {"taskId": task_id}}});
+    let mut headers = client.headers();
+    headers.push(("Content-Type", "application/json"));
+    headers.push(("Accept", "application/json, text/event-stream"));
+    let request = server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes());
+    let mut call = open(&server, &request);
+    let asked = read_until(&mut call, Duration::from_secs(10), |text| {
+        text.contains("elicitation/create")
+    });
+    let question = data_messages(&asked)
+        .into_iter()
+        .find(|m| m["method"] == "elicitation/create")
+        .unwrap_or_else(|| panic!("no elicitation in {asked}"));
+    let answer = client.send(&json!({"jsonrpc": "2.0", "id": question["id"], "result": {
+        "action": "decline"}}));
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    let rest = read_until(&mut call, Duration::from_secs(15), |text| {
+        text.contains("\"id\":8")
+    });
+    let result = data_messages(&rest)
+        .into_iter()
+        .find(|m| m["id"] == 8)
+        .unwrap_or_else(|| panic!("no result in {rest}"));
+    assert_eq!(
+        result["result"]["content"][0]["text"],
+        "Deployment of db@3 was not approved; nothing changed.",
+        "{result}"
+    );
 }

@@ -8,6 +8,7 @@
 //! - [`smoke`]: the first things a person does (health, discovery, a tool call);
 //! - [`transport`]: every error path of the transport and protocol layers;
 //! - [`robustness`]: hostile and broken input, and HTTP framing after a refusal;
+//! - [`bridge`]: task tools for clients that do not declare the Tasks extension;
 //! - [`demo_tools`]: the demo tools of the embedded default configuration;
 //! - [`command_tools`]: command tools running the programs under `tests/scripts/`;
 //! - [`reaping`]: descendants of command tools that leave their process group;
@@ -31,6 +32,7 @@
 
 mod common;
 
+mod bridge;
 mod command_tools;
 mod demo_tools;
 mod durable_tasks;

@@ -59,8 +59,8 @@ impl Service {
     }
 
     pub(super) fn tools_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
-        let tools = self.tools.all().iter().map(|tool| tool.spec.to_json());
-        self.page(request, "tools", tools)
+        let tools = self.listed_tools(request);
+        self.page(request, "tools", tools.into_iter())
     }
 
     pub(super) fn resources_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {

@@ -5,8 +5,10 @@
 //!
 //! One file per area: [`lists`] (discovery, lists, reads, prompts, completion),
 //! [`tools_call`], [`tasks`] (`tasks/*` and task notifications), [`listen`]
-//! (`subscriptions/listen`), [`mrtr`] (input rounds and their signed state).
+//! (`subscriptions/listen`), [`mrtr`] (input rounds and their signed state), [`bridge`]
+//! (task tools for clients that do not speak tasks).
 
+pub mod bridge;
 mod listen;
 mod lists;
 mod mrtr;
@@ -37,6 +39,20 @@ pub trait Emitter {
     /// inline tool polls it to stop early.
     fn cancelled(&self) -> bool {
         false
+    }
+    /// Whether [`Emitter::ask`] can reach the client.
+    fn can_ask(&self) -> bool {
+        false
+    }
+    /// Asks the client a task's input requests (elicitation, sampling, roots) and
+    /// returns its `inputResponses`, where the transport can send a request to the
+    /// client (legacy sessions); `None` where it cannot.
+    fn ask(
+        &mut self,
+        _requests: &Map<String, Value>,
+        _task_id: &str,
+    ) -> Option<Result<Map<String, Value>, RpcError>> {
+        None
     }
 }
 
@@ -97,6 +113,8 @@ pub struct Service {
     pub signer: StateSigner,
     pub hub: Arc<Hub>,
     pub tasks: Arc<TaskService>,
+    /// Task tools for clients that do not speak tasks.
+    pub bridge: bridge::Bridge,
 }
 
 impl Service {

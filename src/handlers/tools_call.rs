@@ -1,5 +1,6 @@
 //! `tools/call`: validation, capability gates, inline runs (with progress and log
-//! messages on the response stream), MRTR rounds, and handing task calls to the engine.
+//! messages on the response stream), MRTR rounds, and handing task calls to the engine —
+//! and, for a client that does not speak tasks, the created task to the bridge.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -35,16 +36,23 @@ impl Service {
             .envelope
             .str_param("name")
             .ok_or_else(|| RpcError::invalid_params("name must be a string"))?;
+        let arguments = object_param(params, "arguments")?;
+        if let Some(answer) = self.task_tool_call(request, name, &arguments, emitter) {
+            return answer.map(|result| Reply::Result(complete(result)));
+        }
         let tool = self
             .tools
             .get(name)
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?;
-        let arguments = object_param(params, "arguments")?;
         let capabilities = &request.meta.capabilities;
+        // A client that does not speak tasks still gets task tools as tasks, through
+        // the bridge, unless it is off.
+        let bridged =
+            tool.spec.task_policy != TaskPolicy::Inline && self.bridge.serves(capabilities);
         let as_task = match tool.spec.task_policy {
             TaskPolicy::Inline => false,
-            TaskPolicy::Optional => capabilities.tasks(),
-            TaskPolicy::Required if capabilities.tasks() => true,
+            TaskPolicy::Optional => capabilities.tasks() || bridged,
+            TaskPolicy::Required if capabilities.tasks() || bridged => true,
             TaskPolicy::Required => return Err(tasks_required()),
         };
         if let Some(required) = &tool.spec.required_capabilities {
@@ -75,7 +83,7 @@ impl Service {
         };
         let state = self.open_request_state(params, &binding)?;
         let mut host = InlineHost {
-            emitter,
+            emitter: &mut *emitter,
             progress_token: request.meta.progress_token.clone(),
             log_level: request.meta.log_level,
             tool: &tool.spec.name,
@@ -127,7 +135,7 @@ impl Service {
                     &arguments,
                     tool.spec.idempotency_argument.as_deref(),
                 )?;
-                return Ok(Reply::Later(self.tasks.create(Submission {
+                let creation = self.tasks.create(Submission {
                     identity: request.identity,
                     tool,
                     arguments: &arguments,
@@ -135,7 +143,13 @@ impl Service {
                     capabilities,
                     input_responses: &input_responses,
                     idempotency_key: key,
-                })));
+                });
+                if !bridged {
+                    return Ok(Reply::Later(creation));
+                }
+                return self
+                    .bridged_call(request, &tool.spec, creation, emitter)
+                    .map(|result| Reply::Result(complete(result)));
             }
         };
         let answer = match outcome {

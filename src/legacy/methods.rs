@@ -116,7 +116,7 @@ impl Legacy {
                 self.task_method(session, identity, &envelope, sink)
             }
             "tools/call" if session.version == tasks::TASKS_VERSION => {
-                let as_task = self.task_gate(&envelope)?;
+                let as_task = self.task_gate(session, &envelope)?;
                 self.shared(session, identity, envelope, sink, as_task)
             }
             method if shared(method) => self.shared(session, identity, envelope, sink, false),
@@ -166,7 +166,11 @@ impl Legacy {
                     envelope: &envelope,
                     meta: &meta,
                 },
-                sink,
+                &mut outbound::SessionEmitter {
+                    session,
+                    sink: &mut *sink,
+                    timeout,
+                },
             );
             let mut result = match reply {
                 Reply::Result(result) => result,
@@ -186,7 +190,8 @@ impl Legacy {
                 }
                 _ => {
                     if envelope.method == "tools/list" && session.version == tasks::TASKS_VERSION {
-                        tasks::annotate_tools(&mut result, &self.service.tools);
+                        let bridged = self.service.bridge.serves(&meta.capabilities);
+                        tasks::annotate_tools(&mut result, &self.service.tools, bridged);
                     }
                     if let Some(fields) = result.as_object_mut() {
                         strip_modern_fields(fields);

@@ -86,6 +86,42 @@ fn answer_of(method: &str, message: Value) -> Result<Value, RpcError> {
     ))
 }
 
+/// A legacy call's emitter: its response stream, plus the server-to-client requests
+/// through which a bridged task's questions reach the client (see `handlers::bridge`).
+pub struct SessionEmitter<'a> {
+    pub session: &'a Session,
+    pub sink: &'a mut CallSink,
+    pub timeout: Duration,
+}
+
+impl Emitter for SessionEmitter<'_> {
+    fn notify(&mut self, method: &str, params: Value) {
+        self.sink.notify(method, params);
+    }
+
+    fn cancelled(&self) -> bool {
+        self.sink.cancelled()
+    }
+
+    fn can_ask(&self) -> bool {
+        true
+    }
+
+    fn ask(
+        &mut self,
+        requests: &Map<String, Value>,
+        task_id: &str,
+    ) -> Option<Result<Map<String, Value>, RpcError>> {
+        Some(ask_all(
+            self.session,
+            self.sink,
+            requests,
+            self.timeout,
+            Some(task_id),
+        ))
+    }
+}
+
 /// Asks every MRTR input request of one round and returns the `inputResponses` map.
 pub fn ask_all(
     session: &Session,

@@ -48,8 +48,9 @@ fn task_support(policy: TaskPolicy) -> &'static str {
 }
 
 /// Adds each tool's `execution.taskSupport` (from its `task_policy`) to a `tools/list`
-/// result.
-pub fn annotate_tools(result: &mut Value, tools: &Registry) {
+/// result. A session served by the task bridge may call every task tool without
+/// `params.task`, so no tool is `required` for it.
+pub fn annotate_tools(result: &mut Value, tools: &Registry, bridged: bool) {
     let Some(listed) = result.get_mut("tools").and_then(Value::as_array_mut) else {
         return;
     };
@@ -59,6 +60,10 @@ pub fn annotate_tools(result: &mut Value, tools: &Registry) {
             .and_then(Value::as_str)
             .and_then(|name| tools.get(name))
             .map(|registered| registered.spec.task_policy);
+        let policy = match policy {
+            Some(TaskPolicy::Required) if bridged => Some(TaskPolicy::Optional),
+            policy => policy,
+        };
         if let (Some(policy), Some(fields)) = (policy, tool.as_object_mut()) {
             fields.insert(
                 "execution".into(),
@@ -157,8 +162,14 @@ fn stored_error(error: &Value) -> RpcError {
 
 impl Legacy {
     /// Whether a legacy `tools/call` is refused before it runs: `-32601` when it asks
-    /// for a task the tool forbids, or omits one the tool requires (SEP-1686).
-    pub(super) fn task_gate(&self, envelope: &Envelope) -> Result<bool, RpcError> {
+    /// for a task the tool forbids, or omits one the tool requires (SEP-1686) — unless
+    /// the session does not speak tasks and the task bridge serves it.
+    pub(super) fn task_gate(
+        &self,
+        session: &Session,
+        envelope: &Envelope,
+    ) -> Result<bool, RpcError> {
+        let bridged = self.service.bridge.serves(&session.capabilities);
         let wants_task = envelope.params.get("task").is_some_and(Value::is_object);
         let policy = envelope
             .str_param("name")
@@ -169,7 +180,7 @@ impl Legacy {
                 code::METHOD_NOT_FOUND,
                 "This tool cannot run as a task (execution.taskSupport is \"forbidden\")",
             )),
-            (Some(TaskPolicy::Required), false) => Err(RpcError::new(
+            (Some(TaskPolicy::Required), false) if !bridged => Err(RpcError::new(
                 code::METHOD_NOT_FOUND,
                 "This tool only runs as a task: send params.task (execution.taskSupport is \"required\")",
             )),

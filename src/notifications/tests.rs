@@ -243,3 +243,29 @@ fn caps_subscriptions_per_identity() {
     hub.unsubscribe(second.key);
     assert!(hub.subscribe(&someone(), Filter::default()).is_ok());
 }
+
+#[test]
+fn a_task_watch_wakes_on_its_task_only_and_ends_when_dropped() {
+    let hub = Hub::new(NotificationLimits::default());
+    let watch = hub.watch_task("t1");
+    assert!(
+        hub.follows_any_task(),
+        "the outbox relay must read for a watch"
+    );
+    assert_eq!(hub.open_subscriptions(), 0, "a watch is not a subscription");
+    hub.publish_task_changed("t2", 1);
+    assert!(matches!(watch.mailbox.wait(Duration::ZERO), Delivery::Idle));
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| watch.wait(Duration::from_secs(10)));
+        hub.publish_task_changed("t1", 2);
+        assert!(waiter.join().expect("waiter"), "woken, not closed");
+    });
+    drop(watch);
+    assert!(!hub.follows_any_task());
+    let closing = hub.watch_task("t1");
+    hub.close_all();
+    assert!(
+        !closing.wait(Duration::from_secs(10)),
+        "shutdown ends the wait"
+    );
+}

@@ -27,9 +27,11 @@ pub use registry::{Registered, RegistrationError, RegistrationProblem, Registry}
 pub enum TaskPolicy {
     /// Always answered within the `tools/call` request.
     Inline,
-    /// A task when the request declares the Tasks extension, inline otherwise.
+    /// A task when the request declares the Tasks extension; otherwise inline, or with
+    /// `tasks.bridge` on a task whose result (or handle) comes in a `CallToolResult`.
     Optional,
-    /// Always a task; requests that do not declare the extension get -32021.
+    /// Always a task; requests that do not declare the extension get -32021 (or, with
+    /// `tasks.bridge` on, the task's result or a handle in a `CallToolResult`).
     Required,
 }
 
@@ -78,6 +80,9 @@ pub struct ToolSpec {
     pub idempotency_argument: Option<String>,
     /// Most runs at once, inline and as tasks together (`None`: unbounded).
     pub max_concurrency: Option<usize>,
+    /// How long a call from a client that does not speak tasks waits for the task
+    /// before it gets a handle (`None`: the server's `tasks.inline_wait_ms`).
+    pub inline_wait: Option<Duration>,
 }
 
 impl ToolSpec {
@@ -95,6 +100,7 @@ impl ToolSpec {
             execution: ExecutionPolicy::default(),
             idempotency_argument: None,
             max_concurrency: None,
+            inline_wait: None,
         }
     }
 

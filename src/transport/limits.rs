@@ -37,15 +37,20 @@ pub fn descriptor_limit() -> u64 {
     }
 }
 
+/// Connections the listener takes at once: `server.max_connections`, or derived from
+/// the descriptor limit when it is 0.
+pub fn max_connections(config: &Config) -> usize {
+    match config.server.max_connections {
+        0 => default_max_connections(descriptor_limit()),
+        set => set,
+    }
+}
+
 /// The listener's bounds from `[server]` and `[limits]`.
 pub fn bounds(config: &Config) -> tiny_http::Bounds {
     let server = &config.server;
-    let max_connections = match server.max_connections {
-        0 => default_max_connections(descriptor_limit()),
-        set => set,
-    };
     tiny_http::Bounds {
-        max_connections,
+        max_connections: max_connections(config),
         idle_timeout: Duration::from_millis(server.idle_timeout_ms),
         request_timeout: Duration::from_millis(server.request_timeout_ms),
         max_body_bytes: config.limits.max_body_bytes,

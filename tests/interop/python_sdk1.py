@@ -1,7 +1,11 @@
 """Python SDK `mcp` 1.x (legacy era, 2025-11-25): initialize, tools/list, echo, then
 generate_report as a 2025-11-25 task through the SDK's experimental tasks API, polled to
-its result. Usage: python python_sdk1.py URL (with the py1 venv of .ci/interop-setup.sh)."""
+its result; then generate_report as a plain call_tool (no tasks declared): its result, or
+a task handle (which must pass the SDK's outputSchema check) and then the result through
+task_wait. Usage: python python_sdk1.py URL (with the py1 venv of .ci/interop-setup.sh).
+With MCP_TASKD_EXPECT_HANDLE=1 the plain call must answer a handle."""
 
+import os
 import sys
 import warnings
 
@@ -43,6 +47,21 @@ async def steps(url: str) -> None:
             report = await session.experimental.get_task_result(task_id, CallToolResult)
             assert not report.isError, f"task result: {report}"
             assert report.structuredContent["topic"] == "interop", f"task result: {report}"
+
+            # The same tool for a client that does not speak tasks: the SDK checks every
+            # answer against the listed outputSchema (the handle included).
+            answer = await session.call_tool("generate_report", {"topic": "plain", "sections": 4})
+            assert not answer.isError, f"plain call: {answer}"
+            handle = answer.structuredContent or {}
+            if os.environ.get("MCP_TASKD_EXPECT_HANDLE") == "1":
+                assert "taskId" in handle, f"expected a task handle: {answer}"
+            while "taskId" in handle:
+                print(f"# handle {handle['status']}: {handle['statusMessage']}", file=sys.stderr)
+                assert "task_wait" in answer.content[0].text, f"handle text: {answer}"
+                answer = await session.call_tool("task_wait", {"taskId": handle["taskId"]})
+                assert not answer.isError, f"task_wait: {answer}"
+                handle = answer.structuredContent or {}
+            assert handle.get("topic") == "plain", f"plain result: {answer}"
 
 
 def main() -> int:

@@ -1,5 +1,6 @@
 // TypeScript @modelcontextprotocol/client 2.x in its default mode (versionNegotiation
-// 'legacy': a plain 2025-11-25 initialize, no server/discover probe): tools/list and echo.
+// 'legacy': a plain 2025-11-25 initialize, no server/discover probe): tools/list, echo,
+// and generate_report without declaring tasks (its result, or a handle then task_wait).
 // Usage: node typescript_client2.mjs URL, from a folder where the client is installed.
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 
@@ -15,6 +16,21 @@ async function flow(url) {
 
     const echo = await client.callTool({ name: 'echo', arguments: { text: 'hello' } });
     check(!echo.isError && echo.content[0].text === 'hello', `echo: ${JSON.stringify(echo)}`);
+
+    // generate_report as a plain callTool (no tasks declared): its result, or a task
+    // handle (checked by the SDK against the listed outputSchema) and then the result
+    // through task_wait.
+    let answer = await client.callTool({ name: 'generate_report', arguments: { topic: 'plain', sections: 4 } });
+    check(!answer.isError, `plain call: ${JSON.stringify(answer)}`);
+    if (process.env.MCP_TASKD_EXPECT_HANDLE === '1') {
+      check(answer.structuredContent?.taskId, `expected a task handle: ${JSON.stringify(answer)}`);
+    }
+    while (answer.structuredContent?.taskId) {
+      console.error(`# handle ${answer.structuredContent.status}: ${answer.structuredContent.statusMessage}`);
+      answer = await client.callTool({ name: 'task_wait', arguments: { taskId: answer.structuredContent.taskId } });
+      check(!answer.isError, `task_wait: ${JSON.stringify(answer)}`);
+    }
+    check(answer.structuredContent?.topic === 'plain', `plain result: ${JSON.stringify(answer)}`);
   } finally {
     await client.close();
   }

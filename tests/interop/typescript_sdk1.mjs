@@ -1,6 +1,7 @@
 // TypeScript SDK @modelcontextprotocol/sdk 1.x (legacy era, 2025-11-25): initialize,
 // tools/list, echo, then generate_report as a 2025-11-25 task through the SDK's
-// experimental tasks client (callToolStream creates the task and polls it to the result).
+// experimental tasks client (callToolStream creates the task and polls it to the result);
+// then generate_report as a plain callTool, as a client that does not speak tasks.
 // Usage: node typescript_sdk1.mjs URL, from a folder where the SDK is installed.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -33,6 +34,21 @@ async function flow(url) {
     }
     check(created, 'generate_report did not run as a task');
     check(report?.structuredContent?.topic === 'interop', `task result: ${JSON.stringify(report)}`);
+
+    // generate_report as a plain callTool (no tasks declared): its result, or a task
+    // handle (checked by the SDK against the listed outputSchema) and then the result
+    // through task_wait.
+    let answer = await client.callTool({ name: 'generate_report', arguments: { topic: 'plain', sections: 4 } });
+    check(!answer.isError, `plain call: ${JSON.stringify(answer)}`);
+    if (process.env.MCP_TASKD_EXPECT_HANDLE === '1') {
+      check(answer.structuredContent?.taskId, `expected a task handle: ${JSON.stringify(answer)}`);
+    }
+    while (answer.structuredContent?.taskId) {
+      console.error(`# handle ${answer.structuredContent.status}: ${answer.structuredContent.statusMessage}`);
+      answer = await client.callTool({ name: 'task_wait', arguments: { taskId: answer.structuredContent.taskId } });
+      check(!answer.isError, `task_wait: ${JSON.stringify(answer)}`);
+    }
+    check(answer.structuredContent?.topic === 'plain', `plain result: ${JSON.stringify(answer)}`);
   } finally {
     await client.close();
   }

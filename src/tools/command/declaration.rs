@@ -51,6 +51,9 @@ pub struct CommandToolConfig {
     pub max_concurrency: Option<usize>,
     pub ttl_ms: Option<u64>,
     pub poll_interval_ms: Option<u64>,
+    /// How long a client that does not speak tasks waits for the result before it gets
+    /// a task handle (`tasks.inline_wait_ms` by default).
+    pub inline_wait_ms: Option<u64>,
     /// The argument whose value makes task submission idempotent.
     pub idempotency_argument: Option<String>,
     /// Most bytes the program may write to stdout in one run.
@@ -98,6 +101,13 @@ pub enum DeclarationError {
         "idempotency_argument: only task tools (task_policy optional or required) create tasks"
     )]
     IdempotencyOnInline,
+    #[error("inline_wait_ms: only task tools (task_policy optional or required) wait for a task")]
+    InlineWaitOnInline,
+    #[error(
+        "inline_wait_ms: at most {} ms (hosts cut tool calls off at about 4 minutes)",
+        crate::config::MAX_INLINE_WAIT_MS
+    )]
+    InlineWaitTooLong,
     #[error("idempotency_argument: \"{argument}\" is not a property of input_schema")]
     IdempotencyUndeclared { argument: String },
 }
@@ -180,6 +190,14 @@ impl CommandTool {
         let max_concurrency = positive("max_concurrency", config.max_concurrency)?;
         let max_output =
             positive("max_output_bytes", config.max_output_bytes)?.unwrap_or(DEFAULT_MAX_OUTPUT);
+        if let Some(wait) = config.inline_wait_ms {
+            if config.task_policy == TaskPolicy::Inline {
+                return Err(DeclarationError::InlineWaitOnInline);
+            }
+            if wait > crate::config::MAX_INLINE_WAIT_MS {
+                return Err(DeclarationError::InlineWaitTooLong);
+            }
+        }
         if let Some(argument) = &config.idempotency_argument {
             if config.task_policy == TaskPolicy::Inline {
                 return Err(DeclarationError::IdempotencyOnInline);
@@ -213,6 +231,7 @@ impl CommandTool {
             },
             idempotency_argument: config.idempotency_argument.clone(),
             max_concurrency,
+            inline_wait: config.inline_wait_ms.map(Duration::from_millis),
         };
         Ok(CommandTool {
             spec,
