@@ -22,7 +22,7 @@ use crate::ops::systemd::{Notifier, Serving};
 use crate::registration::build_catalog;
 use crate::tasks::sqlite::{OpenError, Opened, Store};
 use crate::tasks::upkeep::{self, StartError, Upkeep, UpkeepCounters};
-use crate::tasks::workers::{Inflight, WorkerPool};
+use crate::tasks::workers::{AttemptObserver, Inflight, WorkerPool};
 use crate::tasks::{TaskService, TaskStore};
 use crate::tools::{command, RegistrationError};
 use crate::transport::{Frontend, OriginPolicy};
@@ -96,7 +96,9 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         Arc::clone(&inflight),
         wake.clone(),
     ));
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new(
+        tools.all().iter().map(|tool| tool.spec.name.as_str()),
+    ));
     let upkeep = Upkeep::start(
         Arc::clone(&store),
         Arc::clone(&hub),
@@ -109,6 +111,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         Arc::clone(&tools),
         Arc::clone(&inflight),
         &config.workers,
+        Arc::clone(&metrics) as Arc<dyn AttemptObserver>,
         wake,
         woken,
     );

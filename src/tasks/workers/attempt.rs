@@ -31,7 +31,15 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
                 None,
             ))
         });
+    shared.observer.attempt_started(
+        &claim.tool,
+        Duration::from_millis(claim.queue_wait_ms.max(0) as u64),
+    );
+    let started = Instant::now();
     let finish = execute(shared, &claim, &control);
+    shared
+        .observer
+        .attempt_ended(&claim.tool, started.elapsed());
     // Before the commit, which may claim this worker's next job of the same tool; idle
     // workers may take the tool's queued jobs too, so the dispatcher is told.
     if control.release_slot() {
