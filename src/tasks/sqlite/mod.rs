@@ -36,8 +36,8 @@
 //! - **Litestream mode** (`store.checkpoints = "external"`): the checkpointer and the
 //!   janitor never checkpoint, so that Litestream, which copies the WAL to its replica
 //!   before it checkpoints, drives every checkpoint; the writer's automatic checkpoints
-//!   stay off. The WAL then grows until Litestream checkpoints it (every second by
-//!   default, past 1,000 pages). The one checkpoint left is the writer's TRUNCATE when a
+//!   stay off. The WAL then grows until Litestream checkpoints it (by default past
+//!   1,000 pages, and once a minute). The one checkpoint left is the writer's TRUNCATE when a
 //!   full disk stopped writes (see [`writer`]): without it, a full disk would stay full.
 //! - **A damaged database is refused at start-up; a store that cannot write says so
 //!   and recovers.** A bounded `PRAGMA quick_check` runs before anything else
