@@ -135,37 +135,40 @@ fn a_restored_replica_has_every_acknowledged_task() {
     let create = Rpc::tool("slow_compute", json!({"seconds": 0}))
         .caps(tasks_caps())
         .to_bytes(&server);
-    std::thread::scope(|scope| {
-        for _ in 0..4 {
-            scope.spawn(|| {
-                while let Some(answer) = server.try_exchange(&create, Duration::from_secs(5)) {
-                    let id =
-                        serde_json::from_str::<Value>(&answer.text())
-                            .ok()
-                            .and_then(|message| {
-                                message["result"]["taskId"].as_str().map(str::to_owned)
-                            });
-                    let Some(id) = id else { break };
-                    acknowledged.lock().unwrap().push(id);
-                }
+    let (loaded, killed) =
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    while let Some(answer) = server.try_exchange(&create, Duration::from_secs(5)) {
+                        let id = serde_json::from_str::<Value>(&answer.text()).ok().and_then(
+                            |message| message["result"]["taskId"].as_str().map(str::to_owned),
+                        );
+                        let Some(id) = id else { break };
+                        acknowledged.lock().unwrap().push(id);
+                    }
+                });
+            }
+            // Long enough for several Litestream syncs (one a second) under load. The
+            // server is killed whatever happens: the creators stop only then.
+            let started = Instant::now();
+            let loaded = poll_until(Duration::from_secs(30), || {
+                (started.elapsed() > Duration::from_secs(3)
+                    && acknowledged.lock().unwrap().len() >= 200)
+                    .then_some(())
             });
-        }
-        // Long enough for several Litestream syncs (one a second) under load.
-        let started = Instant::now();
-        poll_until(Duration::from_secs(30), || {
-            (started.elapsed() > Duration::from_secs(3)
-                && acknowledged.lock().unwrap().len() >= 200)
-                .then_some(())
-        })
-        .expect("the load is under way");
-        let killed = Command::new("kill")
-            .args(["-KILL", &server.pid().to_string()])
-            .status()
-            .expect("kill");
-        assert!(killed.success());
-    });
+            let killed = Command::new("kill")
+                .args(["-KILL", &server.pid().to_string()])
+                .status();
+            (loaded, killed)
+        });
     server.kill9();
     let acknowledged = acknowledged.into_inner().unwrap();
+    assert!(killed.is_ok_and(|status| status.success()), "kill -KILL");
+    assert!(
+        loaded.is_some(),
+        "only {} tasks acknowledged in 30 s",
+        acknowledged.len()
+    );
 
     // Litestream ships what the killed server committed to the WAL within a sync or
     // two: restore until every acknowledged task is in the replica.

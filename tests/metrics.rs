@@ -233,7 +233,7 @@ fn counts_stay_right_after_a_restart_and_after_kill_9() {
     let create = Rpc::tool("slow_compute", json!({"seconds": 0}))
         .caps(tasks_caps())
         .to_bytes(&server);
-    std::thread::scope(|scope| {
+    let (under_way, killed) = std::thread::scope(|scope| {
         for _ in 0..4 {
             scope.spawn(|| {
                 // Until the server is gone: a refused or cut connection ends the loop.
@@ -243,21 +243,22 @@ fn counts_stay_right_after_a_restart_and_after_kill_9() {
                 {}
             });
         }
-        poll_until(Duration::from_secs(10), || {
+        // The server is killed whatever happens: the creators stop only then.
+        let under_way = poll_until(Duration::from_secs(10), || {
             let created = samples(&server)
                 .get("mcp_taskd_tasks_created_total{tool=\"slow_compute\"}")
                 .copied()
                 .unwrap_or(0.0);
             (created >= 30.0).then_some(())
-        })
-        .expect("the burst is under way");
+        });
         let killed = Command::new("kill")
             .args(["-KILL", &server.pid().to_string()])
-            .status()
-            .expect("kill");
-        assert!(killed.success());
+            .status();
+        (under_way, killed)
     });
     server.kill9();
+    assert!(killed.is_ok_and(|status| status.success()), "kill -KILL");
+    assert!(under_way.is_some(), "the burst got under way");
     let scanned = scanned_counts(dir.path());
     let stored: f64 = scanned.values().sum();
     assert_eq!(scanned.get("cancelled"), Some(&1.0));
