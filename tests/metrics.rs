@@ -239,7 +239,7 @@ fn counts_stay_right_after_a_restart_and_after_kill_9() {
                 // Until the server is gone: a refused or cut connection ends the loop.
                 while server
                     .try_exchange(&create, Duration::from_secs(5))
-                    .is_some_and(|answer| answer.status == 200)
+                    .is_some()
                 {}
             });
         }
