@@ -185,3 +185,83 @@ DROP INDEX tasks_by_idempotency_key;
 CREATE INDEX tasks_by_idempotency_key
     ON tasks (endpoint, tenant, principal, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+
+-- migration 4
+-- Counts kept by triggers, so that /metrics and `mcp-taskd stats` read a few rows
+-- instead of counting the tasks and jobs tables (a GROUP BY over 10 million tasks takes
+-- ~0.5 s). The triggers run inside the transaction that changes the row, so the counts
+-- are exactly as durable as the rows: a crash (kill -9, power loss) loses or keeps both
+-- together. A later migration that rebuilds `tasks` or `jobs` (DROP TABLE, RENAME)
+-- drops their triggers too: it must create them again.
+--
+-- task_counts: tasks stored now, by tool and status (a gauge; TTL deletions decrement).
+CREATE TABLE task_counts (
+    tool   TEXT NOT NULL,
+    status TEXT NOT NULL,
+    n      INTEGER NOT NULL,
+    PRIMARY KEY (tool, status)
+) WITHOUT ROWID;
+INSERT INTO task_counts (tool, status, n)
+    SELECT tool, status, COUNT(*) FROM tasks GROUP BY tool, status;
+-- task_totals: tasks created, and tasks that reached each terminal status, by tool,
+-- since the database was created (counters: deletions never decrement them). Seeded
+-- from the tasks still stored: the ones deleted before this migration are not counted.
+CREATE TABLE task_totals (
+    tool      TEXT PRIMARY KEY,
+    created   INTEGER NOT NULL DEFAULT 0,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed    INTEGER NOT NULL DEFAULT 0,
+    cancelled INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+INSERT INTO task_totals (tool, created, completed, failed, cancelled)
+    SELECT tool, COUNT(*), SUM(status = 'completed'), SUM(status = 'failed'),
+           SUM(status = 'cancelled')
+    FROM tasks GROUP BY tool;
+-- job_counts: jobs by state; `queued` is the queue depth.
+CREATE TABLE job_counts (
+    state TEXT PRIMARY KEY,
+    n     INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO job_counts (state, n)
+    SELECT state, COUNT(*) FROM jobs GROUP BY state;
+
+CREATE TRIGGER tasks_counted_insert AFTER INSERT ON tasks BEGIN
+    INSERT INTO task_counts (tool, status, n) VALUES (NEW.tool, NEW.status, 1)
+        ON CONFLICT (tool, status) DO UPDATE SET n = n + 1;
+    INSERT INTO task_totals (tool, created, completed, failed, cancelled)
+        VALUES (NEW.tool, 1, NEW.status = 'completed', NEW.status = 'failed',
+                NEW.status = 'cancelled')
+        ON CONFLICT (tool) DO UPDATE SET created = created + 1,
+            completed = completed + excluded.completed, failed = failed + excluded.failed,
+            cancelled = cancelled + excluded.cancelled;
+END;
+CREATE TRIGGER tasks_counted_status AFTER UPDATE OF status ON tasks
+    WHEN OLD.status IS NOT NEW.status
+BEGIN
+    UPDATE task_counts SET n = n - 1 WHERE tool = OLD.tool AND status = OLD.status;
+    INSERT INTO task_counts (tool, status, n) VALUES (NEW.tool, NEW.status, 1)
+        ON CONFLICT (tool, status) DO UPDATE SET n = n + 1;
+    UPDATE task_totals SET completed = completed + (NEW.status = 'completed'),
+        failed = failed + (NEW.status = 'failed'),
+        cancelled = cancelled + (NEW.status = 'cancelled')
+        WHERE tool = NEW.tool
+        AND (NEW.status = 'completed' OR NEW.status = 'failed'
+             OR NEW.status = 'cancelled');
+END;
+CREATE TRIGGER tasks_counted_delete AFTER DELETE ON tasks BEGIN
+    UPDATE task_counts SET n = n - 1 WHERE tool = OLD.tool AND status = OLD.status;
+END;
+CREATE TRIGGER jobs_counted_insert AFTER INSERT ON jobs BEGIN
+    INSERT INTO job_counts (state, n) VALUES (NEW.state, 1)
+        ON CONFLICT (state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER jobs_counted_state AFTER UPDATE OF state ON jobs
+    WHEN OLD.state IS NOT NEW.state
+BEGIN
+    UPDATE job_counts SET n = n - 1 WHERE state = OLD.state;
+    INSERT INTO job_counts (state, n) VALUES (NEW.state, 1)
+        ON CONFLICT (state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER jobs_counted_delete AFTER DELETE ON jobs BEGIN
+    UPDATE job_counts SET n = n - 1 WHERE state = OLD.state;
+END;

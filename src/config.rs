@@ -174,6 +174,12 @@ pub struct StoreConfig {
     /// and below half of which every write: room for running tasks' outcomes and for
     /// the checkpoint that lets the WAL be reused. `0`: no floor.
     pub min_free_bytes: u64,
+    /// `exclusive` (default: only this process can open `tasks.db`) or `shared` (the
+    /// ordinary locking, so that Litestream, `sqlite3` and other readers can open it).
+    pub locking: Locking,
+    /// `internal` (default: the server checkpoints the WAL) or `external` (it never does:
+    /// Litestream or another tool checkpoints).
+    pub checkpoints: Checkpoints,
 }
 
 impl Default for StoreConfig {
@@ -184,8 +190,31 @@ impl Default for StoreConfig {
             read_connections: 8,
             integrity_check_ms: 10_000,
             min_free_bytes: 1 << 20,
+            locking: Locking::Exclusive,
+            checkpoints: Checkpoints::Internal,
         }
     }
+}
+
+/// How the server locks `tasks.db` (see "One server per data dir" in the store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Locking {
+    /// SQLite's `unix-excl` VFS: one exclusive lock for the process lifetime.
+    Exclusive,
+    /// SQLite's default VFS: shared and exclusive locks per transaction, as every
+    /// other SQLite program expects.
+    Shared,
+}
+
+/// Who checkpoints the write-ahead log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checkpoints {
+    /// The server's checkpointer and janitor.
+    Internal,
+    /// Another process (Litestream): the server never checkpoints.
+    External,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -83,10 +83,15 @@ enum Command {
         force: bool,
     },
     /// Check a configuration file and exit (0 when valid).
+    ///
+    /// The file is named either way: `check-config FILE` or `check-config --config FILE`.
     CheckConfig {
         /// TOML configuration file; without it the embedded default is checked.
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "file")]
         config: Option<PathBuf>,
+        /// The same as `--config FILE`.
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
     },
 }
 
@@ -100,6 +105,8 @@ fn main() -> ExitCode {
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
         .init();
+    // A tool that panics is logged as one line where it is caught, not as a backtrace.
+    mcp_taskd::tools::panics::install_hook();
     let result = match cli.command {
         Command::Serve {
             config,
@@ -117,7 +124,7 @@ fn main() -> ExitCode {
             }
             None => stdio(config.as_deref(), data_dir),
         },
-        Command::CheckConfig { config } => check_config(config.as_deref()),
+        Command::CheckConfig { config, file } => check_config(config.or(file).as_deref()),
         Command::Tasks { command } => cli::tasks(command).map_err(Into::into),
         Command::Stats { at, json } => cli::stats(&at, json).map_err(Into::into),
         Command::Backup { at, file } => cli::backup(&at, &file).map_err(Into::into),

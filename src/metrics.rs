@@ -2,27 +2,37 @@
 //!
 //! Labels are bounded by construction: a method label is one of the methods the server
 //! implements (anything else counts as `other`), statuses and states are the fixed sets
-//! of the schema. Never a task id, a principal, a tool argument or any other content.
+//! of the schema, a tool label is a tool name from the configuration. Never a task id, a
+//! principal, a tool argument or any other content.
+//!
+//! Task and job counts, and the per-tool totals of tasks created, completed, failed and
+//! cancelled, are read from the rows the store's triggers keep (schema.sql, migration 4):
+//! a scrape reads a few rows whatever the number of tasks, and the figures are exact and
+//! as durable as the tasks themselves (restarts and crashes included). The histograms of
+//! queue wait and attempt duration are this process's observations since it started (a
+//! restart resets them, which Prometheus' `rate` and `histogram_quantile` expect).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::protocol::METHODS;
 use crate::tasks::upkeep::UpkeepCounters;
+use crate::tasks::workers::AttemptObserver;
 use crate::tasks::Stats;
 
 /// The HTTP statuses a request can be refused with before it reaches a handler; any
 /// other status is counted under the last entry.
 const REJECTIONS: [u16; 10] = [202, 400, 401, 403, 404, 405, 413, 429, 503, 500];
 
-/// How long the page reuses its task and job counts. Counting tasks by status reads the
-/// whole `tasks` table (~80 ms of CPU at 429k tasks on the 2-core VM), and the page
-/// answers anyone who can reach the listener: this bounds what scrapes can cost.
-const COUNTS_MAX_AGE: Duration = Duration::from_secs(1);
+/// Upper bounds (seconds) of the queue-wait and attempt-duration buckets: from the few
+/// milliseconds an in-process tool takes to the hour a command tool may run.
+const DURATION_BUCKETS: [f64; 16] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
 
-/// Counters updated on the request path and by the janitor.
+/// Counters updated on the request path, by the janitor and by the workers.
 pub struct Metrics {
     /// Per method (in [`METHODS`] order, then `other`): answered with a result, with an error.
     requests: Vec<[AtomicU64; 2]>,
@@ -30,49 +40,77 @@ pub struct Metrics {
     rejected: [AtomicU64; REJECTIONS.len()],
     reclaimed: AtomicU64,
     expired: AtomicU64,
-    /// Task and job counts, shared by the scrapes of one [`COUNTS_MAX_AGE`].
-    counts: Recent<Stats>,
+    /// Per served tool: how long claimed jobs had waited, how long attempts ran. The map
+    /// is fixed at start-up, so a tool label is always a configured tool.
+    tools: BTreeMap<String, ToolHistograms>,
 }
 
-impl Default for Metrics {
+#[derive(Default)]
+struct ToolHistograms {
+    queue_wait: Histogram,
+    attempt_duration: Histogram,
+}
+
+/// A Prometheus histogram over [`DURATION_BUCKETS`], lock-free.
+struct Histogram {
+    /// Observations per bucket (not cumulative; the last one is `+Inf`).
+    buckets: [AtomicU64; DURATION_BUCKETS.len() + 1],
+    sum_micros: AtomicU64,
+}
+
+impl Default for Histogram {
     fn default() -> Self {
+        Histogram {
+            buckets: Default::default(),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    fn observe(&self, value: Duration) {
+        let seconds = value.as_secs_f64();
+        let index = DURATION_BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(DURATION_BUCKETS.len());
+        self.buckets[index].fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(value.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// The `_bucket`, `_sum` and `_count` lines of one series.
+    fn render(&self, out: &mut String, name: &str, tool: &str) {
+        let mut cumulative = 0;
+        for (index, count) in self.buckets.iter().enumerate() {
+            cumulative += count.load(Ordering::Relaxed);
+            let bound = DURATION_BUCKETS
+                .get(index)
+                .map_or_else(|| "+Inf".to_owned(), |bound| bound.to_string());
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{tool=\"{tool}\",le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{{tool=\"{tool}\"}} {sum}");
+        let _ = writeln!(out, "{name}_count{{tool=\"{tool}\"}} {cumulative}");
+    }
+}
+
+impl Metrics {
+    /// Metrics for a server serving `tools` (their names label the per-tool series).
+    pub fn new<'a>(tools: impl IntoIterator<Item = &'a str>) -> Metrics {
         Metrics {
             requests: (0..=METHODS.len()).map(|_| Default::default()).collect(),
             rejected: Default::default(),
             reclaimed: AtomicU64::new(0),
             expired: AtomicU64::new(0),
-            counts: Recent::new(COUNTS_MAX_AGE),
+            tools: tools
+                .into_iter()
+                .map(|tool| (tool.to_owned(), ToolHistograms::default()))
+                .collect(),
         }
-    }
-}
-
-/// A value computed at most once per `max_age`: callers within that time, and callers
-/// that wait while another computes it, share one result. A failure is not kept.
-struct Recent<T> {
-    max_age: Duration,
-    value: Mutex<Option<(Instant, T)>>,
-}
-
-impl<T: Clone> Recent<T> {
-    fn new(max_age: Duration) -> Recent<T> {
-        Recent {
-            max_age,
-            value: Mutex::new(None),
-        }
-    }
-
-    fn get<E>(&self, compute: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
-        // The lock is held while computing, so concurrent callers wait for one result
-        // instead of each computing their own. A poisoned lock holds a whole value or none.
-        let mut value = self.value.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, recent)) = value.as_ref() {
-            if at.elapsed() < self.max_age {
-                return Ok(recent.clone());
-            }
-        }
-        let fresh = compute()?;
-        *value = Some((Instant::now(), fresh.clone()));
-        Ok(fresh)
     }
 }
 
@@ -108,12 +146,6 @@ impl Metrics {
 
     pub fn add_expired(&self, count: usize) {
         self.expired.fetch_add(count as u64, Ordering::Relaxed);
-    }
-
-    /// The task and job counts for the page: `count` runs at most once per
-    /// [`COUNTS_MAX_AGE`], so the figures are up to that old.
-    pub fn task_counts<E>(&self, count: impl FnOnce() -> Result<Stats, E>) -> Result<Stats, E> {
-        self.counts.get(count)
     }
 
     /// The Prometheus text exposition.
@@ -219,8 +251,80 @@ impl Metrics {
                 "Outbox rows not yet pruned.",
                 stats.outbox_rows,
             );
+            let _ = writeln!(
+                out,
+                "# HELP mcp_taskd_tasks_created_total Tasks created, by tool, since the database was created.\n\
+                 # TYPE mcp_taskd_tasks_created_total counter"
+            );
+            for totals in &stats.totals {
+                let tool = label_value(&totals.tool);
+                let _ = writeln!(
+                    out,
+                    "mcp_taskd_tasks_created_total{{tool=\"{tool}\"}} {}",
+                    totals.created
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP mcp_taskd_tasks_ended_total Tasks that reached a terminal status, by tool and status, since the database was created.\n\
+                 # TYPE mcp_taskd_tasks_ended_total counter"
+            );
+            for totals in &stats.totals {
+                let tool = label_value(&totals.tool);
+                for (status, count) in [
+                    ("completed", totals.completed),
+                    ("failed", totals.failed),
+                    ("cancelled", totals.cancelled),
+                ] {
+                    let _ = writeln!(
+                        out,
+                        "mcp_taskd_tasks_ended_total{{tool=\"{tool}\",status=\"{status}\"}} {count}"
+                    );
+                }
+            }
+        }
+        for (name, help, histogram) in [
+            (
+                "mcp_taskd_queue_wait_seconds",
+                "How long a job waited, ready, before a worker claimed it, by tool.",
+                (|tool: &ToolHistograms| &tool.queue_wait) as fn(&ToolHistograms) -> &Histogram,
+            ),
+            (
+                "mcp_taskd_attempt_duration_seconds",
+                "How long task attempts ran, by tool.",
+                |tool: &ToolHistograms| &tool.attempt_duration,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            for (tool, histograms) in &self.tools {
+                histogram(histograms).render(&mut out, name, &label_value(tool));
+            }
         }
         out
+    }
+}
+
+/// A label value as the text format wants it: backslash, quote and newline escaped.
+/// (Tool names come from the configuration; this keeps the page parseable whatever
+/// they contain.)
+fn label_value(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl AttemptObserver for Metrics {
+    fn attempt_started(&self, tool: &str, queue_wait: Duration) {
+        if let Some(histograms) = self.tools.get(tool) {
+            histograms.queue_wait.observe(queue_wait);
+        }
+    }
+
+    fn attempt_ended(&self, tool: &str, duration: Duration) {
+        if let Some(histograms) = self.tools.get(tool) {
+            histograms.attempt_duration.observe(duration);
+        }
     }
 }
 
@@ -240,7 +344,7 @@ mod tests {
 
     #[test]
     fn unknown_methods_share_one_label() {
-        let metrics = Metrics::default();
+        let metrics = Metrics::new([]);
         metrics.record_request("tools/call", true);
         metrics.record_request("anything/at-all", false);
         let page = metrics.render(&Snapshot {
@@ -258,10 +362,11 @@ mod tests {
 
     #[test]
     fn ages_are_in_seconds() {
-        let page = Metrics::default().render(&Snapshot {
+        let page = Metrics::new([]).render(&Snapshot {
             stats: Some(Stats {
                 tasks: Vec::new(),
                 jobs: Vec::new(),
+                totals: Vec::new(),
                 oldest_ready_age_ms: 1_500,
                 outbox_rows: 0,
             }),
@@ -277,28 +382,33 @@ mod tests {
     }
 
     #[test]
-    fn a_recent_value_is_computed_once_per_max_age_and_failures_are_not_kept() {
-        let computed = std::cell::Cell::new(0);
-        let count = || -> Result<u32, ()> {
-            computed.set(computed.get() + 1);
-            Ok(computed.get())
-        };
-        let hourly = Recent::new(Duration::from_secs(3600));
-        assert_eq!(hourly.get(count), Ok(1));
-        assert_eq!(hourly.get(count), Ok(1), "reused within the max age");
-        assert_eq!(computed.get(), 1);
-
-        let always = Recent::new(Duration::ZERO);
-        assert_eq!(always.get(count), Ok(2));
-        assert_eq!(
-            always.get(count),
-            Ok(3),
-            "recomputed once the max age passed"
+    fn histograms_are_cumulative_per_configured_tool() {
+        let metrics = Metrics::new(["echo"]);
+        metrics.attempt_started("echo", Duration::from_millis(3));
+        metrics.attempt_started("echo", Duration::from_secs(2));
+        metrics.attempt_started("not-configured", Duration::from_secs(2));
+        metrics.attempt_ended("echo", Duration::from_secs(7200));
+        let page = metrics.render(&Snapshot {
+            stats: None,
+            running_attempts: 0,
+            open_subscriptions: 0,
+            wal_bytes: None,
+        });
+        for line in [
+            "mcp_taskd_queue_wait_seconds_bucket{tool=\"echo\",le=\"0.005\"} 1",
+            "mcp_taskd_queue_wait_seconds_bucket{tool=\"echo\",le=\"1\"} 1",
+            "mcp_taskd_queue_wait_seconds_bucket{tool=\"echo\",le=\"2.5\"} 2",
+            "mcp_taskd_queue_wait_seconds_bucket{tool=\"echo\",le=\"+Inf\"} 2",
+            "mcp_taskd_queue_wait_seconds_sum{tool=\"echo\"} 2.003",
+            "mcp_taskd_queue_wait_seconds_count{tool=\"echo\"} 2",
+            "mcp_taskd_attempt_duration_seconds_bucket{tool=\"echo\",le=\"3600\"} 0",
+            "mcp_taskd_attempt_duration_seconds_bucket{tool=\"echo\",le=\"+Inf\"} 1",
+        ] {
+            assert!(page.contains(&format!("\n{line}\n")), "{line} in {page}");
+        }
+        assert!(
+            !page.contains("not-configured"),
+            "labels stay configured tools"
         );
-
-        let failing = Recent::<u32>::new(Duration::from_secs(3600));
-        assert_eq!(failing.get(|| Err("down")), Err("down"));
-        assert_eq!(failing.get(count), Ok(4), "a failure is not reused");
-        assert_eq!(failing.get(count), Ok(4));
     }
 }

@@ -26,7 +26,7 @@ use crate::ops::systemd::{Notifier, Serving};
 use crate::registration::build_catalog;
 use crate::tasks::sqlite::{OpenError, Opened, Store};
 use crate::tasks::upkeep::{self, StartError, Upkeep, UpkeepCounters};
-use crate::tasks::workers::{Inflight, WorkerPool};
+use crate::tasks::workers::{AttemptObserver, Inflight, WorkerPool};
 use crate::tasks::{TaskService, TaskStore};
 use crate::tools::{command, RegistrationError};
 use crate::transport::{Frontend, OriginPolicy};
@@ -122,7 +122,9 @@ impl Engine {
             Arc::clone(&inflight),
             wake.clone(),
         ));
-        let metrics = Arc::new(Metrics::default());
+        let metrics = Arc::new(Metrics::new(
+            tools.all().iter().map(|tool| tool.spec.name.as_str()),
+        ));
         let upkeep = Upkeep::start(
             Arc::clone(&store),
             Arc::clone(&hub),
@@ -135,6 +137,7 @@ impl Engine {
             Arc::clone(&tools),
             Arc::clone(&inflight),
             &config.workers,
+            Arc::clone(&metrics) as Arc<dyn AttemptObserver>,
             wake,
             woken,
         );

@@ -106,3 +106,43 @@ fn metrics_count_requests_and_tasks_without_revealing_contents() {
         !text.contains(&task_id) && !text.contains("secret-label") && !text.contains("no/such")
     );
 }
+
+#[test]
+fn check_config_takes_the_file_with_or_without_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, CONFORMANCE).unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[store]\nlocking = \"sometimes\"\n").unwrap();
+    let check = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+            .arg("check-config")
+            .args(args)
+            .output()
+            .expect("run mcp-taskd check-config")
+    };
+    for args in [
+        vec![good.as_os_str()],
+        vec!["--config".as_ref(), good.as_os_str()],
+    ] {
+        let output = check(&args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            "configuration is valid\n"
+        );
+    }
+    for args in [
+        vec![bad.as_os_str()],
+        vec!["--config".as_ref(), bad.as_os_str()],
+    ] {
+        let output = check(&args);
+        assert!(!output.status.success(), "{args:?} accepted");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("locking"),
+            "{args:?}: {output:?}"
+        );
+    }
+    let both = check(&[good.as_os_str(), "--config".as_ref(), good.as_os_str()]);
+    assert!(!both.status.success(), "two files are refused");
+}

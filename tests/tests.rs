@@ -23,6 +23,8 @@
 //! - [`legacy`]: the 2025 session era (initialize, sessions, GET streams) beside 2026;
 //! - [`listen_streams`]: listen streams under load, hang-ups and stalled readers;
 //! - [`fuzz`]: generated requests (proptest) through the whole HTTP request path;
+//! - [`litestream`]: Litestream mode, replicated under load and restored (real binary);
+//! - [`metrics`]: `GET /metrics` counts through tasks' lives, restarts and `kill -9`;
 //! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
@@ -41,6 +43,8 @@ mod fuzz;
 mod hardening;
 mod legacy;
 mod listen_streams;
+mod litestream;
+mod metrics;
 mod notifications;
 mod operator;
 mod reaping;

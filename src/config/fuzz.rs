@@ -129,6 +129,16 @@ const SECTIONS: &[Section] = &[
             ),
             key("integrity_check_ms", ANY_MS_GOOD, ANY_MS_BAD),
             key("min_free_bytes", &["0", "1048576"], ANY_MS_BAD),
+            key(
+                "locking",
+                &["\"exclusive\"", "\"shared\""],
+                &["\"Shared\"", "1", "\"none\""],
+            ),
+            key(
+                "checkpoints",
+                &["\"internal\"", "\"external\""],
+                &["\"off\"", "0", "\"External\""],
+            ),
         ],
         &[],
     ),

@@ -1,8 +1,6 @@
 //! Discovery and the catalog methods: `server/discover`, the `*/list` methods with their
 //! cursor pagination, `resources/read`, `prompts/get` and `completion/complete`.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{json, Value};
@@ -12,6 +10,7 @@ use super::{input_responses, object_param, Request, Service};
 use crate::catalog::PromptCall;
 use crate::protocol::envelope::{META_SERVER_INFO, TASKS_EXTENSION};
 use crate::protocol::{RpcError, SUPPORTED_VERSIONS};
+use crate::tools::panics::run_tool;
 use crate::tools::Outcome;
 
 impl Service {
@@ -129,8 +128,8 @@ impl Service {
             state: state.as_ref(),
             capabilities: &request.meta.capabilities,
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| (prompt.get)(&call))).unwrap_or_else(|_| {
-            log::error!("prompt handler panicked");
+        let outcome = run_tool(|| (prompt.get)(&call)).unwrap_or_else(|place| {
+            log::error!("prompt handler panicked (at {place})");
             Outcome::Error(RpcError::internal())
         });
         match outcome {

@@ -2,7 +2,6 @@
 //! messages on the response stream), MRTR rounds, and handing task calls to the engine —
 //! and, for a client that does not speak tasks, the created task to the bridge.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -13,6 +12,7 @@ use super::{complete, input_responses, object_param, Emitter, Reply, Request, Se
 use crate::liveness;
 use crate::protocol::{LogLevel, RpcError, META_IDEMPOTENCY_KEY};
 use crate::tasks::Submission;
+use crate::tools::panics::run_tool;
 use crate::tools::{Admission, Invocation, InvocationHost, Outcome, TaskPolicy};
 
 /// Longest idempotency key accepted.
@@ -115,16 +115,19 @@ impl Service {
         };
         // Inline tools run here; task tools only decide here whether the task can be
         // created yet (an MRTR exchange may come first).
-        let admission = catch_unwind(AssertUnwindSafe(|| {
+        let admission = run_tool(|| {
             if as_task {
                 tool.tool.admit(&mut invocation)
             } else {
                 // The tool's timeout bounds the run: not a stall of this request thread.
                 Admission::Answer(liveness::unwatched(|| tool.tool.run(&mut invocation)))
             }
-        }))
-        .unwrap_or_else(|_| {
-            log::error!("tool {} panicked during tools/call", tool.spec.name);
+        })
+        .unwrap_or_else(|place| {
+            log::error!(
+                "tool {} panicked during tools/call (at {place})",
+                tool.spec.name
+            );
             Admission::Answer(Outcome::Error(RpcError::internal()))
         });
         let outcome = match admission {

@@ -170,6 +170,8 @@ pub struct Claim {
     pub token: String,
     pub attempt: i64,
     pub deadline: i64,
+    /// How long the job had been ready to run (since `run_after`) when it was claimed.
+    pub queue_wait_ms: i64,
     pub tool: String,
     pub origin: Vec<u8>,
     pub input_responses: String,
@@ -253,8 +255,21 @@ impl Finish {
 pub struct Stats {
     pub tasks: Vec<(String, u64)>,
     pub jobs: Vec<(String, u64)>,
+    /// Per tool, since the database was created.
+    pub totals: Vec<ToolTotals>,
     pub oldest_ready_age_ms: u64,
     pub outbox_rows: u64,
+}
+
+/// Tasks of one tool created, and ended in each terminal status, since the database was
+/// created (counters: deleting a task past its TTL does not decrement them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolTotals {
+    pub tool: String,
+    pub created: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
 }
 
 /// Which tasks an operator lists; every condition is optional.

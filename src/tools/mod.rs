@@ -8,6 +8,7 @@
 //! are no special cases in the protocol layer.
 
 pub mod command;
+pub mod panics;
 mod registry;
 pub mod schema;
 pub mod slots;

@@ -445,7 +445,7 @@ impl Frontend {
         }
         let tasks = &self.service.tasks;
         let page = self.metrics.render(&Snapshot {
-            stats: self.metrics.task_counts(|| tasks.stats()).ok(),
+            stats: tasks.stats().ok(),
             running_attempts: tasks.running_attempts(),
             open_subscriptions: self.hub.open_subscriptions(),
             wal_bytes: tasks.wal_bytes(),

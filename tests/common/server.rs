@@ -1,16 +1,23 @@
 //! The process harness: starts the real binary on an ephemeral loopback port with a
 //! temporary (or given) data dir, and stops it gently, abruptly, or on drop.
+//!
+//! The server's stderr (its log) is captured, not inherited: tests provoke errors on
+//! purpose (a panicking tool, a full disk, a killed server), and their log lines in the
+//! `cargo test` output looked like failures. The log is printed when the test fails
+//! (the harness is dropped while the test panics), where it helps.
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct Server {
     child: Child,
+    /// The server's stderr so far, line by line.
+    log: Arc<Mutex<Vec<String>>>,
     pub addr: SocketAddr,
     pub dir: PathBuf,
     _temp: Option<tempfile::TempDir>,
@@ -66,9 +73,17 @@ impl Server {
             .arg(dir.join("data"))
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn mcp-taskd");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("stderr");
+        let kept = Arc::clone(&log);
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                kept.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            }
+        });
         let stdout = child.stdout.take().expect("stdout");
         let (sender, receiver) = mpsc::channel();
         std::thread::spawn(move || {
@@ -76,9 +91,13 @@ impl Server {
                 let _ = sender.send(line);
             }
         });
-        let line = receiver
-            .recv_timeout(Duration::from_secs(20))
-            .expect("server printed its address");
+        let Ok(line) = receiver.recv_timeout(Duration::from_secs(20)) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = reader.join();
+            let log = log.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+            panic!("the server did not print its address; its stderr:\n{log}");
+        };
         let url = line
             .strip_prefix("mcp-taskd listening on http://")
             .expect("address line");
@@ -88,6 +107,7 @@ impl Server {
             .expect("socket address");
         Server {
             child,
+            log,
             addr,
             dir: dir.to_path_buf(),
             _temp: None,
@@ -116,7 +136,6 @@ impl Server {
         false
     }
 
-    #[allow(dead_code)] // read by benches/notifications.rs (the server's memory use), not by tests
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -130,5 +149,16 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+            eprintln!(
+                "--- stderr of the mcp-taskd on {} ({} line(s)) ---",
+                self.addr,
+                log.len()
+            );
+            for line in log.iter() {
+                eprintln!("{line}");
+            }
+        }
     }
 }

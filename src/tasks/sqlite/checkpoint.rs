@@ -10,6 +10,7 @@ use rusqlite::Connection;
 use super::connection::open_connection;
 use super::health::{Health, Problem};
 use super::Store;
+use crate::config::Checkpoints;
 
 /// How often the checkpointer copies committed WAL frames into the database file.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
@@ -32,11 +33,15 @@ const WATCH_EVERY: u32 = 10;
 /// (Run from here, a RESTART would wait for a gap between batches that a busy writer
 /// never leaves.)
 ///
+/// With `store.checkpoints = "external"` it checkpoints nothing (Litestream does) and
+/// only watches the file.
+///
 /// Every [`WATCH_EVERY`] rounds it also checks that `tasks.db` is still there
 /// ([`Health::watch_file`]). A failing checkpoint is logged once until it succeeds (on
 /// a full disk it fails ten times a second); [`Health`] holds writes back meanwhile.
 pub(super) fn run_checkpointer(
     conn: &Connection,
+    checkpoints: Checkpoints,
     stop: &Receiver<()>,
     restart: &AtomicBool,
     health: &Health,
@@ -47,6 +52,9 @@ pub(super) fn run_checkpointer(
         round = round.wrapping_add(1);
         if round.is_multiple_of(WATCH_EVERY) {
             health.watch_file();
+        }
+        if checkpoints == Checkpoints::External {
+            continue;
         }
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
             row.get::<_, i64>(1)
@@ -102,6 +110,56 @@ mod tests {
 
     use super::*;
 
+    /// Rows of `outbox` in the database file alone (`immutable=1` ignores the WAL): they
+    /// show there only once checkpointed.
+    fn outbox_rows_in_file(dir: &std::path::Path) -> i64 {
+        let uri = format!("file:{}?immutable=1", dir.join("tasks.db").display());
+        let conn = Connection::open_with_flags(
+            &uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .unwrap();
+        // Before the first checkpoint even the table is only in the WAL.
+        conn.query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn with_external_checkpoints_the_server_never_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::config::StoreConfig {
+            locking: crate::config::Locking::Shared,
+            checkpoints: Checkpoints::External,
+            ..Default::default()
+        };
+        let store = Store::open(dir.path(), &config).unwrap().store;
+        store
+            .write(|conn| {
+                conn.execute(
+                    "INSERT INTO outbox (task_id, created_at) VALUES ('t', 1)",
+                    [],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        // Shared locking: another connection (Litestream's, here ours) opens the file
+        // beside the server and reads the commit from the WAL.
+        let other = Connection::open(dir.path().join("tasks.db")).unwrap();
+        let seen: i64 = other
+            .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(seen, 1);
+        // Five checkpointer rounds and a janitor pass: none copies the commit.
+        std::thread::sleep(CHECKPOINT_INTERVAL * 5);
+        crate::tasks::TaskStore::maintain(store.as_ref()).unwrap();
+        assert_eq!(outbox_rows_in_file(dir.path()), 0, "nothing checkpointed");
+        // What Litestream does: checkpoint from its own connection.
+        other
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            .unwrap();
+        assert_eq!(outbox_rows_in_file(dir.path()), 1);
+    }
+
     #[test]
     fn the_checkpointer_copies_commits_into_the_database_file() {
         let (dir, store) = fresh_store();
@@ -118,19 +176,8 @@ mod tests {
                 })
                 .unwrap();
         }
-        // `immutable=1` reads the database file alone, ignoring the WAL: the rows show
-        // there only once checkpointed — and the writer's automatic checkpoints are off.
-        let uri = format!("file:{}?immutable=1", dir.path().join("tasks.db").display());
-        let in_file = || -> i64 {
-            let conn = Connection::open_with_flags(
-                &uri,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
-            )
-            .unwrap();
-            // Before the first checkpoint even the table is only in the WAL.
-            conn.query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
-                .unwrap_or(0)
-        };
+        // The writer's automatic checkpoints are off: only the checkpointer copies them.
+        let in_file = || outbox_rows_in_file(dir.path());
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while in_file() < 1000 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

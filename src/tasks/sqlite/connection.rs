@@ -1,27 +1,29 @@
-//! How every connection opens the database: the `unix-excl` URI, and the pragmas,
-//! each read back so that start-up fails if SQLite did not take one.
+//! How every connection opens the database: the URI (through `unix-excl` unless
+//! `store.locking = "shared"`), and the pragmas, each read back so that start-up fails
+//! if SQLite did not take one.
 
 use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
 
 use super::OpenError;
-use crate::config::{StoreConfig, Synchronous};
+use crate::config::{Locking, StoreConfig, Synchronous};
 
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE: usize = 64;
-/// The SQLite VFS of every connection (see "One server per data dir" in [`super`]).
-pub(super) const VFS: &str = "unix-excl";
+/// The SQLite VFS of every connection under `store.locking = "exclusive"` (see "One
+/// server per data dir" in [`super`]); `shared` uses SQLite's default VFS.
+pub(super) const EXCLUSIVE_VFS: &str = "unix-excl";
 
 /// Opens a read-write connection to the database at `uri` (from [`database_uri`]).
 pub(super) fn open_connection(uri: &str) -> rusqlite::Result<Connection> {
     Connection::open_with_flags(uri, OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI)
 }
 
-/// The SQLite URI that opens `path` through [`VFS`]. (A URI, because the connection
-/// pool takes a filename only.) The path is made absolute, and the characters a URI
-/// gives meaning to are escaped.
-pub(super) fn database_uri(path: &Path) -> Result<String, OpenError> {
+/// The SQLite URI that opens `path`, through [`EXCLUSIVE_VFS`] under exclusive locking.
+/// (A URI, because the connection pool takes a filename only.) The path is made
+/// absolute, and the characters a URI gives meaning to are escaped.
+pub(super) fn database_uri(path: &Path, locking: Locking) -> Result<String, OpenError> {
     let absolute = std::path::absolute(path).map_err(|e| OpenError::File {
         path: path.to_owned(),
         source: Box::new(e),
@@ -41,8 +43,10 @@ pub(super) fn database_uri(path: &Path) -> Result<String, OpenError> {
             c => uri.push(c),
         }
     }
-    uri.push_str("?vfs=");
-    uri.push_str(VFS);
+    if locking == Locking::Exclusive {
+        uri.push_str("?vfs=");
+        uri.push_str(EXCLUSIVE_VFS);
+    }
     Ok(uri)
 }
 

@@ -9,7 +9,8 @@ use super::OpenError;
 /// The schema, applied by [`migrate`].
 pub(super) const SCHEMA: &str = include_str!("../../../schema.sql");
 
-/// Applies every `-- migration N` block of [`SCHEMA`] newer than `user_version`.
+/// Applies every `-- migration N` block of [`SCHEMA`] newer than `user_version`, and
+/// refuses a database whose `user_version` is newer than every block (a downgrade).
 ///
 /// Each block runs in its own transaction with foreign keys off, so that it can rebuild
 /// a table other tables reference (SQLite's documented procedure for schema changes:
@@ -20,8 +21,18 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<u32, OpenError> {
     let current: u32 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(|e| OpenError::Migration(format!("reading schema version: {e}")))?;
-    let pending: Vec<(u32, String)> = migrations(SCHEMA)
-        .map_err(OpenError::Migration)?
+    let all = migrations(SCHEMA).map_err(OpenError::Migration)?;
+    let known = all.len() as u32;
+    if current > known {
+        // A newer mcp-taskd migrated this database: this binary does not know its
+        // tables and could write rows the newer one misreads.
+        return Err(OpenError::Migration(format!(
+            "the database is at schema version {current}, newer than this mcp-taskd \
+             knows ({known}): it was written by a newer release. Run that release, or \
+             restore the backup taken before the upgrade (README: \"Upgrade\")"
+        )));
+    }
+    let pending: Vec<(u32, String)> = all
         .into_iter()
         .filter(|(version, _)| *version > current)
         .collect();
@@ -97,6 +108,8 @@ mod tests {
     use super::*;
     use crate::protocol::TaskStatus;
     use crate::tasks::sqlite::sql;
+
+    const LATEST: u32 = 4;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -191,7 +204,7 @@ mod tests {
         let before = dump(&conn);
         assert_eq!(before.len(), 4 + 3 + 4 + 4 + 1);
 
-        assert_eq!(migrate(&mut conn).unwrap(), 3);
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
         assert_eq!(dump(&conn), before, "every row survives, unchanged");
         let foreign_keys: i64 = conn
             .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
@@ -275,7 +288,7 @@ mod tests {
             [],
         )
         .unwrap();
-        assert_eq!(migrate(&mut conn).unwrap(), 3);
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
         let tools: Vec<(String, String)> = conn
             .prepare("SELECT task_id, tool FROM jobs ORDER BY task_id")
             .unwrap()
@@ -345,5 +358,81 @@ mod tests {
             foreign_keys, 1,
             "foreign keys are on again after a failure too"
         );
+    }
+
+    #[test]
+    fn migration_4_seeds_the_counts_that_triggers_then_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.db");
+        let mut conn = version_1_database(&path);
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        let rows = |sql: &str| -> Vec<String> {
+            conn.prepare(sql)
+                .unwrap()
+                .query_map([], |r| {
+                    let columns = r.as_ref().column_count();
+                    Ok((0..columns)
+                        .map(|i| format!("{:?}", r.get::<_, rusqlite::types::Value>(i).unwrap()))
+                        .collect::<Vec<_>>()
+                        .join(" "))
+                })
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let task_counts = "SELECT status, n FROM task_counts WHERE n > 0 ORDER BY status";
+        let job_counts = "SELECT state, n FROM job_counts WHERE n > 0 ORDER BY state";
+        let totals = "SELECT created, completed, failed, cancelled FROM task_totals";
+        assert_eq!(
+            rows(task_counts),
+            [
+                "Text(\"completed\") Integer(1)",
+                "Text(\"input_required\") Integer(1)",
+                "Text(\"working\") Integer(2)"
+            ]
+        );
+        assert_eq!(
+            rows(job_counts),
+            [
+                "Text(\"queued\") Integer(1)",
+                "Text(\"running\") Integer(1)",
+                "Text(\"waiting\") Integer(1)"
+            ]
+        );
+        assert_eq!(
+            rows(totals),
+            ["Integer(4) Integer(1) Integer(0) Integer(0)"]
+        );
+        // From here the triggers count: a job ends, its task fails, another is deleted.
+        conn.execute_batch(
+            "UPDATE tasks SET status = 'failed', error = '{}' WHERE id = 'running';
+             DELETE FROM jobs WHERE task_id = 'running';
+             DELETE FROM tasks WHERE id = 'queued';",
+        )
+        .unwrap();
+        assert_eq!(
+            rows(task_counts),
+            [
+                "Text(\"completed\") Integer(1)",
+                "Text(\"failed\") Integer(1)",
+                "Text(\"input_required\") Integer(1)"
+            ]
+        );
+        assert_eq!(rows(job_counts), ["Text(\"waiting\") Integer(1)"]);
+        assert_eq!(
+            rows(totals),
+            ["Integer(4) Integer(1) Integer(1) Integer(0)"],
+            "deletions never decrement the totals"
+        );
+    }
+
+    #[test]
+    fn a_database_from_a_newer_release_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = version_1_database(&dir.path().join("tasks.db"));
+        conn.execute_batch(&format!("PRAGMA user_version = {}", LATEST + 1))
+            .unwrap();
+        let error = migrate(&mut conn).unwrap_err().to_string();
+        assert!(error.contains("newer than this mcp-taskd knows"), "{error}");
     }
 }

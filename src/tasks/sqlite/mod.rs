@@ -33,6 +33,12 @@
 //!   periodically. While a backup holds its snapshot (see [`backup`]) both are
 //!   skipped, since they would wait for it with the write lock held: the WAL grows for
 //!   the length of the backup instead.
+//! - **Litestream mode** (`store.checkpoints = "external"`): the checkpointer and the
+//!   janitor never checkpoint, so that Litestream, which copies the WAL to its replica
+//!   before it checkpoints, drives every checkpoint; the writer's automatic checkpoints
+//!   stay off. The WAL then grows until Litestream checkpoints it (by default past
+//!   1,000 pages, and once a minute). The one checkpoint left is the writer's TRUNCATE when a
+//!   full disk stopped writes (see [`writer`]): without it, a full disk would stay full.
 //! - **A damaged database is refused at start-up; a store that cannot write says so
 //!   and recovers.** A bounded `PRAGMA quick_check` runs before anything else
 //!   ([`integrity`]). A write that fails (no space, a read-only medium, an I/O error)
@@ -44,7 +50,10 @@
 //!   process takes one exclusive POSIX lock on `tasks.db` and settles the locks between
 //!   its own connections in memory. (With the default VFS each read transaction took and
 //!   dropped a shared lock with two `fcntl` calls.) No other process can open the
-//!   database while the server runs; `GET /metrics` shows its state.
+//!   database while the server runs; `GET /metrics` shows its state. With
+//!   `store.locking = "shared"` the connections use SQLite's default VFS instead, so
+//!   that Litestream (and `sqlite3`) can open the database beside the server; the
+//!   `data_dir/lock` file still keeps a second mcp-taskd out.
 
 mod backup;
 mod checkpoint;
@@ -78,7 +87,7 @@ use self::health::{Health, Problem};
 use self::sql::{admin, attempts, client, upkeep};
 use crate::auth::Identity;
 use crate::clock::now_ms;
-use crate::config::StoreConfig;
+use crate::config::{Checkpoints, StoreConfig};
 use crate::later::Later;
 use crate::tasks::backend::{ClaimRequest, Finished, StoreError, TaskStore};
 use crate::tasks::model::{
@@ -134,6 +143,8 @@ pub struct Store {
     /// Read transactions held open for long (backups): while there are any, the
     /// checkpoints that wait for readers are skipped (the WAL grows meanwhile).
     long_snapshots: Arc<AtomicUsize>,
+    /// Whether the janitor's TRUNCATE checkpoints run (`internal`) or not (`external`).
+    checkpoints: Checkpoints,
     /// Dropped with the store: the checkpointer stops.
     _checkpointer: Sender<()>,
     _lock: File,
@@ -158,7 +169,7 @@ impl Store {
             data_dir: data_dir.to_owned(),
         })?;
         let path = data_dir.join("tasks.db");
-        let uri = database_uri(&path)?;
+        let uri = database_uri(&path, config.locking)?;
         let opening = |e: rusqlite::Error| OpenError::File {
             path: path.clone(),
             source: Box::new(e),
@@ -185,11 +196,13 @@ impl Store {
         let checkpoint_conn = open_connection(&uri).map_err(opening)?;
         configure(&checkpoint_conn, config)?;
         let watched = Arc::clone(&health);
+        let checkpoints = config.checkpoints;
         std::thread::Builder::new()
             .name("store-checkpoint".into())
             .spawn(move || {
                 checkpoint::run_checkpointer(
                     &checkpoint_conn,
+                    checkpoints,
                     &stop_checkpointer,
                     &wanted,
                     &watched,
@@ -221,6 +234,7 @@ impl Store {
                 unanswered: Arc::default(),
                 health,
                 long_snapshots,
+                checkpoints: config.checkpoints,
                 _checkpointer: checkpointer,
                 _lock: lock,
             }),
@@ -452,6 +466,9 @@ impl TaskStore for Store {
     }
 
     fn maintain(&self) -> Result<(), StoreError> {
+        if self.checkpoints == Checkpoints::External {
+            return Ok(());
+        }
         self.checkpoint().map_err(classify)
     }
 

@@ -1,7 +1,6 @@
 //! One task attempt: run the tool with a [`TaskHost`] (progress becomes the status
 //! message, cancellation and the deadline stop it), then commit its outcome, fenced.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +13,7 @@ use crate::clock::now_ms;
 use crate::protocol::{ClientCapabilities, InputKind, LogLevel, RpcError};
 use crate::tasks::backend::{Finished, StoreError, TaskStore};
 use crate::tasks::model::{Claim, Finish, Lease, Origin};
+use crate::tools::panics::run_tool;
 use crate::tools::{Invocation, InvocationHost, Outcome};
 
 /// Runs one claimed attempt and commits its outcome (fenced by the claim's token). The
@@ -31,7 +31,15 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
                 None,
             ))
         });
+    shared.observer.attempt_started(
+        &claim.tool,
+        Duration::from_millis(claim.queue_wait_ms.max(0) as u64),
+    );
+    let started = Instant::now();
     let finish = execute(shared, &claim, &control);
+    shared
+        .observer
+        .attempt_ended(&claim.tool, started.elapsed());
     // Before the commit, which may claim this worker's next job of the same tool; idle
     // workers may take the tool's queued jobs too, so the dispatcher is told.
     if control.release_slot() {
@@ -135,10 +143,13 @@ fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Fin
         capabilities: &capabilities,
         host: &mut host,
     };
-    let outcome = catch_unwind(AssertUnwindSafe(|| tool.tool.run(&mut invocation)));
+    let outcome = run_tool(|| tool.tool.run(&mut invocation));
     match outcome {
-        Err(_) => {
-            log::error!("tool {} panicked in a task attempt", claim.tool);
+        Err(place) => {
+            log::error!(
+                "tool {} panicked in a task attempt (at {place})",
+                claim.tool
+            );
             Finish::Retry {
                 reason: "the tool panicked".into(),
             }

@@ -244,6 +244,7 @@ mod tests {
             token: format!("{task_id}-token"),
             attempt: 1,
             deadline: i64::MAX,
+            queue_wait_ms: 0,
             tool: tool.into(),
             origin: Vec::new(),
             input_responses: "{}".into(),

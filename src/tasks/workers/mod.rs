@@ -48,8 +48,17 @@ pub struct WorkerPool {
     threads: Vec<JoinHandle<()>>,
 }
 
+/// Told when an attempt starts and ends (the metrics' per-tool histograms).
+pub trait AttemptObserver: Send + Sync {
+    /// A claimed job starts: `queue_wait` is how long it had been ready to run.
+    fn attempt_started(&self, tool: &str, queue_wait: Duration);
+    /// The attempt's tool returned (before its outcome commits).
+    fn attempt_ended(&self, tool: &str, duration: Duration);
+}
+
 struct Shared {
     store: Arc<dyn TaskStore>,
+    observer: Arc<dyn AttemptObserver>,
     tools: Arc<Registry>,
     inflight: Arc<Inflight>,
     idle: AtomicUsize,
@@ -65,12 +74,14 @@ impl WorkerPool {
         tools: Arc<Registry>,
         inflight: Arc<Inflight>,
         config: &WorkerConfig,
+        observer: Arc<dyn AttemptObserver>,
         wake: Sender<()>,
         woken: Receiver<()>,
     ) -> WorkerPool {
         let stopping = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             store: Arc::clone(&store),
+            observer,
             tools,
             inflight: Arc::clone(&inflight),
             idle: AtomicUsize::new(config.threads),

@@ -155,11 +155,13 @@ pub fn rerun_source(conn: &Connection, task_id: &str) -> rusqlite::Result<Option
     .optional()
 }
 
-/// The counts of `mcp-taskd stats`. Counting by tool and the attempts of the last hour
-/// scan their tables: this runs when an operator asks, never on a timer.
+/// The counts of `mcp-taskd stats`. Counts by tool and status, and by job state, are
+/// the trigger-kept rows of `task_counts` and `job_counts`; tasks created recently are a
+/// primary-key range; counting the attempts of the last hour scans `attempts`: this
+/// runs when an operator asks, never on a timer.
 pub fn stats_detail(conn: &Connection, now: i64) -> rusqlite::Result<StatsDetail> {
     let mut statement = conn.prepare_cached(
-        "SELECT tool, status, COUNT(*) FROM tasks GROUP BY tool, status ORDER BY tool, status",
+        "SELECT tool, status, n FROM task_counts WHERE n > 0 ORDER BY tool, status",
     )?;
     let by_tool_status = statement
         .query_map([], |row| {
@@ -170,20 +172,7 @@ pub fn stats_detail(conn: &Connection, now: i64) -> rusqlite::Result<StatsDetail
             ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut jobs: Vec<(String, u64)> = ["queued", "running", "waiting"]
-        .iter()
-        .map(|state| ((*state).to_owned(), 0))
-        .collect();
-    let mut statement = conn.prepare_cached("SELECT state, COUNT(*) FROM jobs GROUP BY state")?;
-    let rows = statement.query_map([], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-    })?;
-    for row in rows {
-        let (state, count) = row?;
-        if let Some(entry) = jobs.iter_mut().find(|(known, _)| *known == state) {
-            entry.1 = count.max(0) as u64;
-        }
-    }
+    let jobs = super::upkeep::job_counts(conn)?;
     let oldest: Option<i64> = conn.query_row(
         "SELECT MIN(run_after) FROM jobs WHERE state = 'queued' AND run_after <= ?1",
         [now],

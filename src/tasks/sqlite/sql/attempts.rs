@@ -14,7 +14,7 @@ const CLAIM_OLDEST: &str = "UPDATE jobs SET state = 'running', attempt = attempt
      lease_token = ?2, lease_expires = ?1 + ?3, deadline = ?1 + timeout_ms \
      WHERE task_id = (SELECT task_id FROM jobs WHERE state = 'queued' \
                       AND run_after <= ?1 ORDER BY run_after LIMIT 1) \
-     RETURNING task_id, attempt, deadline";
+     RETURNING task_id, attempt, deadline, ?1 - run_after";
 
 /// Claims the oldest ready job of a tool not in the JSON array ?4. Walking
 /// `jobs_ready` past the passed-over tools' jobs would read every one of them (100 000
@@ -39,7 +39,7 @@ const CLAIM_OLDEST_EXCEPT: &str = "UPDATE jobs SET state = 'running', attempt = 
          AND queued.tool NOT IN (SELECT value FROM json_each(?4))) \
        SELECT jobs.task_id FROM oldest JOIN jobs ON jobs.task_id = oldest.task_id \
        ORDER BY jobs.run_after LIMIT 1) \
-     RETURNING task_id, attempt, deadline";
+     RETURNING task_id, attempt, deadline, ?1 - run_after";
 
 /// Claims up to `limit` ready jobs, oldest first, each with a fresh fencing token,
 /// passing over the jobs of the tools `claimant` says are saturated. Each job goes to
@@ -67,7 +67,7 @@ pub fn claim(
                 .query_row(params![now, fresh, lease_ms, passed_over], claimed_job)
         }
         .optional()?;
-        let Some((task_id, attempt, deadline)) = claimed else {
+        let Some((task_id, attempt, deadline, queue_wait_ms)) = claimed else {
             break;
         };
         let (tool, origin, input_responses, tool_state) = conn
@@ -82,6 +82,7 @@ pub fn claim(
             token: fresh,
             attempt,
             deadline,
+            queue_wait_ms,
             tool,
             origin,
             input_responses,
@@ -105,8 +106,8 @@ pub fn claim(
     Ok(claims)
 }
 
-fn claimed_job(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, i64)> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+fn claimed_job(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, i64, i64)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
 }
 
 /// The job as its lease holder left it, for [`finish`].

@@ -1,10 +1,13 @@
 //! Upkeep queries: expired leases and tasks, the outbox, and the counts for
 //! `GET /metrics`.
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::protocol::TaskStatus;
-use crate::tasks::model::Stats;
+use crate::tasks::model::{Stats, ToolTotals};
+
+/// Every state a job can be in (the CHECK of `jobs.state`).
+pub const JOB_STATES: [&str; 3] = ["queued", "running", "waiting"];
 
 /// Leased jobs whose lease ended before `before` (all leased jobs with `None`).
 pub fn expired_leases(
@@ -59,30 +62,42 @@ pub fn prune_outbox(conn: &Connection, upto: i64, limit: usize) -> rusqlite::Res
     .execute(params![upto, limit as i64])
 }
 
-/// Every status and state with its count (zero included, so series never vanish).
+/// Every status and state with its count (zero included, so series never vanish), and
+/// the per-tool totals. The counts come from `task_counts`, `task_totals` and
+/// `job_counts`, which triggers keep (schema.sql, migration 4): a few rows, whatever the
+/// number of tasks. The oldest ready job is one seek in `jobs_ready`; the outbox is kept
+/// short by the janitor.
 pub fn stats(conn: &Connection, now: i64) -> rusqlite::Result<Stats> {
-    let count_by = |sql: &str, names: &[&str]| -> rusqlite::Result<Vec<(String, u64)>> {
-        let mut counts: Vec<(String, u64)> = names.iter().map(|n| ((*n).to_owned(), 0)).collect();
-        let mut statement = conn.prepare_cached(sql)?;
-        let rows = statement.query_map([], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-        })?;
-        for row in rows {
-            let (name, count) = row?;
-            if let Some(entry) = counts.iter_mut().find(|(known, _)| *known == name) {
-                entry.1 = count.max(0) as u64;
-            }
+    let mut tasks: Vec<(String, u64)> = TaskStatus::ALL
+        .iter()
+        .map(|status| (status.as_str().to_owned(), 0))
+        .collect();
+    let mut statement =
+        conn.prepare_cached("SELECT status, SUM(n) FROM task_counts GROUP BY status")?;
+    let rows = statement.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+    })?;
+    for row in rows {
+        let (status, count) = row?;
+        if let Some(entry) = tasks.iter_mut().find(|(known, _)| *known == status) {
+            entry.1 = count.max(0) as u64;
         }
-        Ok(counts)
-    };
-    let tasks = count_by(
-        "SELECT status, COUNT(*) FROM tasks GROUP BY status",
-        &TaskStatus::ALL.map(TaskStatus::as_str),
+    }
+    let mut statement = conn.prepare_cached(
+        "SELECT tool, created, completed, failed, cancelled FROM task_totals ORDER BY tool",
     )?;
-    let jobs = count_by(
-        "SELECT state, COUNT(*) FROM jobs GROUP BY state",
-        &["queued", "running", "waiting"],
-    )?;
+    let totals = statement
+        .query_map([], |row| {
+            let count = |i| row.get::<_, i64>(i).map(|n| n.max(0) as u64);
+            Ok(ToolTotals {
+                tool: row.get(0)?,
+                created: count(1)?,
+                completed: count(2)?,
+                failed: count(3)?,
+                cancelled: count(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     let oldest: Option<i64> = conn.query_row(
         "SELECT MIN(run_after) FROM jobs WHERE state = 'queued' AND run_after <= ?1",
         [now],
@@ -91,10 +106,30 @@ pub fn stats(conn: &Connection, now: i64) -> rusqlite::Result<Stats> {
     let outbox_rows: i64 = conn.query_row("SELECT COUNT(*) FROM outbox", [], |row| row.get(0))?;
     Ok(Stats {
         tasks,
-        jobs,
+        jobs: job_counts(conn)?,
+        totals,
         oldest_ready_age_ms: oldest.map_or(0, |at| (now - at).max(0) as u64),
         outbox_rows: outbox_rows.max(0) as u64,
     })
+}
+
+/// Jobs by state, every state included: the rows of `job_counts`.
+pub fn job_counts(conn: &Connection) -> rusqlite::Result<Vec<(String, u64)>> {
+    let mut jobs: Vec<(String, u64)> = JOB_STATES
+        .iter()
+        .map(|state| ((*state).to_owned(), 0))
+        .collect();
+    let mut statement = conn.prepare_cached("SELECT state, n FROM job_counts")?;
+    let rows = statement.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+    })?;
+    for row in rows {
+        let (state, count) = row?;
+        if let Some(entry) = jobs.iter_mut().find(|(known, _)| *known == state) {
+            entry.1 = count.max(0) as u64;
+        }
+    }
+    Ok(jobs)
 }
 
 pub fn max_outbox_seq(conn: &Connection) -> rusqlite::Result<i64> {
@@ -103,12 +138,14 @@ pub fn max_outbox_seq(conn: &Connection) -> rusqlite::Result<i64> {
     })
 }
 
-/// Jobs waiting for a worker (backoff included): a count over the `jobs_ready` index.
+/// Jobs waiting for a worker (backoff included): one row of `job_counts`.
 pub fn queued_jobs(conn: &Connection) -> rusqlite::Result<u64> {
-    let count: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM jobs WHERE state = 'queued'",
-        [],
-        |row| row.get(0),
-    )?;
-    Ok(count.max(0) as u64)
+    let count: Option<i64> = conn
+        .query_row(
+            "SELECT n FROM job_counts WHERE state = 'queued'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(count.unwrap_or(0).max(0) as u64)
 }
