@@ -6,9 +6,9 @@
 # port with a temporary data dir, runs every driver in tests/interop/ (each prints one
 # PASS/FAIL line), prints `interop: N passed, M failed`, and fails if any driver failed.
 # HTTP drivers get the server's URL; stdio drivers get the command line a desktop host
-# would launch: `BINARY stdio` on a data dir of their own, or `BINARY stdio --connect URL`
-# relaying to the server (they are skipped with --reference, whose server speaks HTTP
-# only).
+# would launch: `BINARY stdio` with the server's configuration on a data dir of their
+# own, or `BINARY stdio --connect URL` relaying to the server (they are skipped with
+# --reference, whose server speaks HTTP only).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -32,6 +32,7 @@ else
   # The default configuration with a 1 s inline wait: generate_report (2.4 s for four
   # sections) then answers a client that does not speak tasks with a task handle, which
   # the drivers follow with task_wait (MCP_TASKD_EXPECT_HANDLE makes them insist on it).
+  # Local stdio servers run the same configuration.
   { cat "$ROOT/examples/default.toml"; printf '\n[tasks]\ninline_wait_ms = 1000\n'; } \
     >"$WORK/config.toml"
   export MCP_TASKD_EXPECT_HANDLE=1
@@ -52,8 +53,9 @@ fi
 
 # name, then how to run it: a Python driver in a venv, or a Node driver copied into the
 # npm project holding its client, so its plain `import`s resolve there; then what it
-# connects to: `http` (the server's URL), `stdio` (the command line of `BINARY stdio` on a
-# fresh data dir) or `relay` (that of `BINARY stdio --connect URL`).
+# connects to: `http` (the server's URL), `stdio` (the command line of `BINARY stdio` with
+# the server's configuration on a fresh data dir) or `relay` (that of `BINARY stdio
+# --connect URL`).
 run_driver() {
   local name="$1" kind="$2" where="$3" script="$4" target="$5"
   local command arguments
@@ -64,7 +66,7 @@ run_driver() {
     command=("$NODE" "$CACHE/npm/$where/$script")
   fi
   if [ "$target" = stdio ]; then
-    arguments=("$BINARY" stdio --data-dir "$WORK/stdio-$name")
+    arguments=("$BINARY" stdio --config "$WORK/config.toml" --data-dir "$WORK/stdio-$name")
   elif [ "$target" = relay ]; then
     arguments=("$BINARY" stdio --connect "$URL")
   else
@@ -101,6 +103,7 @@ typescript-client-2.x       node   client2    typescript_client2.mjs        http
 inspector-cli               node   inspector  inspector_cli.mjs             http
 mcp-remote                  node   mcp-remote mcp_remote.mjs                http
 python-sdk-1.x-stdio        python py1        python_sdk1_stdio.py          stdio
+python-sdk-1.x-stdio-resume python py1        python_sdk1_stdio_resume.py   stdio
 python-sdk-2.x-client-stdio python py2        python_sdk2_client_stdio.py   stdio
 typescript-sdk-1.x-stdio    node   sdk1       typescript_sdk1_stdio.mjs     stdio
 python-sdk-1.x-relay        python py1        python_sdk1_stdio.py          relay

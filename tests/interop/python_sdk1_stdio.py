@@ -1,10 +1,14 @@
 """Python SDK `mcp` 1.x `stdio_client` launching `mcp-taskd stdio` (legacy era,
-2025-11-25), as a desktop host does: initialize, tools/list, echo, and generate_report,
-a task tool that a client not asking for a task gets answered inline.
+2025-11-25), as a desktop host does: initialize, tools/list, echo, then generate_report
+called plainly (no tasks declared): its result, or a task handle (text naming task_wait,
+structuredContent passing the SDK's outputSchema check) and then the result through
+task_wait.
 Usage: python python_sdk1_stdio.py COMMAND [ARG...] (py1 venv of .ci/interop-setup.sh),
-the command line the host launches: `mcp-taskd stdio --data-dir DIR`, or
-`mcp-taskd stdio --connect URL` for the relay."""
+the command line the host launches: `mcp-taskd stdio --config FILE --data-dir DIR`, or
+`mcp-taskd stdio --connect URL` for the relay. With MCP_TASKD_EXPECT_HANDLE=1 (a config
+whose inline wait is shorter than the report) the call must answer a handle."""
 
+import os
 import sys
 
 import anyio
@@ -28,14 +32,26 @@ async def steps(command: list[str]) -> None:
 
             tools = await session.list_tools()
             names = {tool.name for tool in tools.tools}
-            assert {"echo", "generate_report"} <= names, f"tools/list: {sorted(names)}"
+            expected = {"echo", "generate_report", "task_status", "task_wait", "task_cancel"}
+            assert expected <= names, f"tools/list: {sorted(names)}"
 
             echo = await session.call_tool("echo", {"text": "hello"})
             assert not echo.isError and echo.content[0].text == "hello", f"echo: {echo}"
 
-            report = await session.call_tool("generate_report", {"topic": "interop", "sections": 1})
-            assert not report.isError, f"generate_report: {report}"
-            assert report.structuredContent["topic"] == "interop", f"generate_report: {report}"
+            # The SDK checks every answer against the listed outputSchema, handle included.
+            answer = await session.call_tool("generate_report", {"topic": "stdio", "sections": 4})
+            assert not answer.isError, f"generate_report: {answer}"
+            handle = answer.structuredContent or {}
+            if os.environ.get("MCP_TASKD_EXPECT_HANDLE") == "1":
+                assert "taskId" in handle, f"expected a task handle: {answer}"
+            while "taskId" in handle:
+                print(f"# handle {handle['status']}: {handle['statusMessage']}", file=sys.stderr)
+                assert "task_wait" in answer.content[0].text, f"handle text: {answer}"
+                answer = await session.call_tool("task_wait", {"taskId": handle["taskId"]})
+                assert not answer.isError, f"task_wait: {answer}"
+                handle = answer.structuredContent or {}
+            assert handle.get("topic") == "stdio", f"generate_report result: {answer}"
+            assert len(handle.get("sections", [])) == 4, f"generate_report result: {answer}"
 
 
 def main() -> int:

@@ -1,9 +1,12 @@
 """Python SDK `mcp` 2.x high-level `Client` over stdio, launching `mcp-taskd stdio`.
 Default mode "auto": probes `server/discover` and speaks 2026-07-28. tools/list, echo,
-and generate_report, a task tool answered inline to a client without the Tasks extension.
+then generate_report without declaring the Tasks extension: its result, or a task handle
+and then the result through task_wait.
 Usage: python python_sdk2_client_stdio.py COMMAND [ARG...] (py2 venv), the command line
-to launch (`mcp-taskd stdio --data-dir DIR`, or `mcp-taskd stdio --connect URL`)."""
+to launch (`mcp-taskd stdio --config FILE --data-dir DIR`, or `mcp-taskd stdio --connect
+URL`). With MCP_TASKD_EXPECT_HANDLE=1 the call must answer a handle."""
 
+import os
 import sys
 
 import anyio
@@ -24,14 +27,25 @@ async def steps(command: list[str]) -> None:
 
         tools = await client.list_tools()
         names = {tool.name for tool in tools.tools}
-        assert {"echo", "generate_report"} <= names, f"tools/list: {sorted(names)}"
+        expected = {"echo", "generate_report", "task_status", "task_wait", "task_cancel"}
+        assert expected <= names, f"tools/list: {sorted(names)}"
 
         echo = await client.call_tool("echo", {"text": "hello"})
         assert not echo.is_error and echo.content[0].text == "hello", f"echo: {echo}"
 
-        report = await client.call_tool("generate_report", {"topic": "interop", "sections": 1})
-        assert not report.is_error, f"generate_report: {report}"
-        assert report.structured_content["topic"] == "interop", f"generate_report: {report}"
+        answer = await client.call_tool("generate_report", {"topic": "stdio", "sections": 4})
+        assert not answer.is_error, f"generate_report: {answer}"
+        handle = answer.structured_content or {}
+        if os.environ.get("MCP_TASKD_EXPECT_HANDLE") == "1":
+            assert "taskId" in handle, f"expected a task handle: {answer}"
+        while "taskId" in handle:
+            print(f"# handle {handle['status']}: {handle['statusMessage']}", file=sys.stderr)
+            assert "task_wait" in answer.content[0].text, f"handle text: {answer}"
+            answer = await client.call_tool("task_wait", {"taskId": handle["taskId"]})
+            assert not answer.is_error, f"task_wait: {answer}"
+            handle = answer.structured_content or {}
+        assert handle.get("topic") == "stdio", f"generate_report result: {answer}"
+        assert len(handle.get("sections", [])) == 4, f"generate_report result: {answer}"
 
 
 def main() -> int:

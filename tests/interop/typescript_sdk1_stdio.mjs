@@ -1,10 +1,15 @@
 // TypeScript SDK @modelcontextprotocol/sdk 1.x StdioClientTransport launching
 // `mcp-taskd stdio` (legacy era, 2025-11-25), as a desktop host does: initialize,
-// tools/list, echo, and generate_report called plainly (callTool), which a task tool
-// answers inline within the call.
+// tools/list, echo, then task tools called plainly (callTool, no tasks declared):
+// noop_task, a task that completes at once, is answered within the call's inline wait;
+// generate_report (four sections, 2.4 s) answers its result, or a task handle and then
+// the result through task_wait. The SDK checks each answer against the listed
+// outputSchema.
 // Usage: node typescript_sdk1_stdio.mjs COMMAND [ARG...], from a folder where the SDK is
-// installed; COMMAND [ARG...] is the command line to launch (`mcp-taskd stdio --data-dir
-// DIR`, or `mcp-taskd stdio --connect URL` for the relay).
+// installed; COMMAND [ARG...] is the command line to launch (`mcp-taskd stdio --config
+// FILE --data-dir DIR`, or `mcp-taskd stdio --connect URL` for the relay). With
+// MCP_TASKD_EXPECT_HANDLE=1 (an inline wait of about 1 s) the longer one must answer a
+// handle.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 
@@ -18,16 +23,30 @@ async function flow([command, ...args]) {
   try {
     const { tools } = await client.listTools();
     const names = tools.map((tool) => tool.name);
-    check(names.includes('echo') && names.includes('generate_report'), `tools/list: ${names}`);
+    const expected = ['echo', 'noop_task', 'generate_report', 'task_status', 'task_wait', 'task_cancel'];
+    check(expected.every((name) => names.includes(name)), `tools/list: ${names}`);
 
     const echo = await client.callTool({ name: 'echo', arguments: { text: 'hello' } });
     check(!echo.isError && echo.content[0].text === 'hello', `echo: ${JSON.stringify(echo)}`);
 
-    const report = await client.callTool({
+    const noop = await client.callTool({ name: 'noop_task', arguments: {} });
+    check(!noop.isError && noop.content[0].text === 'done', `noop_task: ${JSON.stringify(noop)}`);
+
+    let answer = await client.callTool({
       name: 'generate_report',
-      arguments: { topic: 'interop', sections: 1 },
+      arguments: { topic: 'long', sections: 4 },
     });
-    check(!report.isError && report.structuredContent?.topic === 'interop', `generate_report: ${JSON.stringify(report)}`);
+    if (process.env.MCP_TASKD_EXPECT_HANDLE === '1') {
+      check(answer.structuredContent?.taskId, `expected a task handle: ${JSON.stringify(answer)}`);
+    }
+    while (answer.structuredContent?.taskId) {
+      check(!answer.isError && answer.content[0].text.includes('task_wait'), `handle: ${JSON.stringify(answer)}`);
+      answer = await client.callTool({
+        name: 'task_wait',
+        arguments: { taskId: answer.structuredContent.taskId },
+      });
+    }
+    check(!answer.isError && answer.structuredContent?.topic === 'long', `long report: ${JSON.stringify(answer)}`);
   } finally {
     await client.close();
   }
