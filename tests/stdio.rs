@@ -1,6 +1,7 @@
 //! `mcp-taskd stdio`, as a desktop or IDE host runs it: both eras over stdin/stdout,
 //! nothing but protocol on stdout, durable tasks across a crash and a graceful stop,
-//! the refusal of a data dir a server holds, and the `--connect` relay.
+//! the refusal of a data dir a server holds, the `--connect` relay, and task questions
+//! put to a legacy host as server-to-client requests (with tasks, and through the bridge).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -412,4 +413,61 @@ fn a_legacy_task_asks_its_question_over_stdio_and_through_the_relay() {
     let served = tempfile::tempdir().unwrap();
     let server = Server::start_in(served.path(), TESTING);
     approve_through(&mut Stdio::connect(&url(&server), None));
+}
+
+/// A legacy session that declared elicitation but not tasks calls `approve_deployment`
+/// plainly: the task bridge runs it as a durable task, and within the call's inline wait
+/// the task's question arrives as an `elicitation/create` line naming the task; the
+/// answer goes back as a line, and the call answers the tool's own result.
+fn approve_bridged_through(stdio: &mut Stdio) {
+    let init = stdio.request(
+        1,
+        "initialize",
+        json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "stdio-test", "version": "1"},
+        }),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    stdio.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    stdio.send(&json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "approve_deployment", "arguments": {"service": "web", "version": "2.0.1"}},
+    }));
+    let asked = stdio.wait_for(|message| message["method"] == "elicitation/create");
+    assert!(
+        asked["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("web@2.0.1"),
+        "{asked}"
+    );
+    assert!(
+        asked["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"].is_string(),
+        "the question names its task: {asked}"
+    );
+    stdio.send(&json!({
+        "jsonrpc": "2.0", "id": asked["id"],
+        "result": {"action": "accept", "content": {"approve": true}},
+    }));
+    let result = stdio.answer(2);
+    assert!(
+        result["result"].get("task").is_none(),
+        "no task for this client: {result}"
+    );
+    assert_eq!(
+        result["result"]["content"][0]["text"], "Deployed web@2.0.1.",
+        "{result}"
+    );
+}
+
+#[test]
+fn a_bridged_task_asks_a_legacy_client_that_declared_elicitation_over_stdio_and_the_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    approve_bridged_through(&mut Stdio::start_in(dir.path(), TESTING));
+
+    let served = tempfile::tempdir().unwrap();
+    let server = Server::start_in(served.path(), TESTING);
+    approve_bridged_through(&mut Stdio::connect(&url(&server), None));
 }
