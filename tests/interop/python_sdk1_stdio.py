@@ -6,7 +6,8 @@ task_wait.
 Usage: python python_sdk1_stdio.py COMMAND [ARG...] (py1 venv of .ci/interop-setup.sh),
 the command line the host launches: `mcp-taskd stdio --config FILE --data-dir DIR`, or
 `mcp-taskd stdio --connect URL` for the relay. With MCP_TASKD_EXPECT_HANDLE=1 (a config
-whose inline wait is shorter than the report) the call must answer a handle."""
+whose inline wait is shorter than the report) the call must answer a handle. Through the
+relay, a direct HTTP client of the same identity (anonymous) finds the task too."""
 
 import os
 import sys
@@ -14,6 +15,7 @@ import sys
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 NAME = "python-sdk-1.x-relay" if "--connect" in sys.argv else "python-sdk-1.x-stdio"
 
@@ -44,6 +46,8 @@ async def steps(command: list[str]) -> None:
             handle = answer.structuredContent or {}
             if os.environ.get("MCP_TASKD_EXPECT_HANDLE") == "1":
                 assert "taskId" in handle, f"expected a task handle: {answer}"
+            if "--connect" in command and "taskId" in handle:
+                await found_directly(command[command.index("--connect") + 1], handle["taskId"])
             while "taskId" in handle:
                 print(f"# handle {handle['status']}: {handle['statusMessage']}", file=sys.stderr)
                 assert "task_wait" in answer.content[0].text, f"handle text: {answer}"
@@ -52,6 +56,19 @@ async def steps(command: list[str]) -> None:
                 handle = answer.structuredContent or {}
             assert handle.get("topic") == "stdio", f"generate_report result: {answer}"
             assert len(handle.get("sections", [])) == 4, f"generate_report result: {answer}"
+
+
+async def found_directly(url: str, task_id: str) -> None:
+    """The relay shares the server's tasks: a direct HTTP client sees the relayed task."""
+    async with streamable_http_client(url) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            status = await session.call_tool("task_status", {"taskId": task_id})
+            assert not status.isError, f"task_status over HTTP: {status}"
+            assert (status.structuredContent or {}).get("taskId", task_id) == task_id, (
+                f"task_status over HTTP: {status}"
+            )
+            print("# the relayed task is found over HTTP", file=sys.stderr)
 
 
 def main() -> int:
