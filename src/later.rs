@@ -7,6 +7,7 @@
 //! the value or the function — runs the function, on its own thread.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 type Callback<T> = Box<dyn FnOnce(T) + Send>;
 
@@ -71,6 +72,17 @@ impl<T: Send + 'static> Later<T> {
         }
     }
 
+    /// Blocks this thread until the value arrives, for at most `limit` (`None` when the
+    /// limit passes first): for a call that must answer with it, such as a legacy or
+    /// bridged call waiting for its task's creation to commit.
+    pub fn wait(self, limit: Duration) -> Option<T> {
+        let (sender, receiver) = crossbeam_channel::bounded(1);
+        self.then(move |value| {
+            let _ = sender.send(value);
+        });
+        receiver.recv_timeout(limit).ok()
+    }
+
     /// A `Later` of `f(value)`.
     pub fn map<U: Send + 'static>(self, f: impl FnOnce(T) -> U + Send + 'static) -> Later<U> {
         let mapped = Later {
@@ -116,6 +128,17 @@ impl<T> Drop for Fulfil<T> {
 mod tests {
     use super::*;
     use std::sync::mpsc;
+
+    #[test]
+    fn wait_returns_the_value_or_none_once_the_limit_passes() {
+        let (fulfil, value) = later::<u32>(|| 0);
+        let producer = std::thread::spawn(move || fulfil.fulfil(7));
+        assert_eq!(value.wait(Duration::from_secs(10)), Some(7));
+        producer.join().unwrap();
+
+        let (_kept, never) = later::<u32>(|| 0);
+        assert_eq!(never.wait(Duration::from_millis(10)), None);
+    }
 
     #[test]
     fn the_callback_runs_once_whichever_side_comes_first() {

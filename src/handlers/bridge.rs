@@ -579,13 +579,9 @@ impl Progress {
 
 /// The `CreateTaskResult` fields once the creation committed.
 fn created(creation: Later<Result<Value, RpcError>>) -> Result<Value, RpcError> {
-    let (answer, answers) = crossbeam_channel::bounded(1);
-    creation.then(move |result| {
-        let _ = answer.send(result);
-    });
-    answers
-        .recv_timeout(CREATION_WAIT)
-        .unwrap_or_else(|_| Err(RpcError::internal()))
+    creation
+        .wait(CREATION_WAIT)
+        .unwrap_or_else(|| Err(RpcError::internal()))
 }
 
 #[cfg(test)]

@@ -219,11 +219,7 @@ impl Legacy {
 
 /// Waits for a task creation's answer, which arrives once the task is committed.
 fn wait_for(creation: Later<Result<Value, RpcError>>) -> Result<Value, RpcError> {
-    let (answer, answers) = crossbeam_channel::bounded(1);
-    creation.then(move |result| {
-        let _ = answer.send(result);
-    });
-    answers
-        .recv_timeout(CREATION_WAIT)
-        .unwrap_or_else(|_| Err(RpcError::internal()))
+    creation
+        .wait(CREATION_WAIT)
+        .unwrap_or_else(|| Err(RpcError::internal()))
 }
