@@ -278,9 +278,6 @@ pub struct TaskDefaults {
     pub inline_wait_ms: u64,
 }
 
-/// Longest inline wait accepted: hosts cut calls off at about 4 minutes.
-pub const MAX_INLINE_WAIT_MS: u64 = 240_000;
-
 impl Default for TaskDefaults {
     fn default() -> Self {
         TaskDefaults {
@@ -539,7 +536,7 @@ impl Config {
         if self.tasks.ttl_ms == 0 || self.tasks.poll_interval_ms == 0 {
             return Err(ConfigError::TaskTimes);
         }
-        if self.tasks.inline_wait_ms > MAX_INLINE_WAIT_MS {
+        if self.tasks.inline_wait_ms > crate::tools::MAX_INLINE_WAIT_MS {
             return Err(ConfigError::InlineWait {
                 field: "tasks.inline_wait_ms".into(),
                 value: self.tasks.inline_wait_ms,

@@ -58,7 +58,7 @@ pub enum ConfigError {
     #[error(
         "{field} = {value}: at most {} ms (hosts cut tool calls off at about 4 minutes; \
          the default, 20000, stays under the 60 s request timeout of the TypeScript SDK)",
-        crate::config::MAX_INLINE_WAIT_MS
+        crate::tools::MAX_INLINE_WAIT_MS
     )]
     InlineWait { field: String, value: u64 },
     #[error("[notifications] limits must be positive")]

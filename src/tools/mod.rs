@@ -22,6 +22,10 @@ use crate::protocol::{ClientCapabilities, LogLevel};
 
 pub use registry::{Registered, RegistrationError, RegistrationProblem, Registry};
 
+/// Longest inline wait a task tool may have (`tasks.inline_wait_ms`, or a tool's own):
+/// hosts cut tool calls off at about 4 minutes.
+pub const MAX_INLINE_WAIT_MS: u64 = 240_000;
+
 /// Whether a tool runs inline in its `tools/call` or as a durable task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

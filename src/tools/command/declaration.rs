@@ -105,7 +105,7 @@ pub enum DeclarationError {
     InlineWaitOnInline,
     #[error(
         "inline_wait_ms: at most {} ms (hosts cut tool calls off at about 4 minutes)",
-        crate::config::MAX_INLINE_WAIT_MS
+        crate::tools::MAX_INLINE_WAIT_MS
     )]
     InlineWaitTooLong,
     #[error("idempotency_argument: \"{argument}\" is not a property of input_schema")]
@@ -194,7 +194,7 @@ impl CommandTool {
             if config.task_policy == TaskPolicy::Inline {
                 return Err(DeclarationError::InlineWaitOnInline);
             }
-            if wait > crate::config::MAX_INLINE_WAIT_MS {
+            if wait > crate::tools::MAX_INLINE_WAIT_MS {
                 return Err(DeclarationError::InlineWaitTooLong);
             }
         }
