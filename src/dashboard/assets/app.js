@@ -76,17 +76,22 @@ function chart(tool, series) {
   svg.setAttribute("role", "img");
   const totals = names.map((n) => `${n} ${series[n].reduce((a, v) => a + (v || 0), 0)}`).join(", ");
   svg.setAttribute("aria-label", `${tool}, last hour: ${totals} (peak ${max} a minute)`);
-  for (const name of names) {
+  // One slot per minute, three thin bars in it (created, completed, failed).
+  names.forEach((name, which) => {
     const values = series[name];
-    const step = (width - 2 * pad) / Math.max(1, values.length - 1);
-    const points = values.map((v, i) => v === null ? null :
-      `${(pad + i * step).toFixed(1)},${(height - pad - (v / max) * (height - 2 * pad)).toFixed(1)}`)
-      .filter((p) => p !== null).join(" ");
-    const line = document.createElementNS(SVG, "polyline");
-    line.setAttribute("points", points);
-    line.setAttribute("class", "s-" + name);
-    svg.append(line);
-  }
+    const slot = (width - 2 * pad) / Math.max(1, values.length);
+    values.forEach((v, i) => {
+      if (!v) return;
+      const bar = document.createElementNS(SVG, "rect");
+      const h = (v / max) * (height - 2 * pad);
+      bar.setAttribute("x", (pad + i * slot + which * slot / 3).toFixed(1));
+      bar.setAttribute("y", (height - pad - h).toFixed(1));
+      bar.setAttribute("width", Math.max(1, slot / 3 - 0.5).toFixed(1));
+      bar.setAttribute("height", h.toFixed(1));
+      bar.setAttribute("class", "s-" + name);
+      svg.append(bar);
+    });
+  });
   const legend = el("div", { class: "legend" },
     ...names.map((n) => el("span", { class: "s-" + n, text: "■ " + n })));
   return el("figure", { class: "chart" }, el("figcaption", { text: `${tool} (peak ${max}/min)` }), svg, legend);
@@ -101,9 +106,13 @@ async function loadOverview() {
     card("open subscriptions", o.openSubscriptions),
     card("WAL size", bytes(o.walBytes)));
   $("statuses").replaceChildren(...Object.entries(o.tasksByStatus).map(([s, n]) => card(s, n)));
+  const sum = (series) => ["created", "completed", "failed"]
+    .reduce((total, name) => total + series[name].reduce((a, v) => a + (v || 0), 0), 0);
   const tools = Object.entries(o.perMinute.tools || {});
-  $("charts").replaceChildren(...(tools.length ? tools.map(([t, s]) => chart(t, s)) :
-    [el("p", { text: "No tools yet." })]));
+  const active = tools.filter(([, series]) => sum(series) > 0);
+  const idle = tools.length - active.length;
+  $("charts").replaceChildren(...active.map(([t, s]) => chart(t, s)),
+    ...(idle ? [el("p", { text: `${idle} tool(s) without tasks in the last hour.` })] : []));
 }
 
 function filterQuery() {
