@@ -6,7 +6,7 @@
 // Checks that a non-admin token is refused at the login form, that an admin logs in and
 // sees the overview, that tasks created through MCP appear in the task table within 2 s
 // without a reload, and that a task is cancelled with its button (confirm dialog
-// accepted). Saves overview.png, tasks.png and task.png in OUTDIR. Exits non-zero on
+// accepted). Saves overview.png, tasks.png, task.png and tasks-phone.png in OUTDIR. Exits non-zero on
 // the first failed check.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -207,7 +207,18 @@ await waitFor(`[...document.querySelectorAll("#charts svg")].some((svg) =>
 await screenshot("overview.png");
 console.log("ok: the per-minute chart shows the tasks created");
 
-// 6. The API still refuses the non-admin token directly.
+// 6. At a phone's width the task list stays readable (no page-wide horizontal scroll).
+await page("Emulation.setDeviceMetricsOverride", { width: 390, height: 844, deviceScaleFactor: 2, mobile: true });
+await evaluate(`location.hash = "#tasks"; true`);
+await waitFor(`!document.getElementById("tasks").hidden &&
+  document.getElementById("task-rows").textContent.includes(${JSON.stringify(target)})`, 5000, "the list at phone width");
+const overflow = await evaluate(`document.documentElement.scrollWidth - document.documentElement.clientWidth`);
+if (overflow > 1) fail(`the page scrolls sideways at phone width (${overflow} px)`);
+await screenshot("tasks-phone.png");
+await page("Emulation.clearDeviceMetricsOverride");
+console.log("ok: readable at a phone's width");
+
+// 7. The API still refuses the non-admin token directly.
 const refused = await fetch(`${dashboard}api/overview`, { headers: { Authorization: `Bearer ${ALICE}` } });
 if (refused.status !== 403) fail(`non-admin token on the API: ${refused.status}`);
 console.log("ok: the API refuses a non-admin token (403)");

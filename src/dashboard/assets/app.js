@@ -136,11 +136,11 @@ async function loadTasks() {
   const rows = page.tasks.map((t) => {
     const link = el("a", { href: "#task/" + encodeURIComponent(t.id), text: t.id });
     return el("tr", {},
-      el("td", { text: new Date(t.createdAt).toLocaleString() }),
+      el("td", { class: "id" }, link),
       el("td", { class: "status-" + t.status, text: t.status }),
       el("td", { text: t.tool }),
       el("td", { text: t.principal }),
-      el("td", { class: "id" }, link));
+      el("td", { text: new Date(t.createdAt).toLocaleString() }));
   });
   $("task-rows").replaceChildren(...(rows.length ? rows :
     [el("tr", {}, el("td", { colspan: "5", text: "No tasks match." }))]));
