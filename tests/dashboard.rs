@@ -265,3 +265,23 @@ fn keyset_pages_list_every_task_once_newest_first() {
     let by_principal = admin_get(&server, "/dashboard/api/tasks?principal=alice&limit=200");
     assert_eq!(by_principal["tasks"].as_array().map(Vec::len), Some(7));
 }
+
+#[test]
+fn a_disabled_dashboard_is_not_there_and_a_foreign_host_is_refused() {
+    let off = Server::start(&format!("{CONFIG}[dashboard]\nenabled = false\n"));
+    let page = get(&off, "/dashboard/", &[]);
+    assert_eq!(page.status, 404, "{}", page.text());
+    let api = get(&off, "/dashboard/api/overview", &[("Authorization", ADMIN)]);
+    assert_eq!(api.status, 404);
+
+    let on = Server::start(CONFIG);
+    let rebound = get(
+        &on,
+        "/dashboard/api/overview",
+        &[("Host", "evil.example"), ("Authorization", ADMIN)],
+    );
+    assert_eq!(rebound.status, 403, "DNS rebinding: {}", rebound.text());
+    let moved = get(&on, "/dashboard", &[]);
+    assert_eq!(moved.status, 308);
+    assert_eq!(moved.header("Location"), Some("/dashboard/"));
+}

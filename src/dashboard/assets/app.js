@@ -165,9 +165,21 @@ async function loadTask() {
     [el("dt", { text: k }), el("dd", { id: "fact-" + k.toLowerCase().replace(/ /g, "-"), text: String(v) })]));
   const terminal = ["completed", "failed", "cancelled"].includes(t.status);
   $("cancel-task").disabled = terminal;
-  const attempts = (t.attempts || []).map((a) => el("li", { text:
-    `Attempt ${a.attempt}: started ${a.startedAt}` +
-    (a.endedAt ? `, ended ${a.endedAt}: ${a.outcome}` : ", running") }));
+  // A later attempt after one that never ended means that one's lease was reclaimed;
+  // the gap between an attempt's end and the next start is the retry backoff.
+  const list = t.attempts || [];
+  const attempts = list.map((a, i) => {
+    const next = list[i + 1];
+    let text = `Attempt ${a.attempt}: started ${a.startedAt}`;
+    if (a.endedAt) text += `, ended ${a.endedAt}: ${a.outcome}`;
+    else text += next ? ", lease lost (reclaimed)" : ", running";
+    const previous = list[i - 1];
+    if (previous && previous.endedAt) {
+      const wait = (Date.parse(a.startedAt) - Date.parse(previous.endedAt)) / 1000;
+      text += ` (after a ${wait.toFixed(1)} s backoff)`;
+    }
+    return el("li", { text });
+  });
   $("timeline").replaceChildren(...(attempts.length ? attempts : [el("li", { text: "No attempts yet." })]));
   $("task-error").textContent = pretty(t.error);
   const requests = t.inputRequests;
