@@ -35,6 +35,17 @@ pub struct Authenticator {
     endpoint: String,
     /// token digest -> (tenant, principal)
     tokens: HashMap<[u8; 32], (String, String)>,
+    /// Digests of the tokens with the `admin` role.
+    admins: std::collections::HashSet<[u8; 32]>,
+}
+
+/// What a request may do on the operator surfaces (the dashboard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// An admin-role token, or anyone when no tokens are configured.
+    Admin,
+    /// A valid token without the admin role: MCP only.
+    McpOnly,
 }
 
 /// The request must be refused with 401.
@@ -43,17 +54,61 @@ pub struct Unauthorized;
 
 impl Authenticator {
     pub fn new(endpoint: &str, tokens: &[TokenConfig]) -> Authenticator {
-        let tokens = tokens
+        let digest_of = |token: &TokenConfig| -> Option<[u8; 32]> {
+            hex::decode(&token.sha256).ok()?.try_into().ok()
+        };
+        let by_digest = tokens
             .iter()
             .filter_map(|token| {
-                let digest: [u8; 32] = hex::decode(&token.sha256).ok()?.try_into().ok()?;
-                Some((digest, (token.tenant.clone(), token.principal.clone())))
+                Some((
+                    digest_of(token)?,
+                    (token.tenant.clone(), token.principal.clone()),
+                ))
             })
+            .collect();
+        let admins = tokens
+            .iter()
+            .filter(|token| token.roles.iter().any(|role| role == "admin"))
+            .filter_map(digest_of)
             .collect();
         Authenticator {
             endpoint: endpoint.to_owned(),
-            tokens,
+            tokens: by_digest,
+            admins,
         }
+    }
+
+    /// Whether any token is configured (else everyone is anonymous, and an admin).
+    pub fn has_tokens(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// What a clear token (a login form's) grants.
+    pub fn access_of_token(&self, token: &str) -> Result<Access, Unauthorized> {
+        if self.tokens.is_empty() {
+            return Ok(Access::Admin);
+        }
+        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        if self.admins.contains(&digest) {
+            Ok(Access::Admin)
+        } else if self.tokens.contains_key(&digest) {
+            Ok(Access::McpOnly)
+        } else {
+            Err(Unauthorized)
+        }
+    }
+
+    /// What an `Authorization` header (if any) grants.
+    pub fn access(&self, authorization: Option<&str>) -> Result<Access, Unauthorized> {
+        if self.tokens.is_empty() {
+            return Ok(Access::Admin);
+        }
+        let header = authorization.ok_or(Unauthorized)?.trim();
+        let (scheme, token) = header.split_once(' ').ok_or(Unauthorized)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(Unauthorized);
+        }
+        self.access_of_token(token)
     }
 
     /// Resolves the `Authorization` header value (if any).
@@ -85,6 +140,7 @@ mod tests {
             principal: principal.into(),
             tenant: "t".into(),
             sha256: hex::encode(Sha256::digest(secret.as_bytes())),
+            roles: Vec::new(),
         }
     }
 
@@ -96,5 +152,18 @@ mod tests {
         assert_eq!(auth.authenticate(Some("Bearer nope")), Err(Unauthorized));
         assert_eq!(auth.authenticate(None), Err(Unauthorized));
         assert_eq!(auth.authenticate(Some("Basic s3cret")), Err(Unauthorized));
+    }
+
+    #[test]
+    fn only_admin_role_tokens_reach_the_operator_surface() {
+        let mut boss = token("boss", "b0ss");
+        boss.roles = vec!["admin".into()];
+        let auth = Authenticator::new("/mcp", &[token("alice", "s3cret"), boss]);
+        assert_eq!(auth.access(Some("Bearer b0ss")), Ok(Access::Admin));
+        assert_eq!(auth.access(Some("Bearer s3cret")), Ok(Access::McpOnly));
+        assert_eq!(auth.access(Some("Bearer nope")), Err(Unauthorized));
+        assert_eq!(auth.access(None), Err(Unauthorized));
+        let open = Authenticator::new("/mcp", &[]);
+        assert_eq!(open.access(None), Ok(Access::Admin));
     }
 }

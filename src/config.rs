@@ -45,6 +45,8 @@ pub struct Config {
     pub auth: AuthConfig,
     #[serde(default)]
     pub sessions: SessionLimits,
+    #[serde(default)]
+    pub dashboard: DashboardConfig,
     /// `[builtin]` as written, until [`Config::parse_in`] names each set.
     #[serde(default, rename = "builtin")]
     raw_builtin: RawBuiltinConfig,
@@ -368,6 +370,41 @@ pub struct TokenConfig {
     pub tenant: String,
     /// Lowercase hex SHA-256 of the token.
     pub sha256: String,
+    /// What the token may do besides MCP: `"admin"` opens the dashboard.
+    #[serde(default)]
+    pub roles: Vec<String>,
+}
+
+/// Roles a token can carry (`[[auth.tokens]] roles`).
+pub const ROLES: &[&str] = &["admin"];
+
+/// `[dashboard]`: the operator web page on the MCP listener (`src/dashboard/`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DashboardConfig {
+    /// Unset: served on a loopback listener, not on any other (an explicit `true` is
+    /// needed there).
+    pub enabled: Option<bool>,
+    /// Where the page lives; its API and assets are under it.
+    pub path: String,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        DashboardConfig {
+            enabled: None,
+            path: "/dashboard".into(),
+        }
+    }
+}
+
+impl Config {
+    /// Whether the dashboard is served on this configuration's listener.
+    pub fn dashboard_enabled(&self) -> bool {
+        self.dashboard
+            .enabled
+            .unwrap_or_else(|| self.server.listen.ip().is_loopback())
+    }
 }
 
 /// Which built-in tool sets to serve.
@@ -571,6 +608,25 @@ impl Config {
             if token.principal.is_empty() {
                 return Err(ConfigError::TokenPrincipal { index });
             }
+            if let Some(role) = token.roles.iter().find(|r| !ROLES.contains(&r.as_str())) {
+                return Err(ConfigError::UnknownRole {
+                    index,
+                    role: role.clone(),
+                });
+            }
+        }
+        let path = &self.dashboard.path;
+        let path_ok = path.len() > 1
+            && path.starts_with('/')
+            && !path.ends_with('/')
+            && path
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/-_.".contains(&b));
+        let clashes = [s.endpoint.as_str(), "/healthz", "/metrics"]
+            .iter()
+            .any(|taken| taken.starts_with(path.as_str()) || path.starts_with(taken));
+        if !path_ok || clashes {
+            return Err(ConfigError::DashboardPath { path: path.clone() });
         }
         if !s.listen.ip().is_loopback() {
             if self.auth.tokens.is_empty() && !s.allow_unauthenticated_remote {

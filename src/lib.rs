@@ -24,6 +24,8 @@
 //!             levels, input-request kinds, task statuses
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
 //! liveness    heartbeats of the long-lived loops (read by the systemd watchdog)
+//! dashboard   the operator web page and its JSON API (admin-role tokens), on the
+//!             MCP listener; uses ops' operations
 //! ops         operating it: systemd notify, admin socket, tasks/stats/backup/restore
 //! stdio       `mcp-taskd stdio`: one host over stdin/stdout, served here (both eras)
 //!             or relayed to a running server (`--connect`)
@@ -36,6 +38,7 @@ pub mod builtin;
 pub mod catalog;
 pub mod clock;
 pub mod config;
+pub mod dashboard;
 #[cfg(test)]
 mod fuzzing;
 pub mod handlers;

@@ -80,6 +80,8 @@ pub struct Engine {
     upkeep: Upkeep,
     /// Taken by [`Engine::stop_admitting`].
     admin: Option<AdminSocket>,
+    /// What the admin socket answers with, for the dashboard too.
+    pub operator: Arc<Admin>,
     writer: JoinHandle<()>,
     shutdown_grace: Duration,
 }
@@ -142,15 +144,17 @@ impl Engine {
             woken,
         );
 
-        let admin = AdminSocket::start(Arc::new(Admin {
+        let operator = Arc::new(Admin {
             store: Arc::clone(&store),
             tasks: Arc::clone(&tasks),
             data_dir: data_dir.clone(),
             worker_threads: Some(config.workers.threads),
-        }))
-        .map_err(|source| ServeError::AdminSocket {
-            data_dir: data_dir.clone(),
-            source,
+        });
+        let admin = AdminSocket::start(Arc::clone(&operator)).map_err(|source| {
+            ServeError::AdminSocket {
+                data_dir: data_dir.clone(),
+                source,
+            }
         })?;
 
         let service = Arc::new(Service {
@@ -177,6 +181,7 @@ impl Engine {
             workers,
             upkeep,
             admin: Some(admin),
+            operator,
             writer,
             shutdown_grace: Duration::from_millis(config.workers.shutdown_grace_ms),
         })
@@ -214,6 +219,30 @@ impl Engine {
     }
 }
 
+/// The dashboard, when this configuration serves one.
+fn dashboard(config: &Config, engine: &Engine) -> Option<Arc<crate::dashboard::Dashboard>> {
+    if !config.dashboard_enabled() {
+        return None;
+    }
+    let tools = engine
+        .service
+        .tools
+        .all()
+        .iter()
+        .map(|tool| tool.spec.name.clone())
+        .collect();
+    let dashboard = crate::dashboard::Dashboard::new(
+        &config.dashboard.path,
+        Arc::clone(&engine.operator),
+        Arc::clone(&engine.hub),
+        tools,
+    );
+    if dashboard.is_none() {
+        log::error!("dashboard: no randomness for its session key; not served");
+    }
+    dashboard.map(Arc::new)
+}
+
 /// Runs the server until a termination signal, then shuts down gracefully.
 pub fn run(config: Config) -> Result<(), ServeError> {
     // Before anything can tell the world we serve (the address line, `READY=1`): a
@@ -248,6 +277,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         metrics: Arc::clone(&engine.metrics),
         legacy,
         listener: http.health(),
+        dashboard: dashboard(&config, &engine),
     });
     frontend.serve(&http);
     if config.server.handler_threads.is_some() {

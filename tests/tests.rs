@@ -24,6 +24,7 @@
 //! - [`listen_streams`]: listen streams under load, hang-ups and stalled readers;
 //! - [`fuzz`]: generated requests (proptest) through the whole HTTP request path;
 //! - [`litestream`]: Litestream mode, replicated under load and restored (real binary);
+//! - [`dashboard`]: the dashboard's API: admin-only access, CSRF, actions, paging;
 //! - [`metrics`]: `GET /metrics` counts through tasks' lives, restarts and `kill -9`;
 //! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`.
 //!
@@ -36,6 +37,7 @@ mod common;
 
 mod bridge;
 mod command_tools;
+mod dashboard;
 mod demo_tools;
 mod durable_tasks;
 mod fair_workers;

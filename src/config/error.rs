@@ -71,6 +71,13 @@ pub enum ConfigError {
     TokenDigest { index: usize },
     #[error("auth.tokens[{index}].principal must not be empty")]
     TokenPrincipal { index: usize },
+    #[error("auth.tokens[{index}].roles: unknown role \"{role}\" (known: admin)")]
+    UnknownRole { index: usize, role: String },
+    #[error(
+        "dashboard.path \"{path}\" must start with / (not end with one), use letters, digits, \
+         - _ . / only, and not overlap server.endpoint, /healthz or /metrics"
+    )]
+    DashboardPath { path: String },
     #[error("builtin.sets: unknown set \"{name}\" (known: {})", known_sets())]
     UnknownBuiltinSet { name: String },
     #[error(

@@ -88,3 +88,34 @@ fn connection_bounds_are_checked() {
     let error = Config::parse("[limits]\nmax_buffered_request_bytes = 1024\n").unwrap_err();
     assert!(matches!(error, ConfigError::BufferedBelowBody), "{error}");
 }
+
+#[test]
+fn the_dashboard_is_off_by_default_on_a_non_loopback_listener() {
+    let digest = "0".repeat(64);
+    let remote = format!(
+        "[server]\nlisten = \"0.0.0.0:8080\"\nallowed_hosts = [\"box.example\"]\n\
+         [[auth.tokens]]\nprincipal = \"ops\"\nsha256 = \"{digest}\"\nroles = [\"admin\"]\n"
+    );
+    assert!(!Config::parse(&remote).unwrap().dashboard_enabled());
+    let enabled = format!("{remote}[dashboard]\nenabled = true\n");
+    assert!(Config::parse(&enabled).unwrap().dashboard_enabled());
+    assert!(Config::parse(EMBEDDED_DEFAULT).unwrap().dashboard_enabled());
+}
+
+#[test]
+fn token_roles_and_the_dashboard_path_are_checked() {
+    let digest = "0".repeat(64);
+    let role = |role: &str| {
+        format!(
+            "[[auth.tokens]]\nprincipal = \"ops\"\nsha256 = \"{digest}\"\nroles = [\"{role}\"]\n"
+        )
+    };
+    assert!(Config::parse(&role("admin")).is_ok());
+    let error = Config::parse(&role("root")).unwrap_err().to_string();
+    assert!(error.contains("unknown role \"root\""), "{error}");
+    for path in ["dashboard", "/dashboard/", "/mcp", "/", "/a b"] {
+        let config = format!("[dashboard]\npath = \"{path}\"\n");
+        assert!(Config::parse(&config).is_err(), "{path} accepted");
+    }
+    assert!(Config::parse("[dashboard]\npath = \"/ops/ui\"\n").is_ok());
+}

@@ -54,6 +54,8 @@ pub struct Frontend {
     pub legacy: Arc<dyn SessionEra>,
     /// Whether the listener can accept connections (`/healthz` fails when not).
     pub listener: Arc<tiny_http::ListenerHealth>,
+    /// The operator web page, when `[dashboard]` enables it.
+    pub dashboard: Option<Arc<crate::dashboard::Dashboard>>,
 }
 
 type Body = Cursor<Vec<u8>>;
@@ -121,6 +123,8 @@ fn name_source(method: &str) -> Option<&'static str> {
 /// The first answer a request gets: either a direct response or a validated request.
 enum Admitted {
     Respond(Response<Body>),
+    /// A dashboard answer: not an MCP request, so not counted as one refused.
+    Page(Response<Body>),
     Mcp(Box<AdmittedRequest>),
     /// A request of the legacy era (session, GET, DELETE, or a plain `initialize`).
     Legacy(Box<Inbound>),
@@ -174,17 +178,10 @@ impl Frontend {
         let admitted = self.admit(&mut request);
         match admitted {
             Admitted::Legacy(inbound) => Arc::clone(&self.legacy).serve(request, *inbound),
+            Admitted::Page(response) => respond_draining(request, response),
             Admitted::Respond(response) => {
                 self.metrics.record_rejection(response.status_code().0);
-                // tiny_http neither skips an unread chunked body nor lets us close the
-                // connection (it drops a `Connection: close` response header), so the
-                // rest of such a body would be parsed as the next request on this
-                // connection. Read it to its end first. (Bodies with a Content-Length
-                // are skipped by tiny_http itself.)
-                if request.body_length().is_none() {
-                    let _ = std::io::copy(request.as_reader(), &mut std::io::sink());
-                }
-                let _ = request.respond(response);
+                respond_draining(request, response);
             }
             Admitted::Mcp(admitted) => {
                 let AdmittedRequest {
@@ -238,6 +235,18 @@ impl Frontend {
         }
         if path == "/metrics" {
             return Respond(self.metrics_page(request.method()));
+        }
+        if let Some(dashboard) = self.dashboard.as_ref().filter(|d| d.owns(&path)) {
+            // DNS-rebinding protection and, for the dashboard's POSTs, half of the
+            // cross-site defence: a foreign Origin never reaches it.
+            if !self
+                .origins
+                .allows(header(request, "Host"), header(request, "Origin"))
+            {
+                let error = RpcError::invalid_request("Host or Origin not allowed");
+                return Respond(error_response(&Value::Null, &error.with_status(403)));
+            }
+            return Admitted::Page(dashboard.serve(request, &self.auth));
         }
         if path != self.endpoint {
             return Respond(json_response(404, &json!({"error": "not found"})));
@@ -528,6 +537,18 @@ impl Frontend {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// Answers `request` with `response`, after what is left of a chunked body: tiny_http
+/// neither skips an unread chunked body nor lets us close the connection (it drops a
+/// `Connection: close` response header), so the rest of such a body would be parsed as
+/// the next request on this connection. (Bodies with a Content-Length are skipped by
+/// tiny_http itself.)
+fn respond_draining(mut request: tiny_http::Request, response: Response<Body>) {
+    if request.body_length().is_none() {
+        let _ = std::io::copy(request.as_reader(), &mut std::io::sink());
+    }
+    let _ = request.respond(response);
 }
 
 /// Counts a request's outcome and writes its final message.

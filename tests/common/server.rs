@@ -63,6 +63,10 @@ impl Server {
         std::fs::create_dir_all(dir).expect("data dir");
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config).expect("write config");
+        // Quiet by default; a test that reads info lines passes its own RUST_LOG.
+        if !command.get_envs().any(|(name, _)| name == "RUST_LOG") {
+            command.env("RUST_LOG", "warn");
+        }
         let mut child = command
             .arg("serve")
             .arg("--config")
@@ -71,7 +75,6 @@ impl Server {
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(dir.join("data"))
-            .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -134,6 +137,11 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+
+    /// The server's log (stderr) so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn pid(&self) -> u32 {

@@ -2,7 +2,7 @@
 //! one without an identity, copy one for a rerun, and the on-demand counts. No
 //! authorization here: the operator interface is trusted (see `src/ops/`).
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension};
 
 use super::status_column;
 use crate::auth::Identity;
@@ -36,32 +36,43 @@ pub fn id_floor(ms: i64) -> String {
 }
 
 /// Up to `limit` tasks matching `filter`, newest first, with ids below `before`: a
-/// keyset page walking the primary key backwards (never an OFFSET).
+/// keyset page walking the primary key backwards, or an index of migration 5 when a
+/// filter names a status, tool or principal (never an OFFSET). The statement names
+/// only the conditions given: `(?1 IS NULL OR col = ?1)` would keep SQLite from using
+/// any index.
 pub fn list_tasks(
     conn: &Connection,
     filter: &TaskFilter,
     before: Option<&str>,
     limit: usize,
 ) -> rusqlite::Result<Vec<TaskSummary>> {
-    let sql = format!(
-        "SELECT {SUMMARY_COLUMNS} FROM tasks \
-         WHERE (?1 IS NULL OR id < ?1) AND (?2 IS NULL OR id >= ?2) \
-         AND (?3 IS NULL OR status = ?3) AND (?4 IS NULL OR tool = ?4) \
-         AND (?5 IS NULL OR principal = ?5) \
-         ORDER BY id DESC LIMIT ?6"
-    );
+    let floor = filter.created_since.map(id_floor);
+    let conditions: [(&str, Option<&str>); 5] = [
+        ("id < ?", before),
+        ("id >= ?", floor.as_deref()),
+        ("status = ?", filter.status.map(TaskStatus::as_str)),
+        ("tool = ?", filter.tool.as_deref()),
+        ("principal = ?", filter.principal.as_deref()),
+    ];
+    let mut clauses = Vec::new();
+    let mut values: Vec<&str> = Vec::new();
+    for (clause, value) in conditions {
+        if let Some(value) = value {
+            clauses.push(clause);
+            values.push(value);
+        }
+    }
+    let mut sql = format!("SELECT {SUMMARY_COLUMNS} FROM tasks");
+    if !clauses.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&clauses.join(" AND "));
+    }
+    sql.push_str(&format!(
+        " ORDER BY id DESC LIMIT {}",
+        limit.min(i64::MAX as usize)
+    ));
     let mut statement = conn.prepare_cached(&sql)?;
-    let rows = statement.query_map(
-        params![
-            before,
-            filter.created_since.map(id_floor),
-            filter.status.map(TaskStatus::as_str),
-            filter.tool,
-            filter.principal,
-            limit as i64
-        ],
-        summary,
-    )?;
+    let rows = statement.query_map(rusqlite::params_from_iter(values), summary)?;
     rows.collect()
 }
 
@@ -243,5 +254,31 @@ mod tests {
             ..TaskFilter::default()
         };
         assert!(store.list_tasks(&other_tool, None, 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn filtered_pages_walk_an_index_without_sorting() {
+        let conn = Connection::open_in_memory().unwrap();
+        let mut conn = conn;
+        crate::tasks::sqlite::migrations::migrate(&mut conn).unwrap();
+        for (column, value) in [("status", "failed"), ("tool", "t"), ("principal", "p")] {
+            let sql = format!(
+                "EXPLAIN QUERY PLAN SELECT {SUMMARY_COLUMNS} FROM tasks \
+                 WHERE id < ? AND {column} = ? ORDER BY id DESC LIMIT 50"
+            );
+            let plan: Vec<String> = conn
+                .prepare(&sql)
+                .unwrap()
+                .query_map(["z", value], |row| row.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let plan = plan.join("; ");
+            assert!(
+                plan.contains(&format!("tasks_by_{column}")),
+                "{column}: {plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "{column} sorts: {plan}");
+        }
     }
 }

@@ -1,0 +1,272 @@
+// The mcp-taskd dashboard: hash routes (#overview, #tasks, #task/ID), polling the JSON
+// API once a second for what is on screen, charts drawn as inline SVG.
+"use strict";
+
+const base = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
+const $ = (id) => document.getElementById(id);
+let csrf = null;
+let pageStack = [];      // "before" cursors of the pages shown, for "Newest"
+let cursor = null;       // the "before" of the page on screen (null: the newest)
+let nextCursor = null;
+let currentTask = null;
+let timer = null;
+
+function notice(text) { $("notice").textContent = text || ""; }
+
+async function api(path, options = {}) {
+  const headers = { "Accept": "application/json" };
+  if (options.method === "POST") {
+    headers["Content-Type"] = "application/json";
+    if (csrf) headers["X-CSRF-Token"] = csrf;
+  }
+  const response = await fetch(base + path, { credentials: "same-origin", ...options, headers });
+  let body = null;
+  try { body = await response.json(); } catch (_) { body = null; }
+  if (response.status === 401) { showLogin(); throw new Error("login required"); }
+  if (!response.ok) throw new Error((body && body.error) || ("HTTP " + response.status));
+  return body;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") node.textContent = v; else node.setAttribute(k, v);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function showOnly(id) {
+  for (const section of ["login", "overview", "tasks", "task"]) $(section).hidden = section !== id;
+  for (const nav of ["overview", "tasks"]) {
+    const link = $("nav-" + nav);
+    if (nav === id || (nav === "tasks" && id === "task")) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+}
+
+function showLogin() {
+  stopPolling();
+  showOnly("login");
+  $("logout").hidden = true;
+  $("token").focus();
+}
+
+function card(label, value) {
+  return el("div", { class: "card" }, el("div", { class: "value", text: String(value) }),
+    el("div", { class: "label", text: label }));
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "n/a";
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return n.toFixed(i ? 1 : 0) + " " + units[i];
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function chart(tool, series) {
+  const width = 600, height = 120, pad = 4;
+  const names = ["created", "completed", "failed"];
+  const max = Math.max(1, ...names.flatMap((n) => series[n].map((v) => v || 0)));
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("role", "img");
+  const totals = names.map((n) => `${n} ${series[n].reduce((a, v) => a + (v || 0), 0)}`).join(", ");
+  svg.setAttribute("aria-label", `${tool}, last hour: ${totals} (peak ${max} a minute)`);
+  // One slot per minute, three thin bars in it (created, completed, failed).
+  names.forEach((name, which) => {
+    const values = series[name];
+    const slot = (width - 2 * pad) / Math.max(1, values.length);
+    values.forEach((v, i) => {
+      if (!v) return;
+      const bar = document.createElementNS(SVG, "rect");
+      const h = (v / max) * (height - 2 * pad);
+      bar.setAttribute("x", (pad + i * slot + which * slot / 3).toFixed(1));
+      bar.setAttribute("y", (height - pad - h).toFixed(1));
+      bar.setAttribute("width", Math.max(1, slot / 3 - 0.5).toFixed(1));
+      bar.setAttribute("height", h.toFixed(1));
+      bar.setAttribute("class", "s-" + name);
+      svg.append(bar);
+    });
+  });
+  const legend = el("div", { class: "legend" },
+    ...names.map((n) => el("span", { class: "s-" + n, text: "■ " + n })));
+  return el("figure", { class: "chart" }, el("figcaption", { text: `${tool} (peak ${max}/min)` }), svg, legend);
+}
+
+async function loadOverview() {
+  const o = await api("api/overview");
+  $("cards").replaceChildren(
+    card("queue depth", o.queueDepth),
+    card("oldest ready job", o.oldestReadyAgeSeconds.toFixed(1) + " s"),
+    card("workers busy", `${o.workers.busy} / ${o.workers.threads ?? "?"}`),
+    card("open subscriptions", o.openSubscriptions),
+    card("WAL size", bytes(o.walBytes)));
+  $("statuses").replaceChildren(...Object.entries(o.tasksByStatus).map(([s, n]) => card(s, n)));
+  const sum = (series) => ["created", "completed", "failed"]
+    .reduce((total, name) => total + series[name].reduce((a, v) => a + (v || 0), 0), 0);
+  const tools = Object.entries(o.perMinute.tools || {});
+  const active = tools.filter(([, series]) => sum(series) > 0);
+  const idle = tools.length - active.length;
+  $("charts").replaceChildren(...active.map(([t, s]) => chart(t, s)),
+    ...(idle ? [el("p", { text: `${idle} tool(s) without tasks in the last hour.` })] : []));
+}
+
+function filterQuery() {
+  const params = new URLSearchParams();
+  for (const name of ["status", "tool", "principal"]) {
+    const value = $("f-" + name).value.trim();
+    if (value) params.set(name, value);
+  }
+  const since = $("f-since").value;
+  if (since) params.set("since", String(Date.now() - Number(since)));
+  if (cursor) params.set("before", cursor);
+  params.set("limit", "25");
+  return params.toString();
+}
+
+async function loadTasks() {
+  const page = await api("api/tasks?" + filterQuery());
+  nextCursor = page.next;
+  $("next-page").disabled = !nextCursor;
+  $("first-page").disabled = !cursor;
+  const rows = page.tasks.map((t) => {
+    const link = el("a", { href: "#task/" + encodeURIComponent(t.id), text: t.id });
+    return el("tr", {},
+      el("td", { class: "id" }, link),
+      el("td", { class: "status-" + t.status, text: t.status }),
+      el("td", { text: t.tool }),
+      el("td", { text: t.principal }),
+      el("td", { text: new Date(t.createdAt).toLocaleString() }));
+  });
+  $("task-rows").replaceChildren(...(rows.length ? rows :
+    [el("tr", {}, el("td", { colspan: "5", text: "No tasks match." }))]));
+}
+
+function pretty(value) {
+  return value === null || value === undefined ? "—" : JSON.stringify(value, null, 2);
+}
+
+async function loadTask() {
+  const t = await api("api/tasks/" + encodeURIComponent(currentTask));
+  $("task-title").textContent = "Task " + t.id;
+  const facts = [["Status", t.status], ["Tool", t.tool], ["Principal", t.principal],
+    ["Tenant", t.tenant || "—"], ["Created", t.createdAt], ["Updated", t.updatedAt],
+    ["Status message", t.statusMessage || "—"], ["Expires", t.expiresAt || "—"],
+    ["Cancel requested", t.cancelRequested ? "yes" : "no"]];
+  if (t.job) {
+    facts.push(["Job", `${t.job.state}, attempt ${t.job.attempt} of ${t.job.maxAttempts}, ` +
+      `runs after ${t.job.runAfter}` + (t.job.lastError ? `, last error: ${t.job.lastError}` : "")]);
+  }
+  $("task-facts").replaceChildren(...facts.flatMap(([k, v]) =>
+    [el("dt", { text: k }), el("dd", { id: "fact-" + k.toLowerCase().replace(/ /g, "-"), text: String(v) })]));
+  const terminal = ["completed", "failed", "cancelled"].includes(t.status);
+  $("cancel-task").disabled = terminal;
+  // A later attempt after one that never ended means that one's lease was reclaimed;
+  // the gap between an attempt's end and the next start is the retry backoff.
+  const list = t.attempts || [];
+  const attempts = list.map((a, i) => {
+    const next = list[i + 1];
+    let text = `Attempt ${a.attempt}: started ${a.startedAt}`;
+    if (a.endedAt) text += `, ended ${a.endedAt}: ${a.outcome}`;
+    else text += next ? ", lease lost (reclaimed)" : ", running";
+    const previous = list[i - 1];
+    if (previous && previous.endedAt) {
+      const wait = (Date.parse(a.startedAt) - Date.parse(previous.endedAt)) / 1000;
+      text += ` (after a ${wait.toFixed(1)} s backoff)`;
+    }
+    return el("li", { text });
+  });
+  $("timeline").replaceChildren(...(attempts.length ? attempts : [el("li", { text: "No attempts yet." })]));
+  $("task-error").textContent = pretty(t.error);
+  const requests = t.inputRequests;
+  const answered = t.inputResponses && typeof t.inputResponses === "object" ? Object.keys(t.inputResponses) : [];
+  $("task-inputs").textContent = requests ? pretty(requests) + "\nanswered keys: " + (answered.join(", ") || "none") : "—";
+  $("task-arguments").textContent = pretty(t.arguments);
+  $("task-result").textContent = pretty(t.result);
+}
+
+async function act(action, question) {
+  if (!currentTask || !window.confirm(question)) return;
+  try {
+    const outcome = await api(`api/tasks/${encodeURIComponent(currentTask)}/${action}`, { method: "POST", body: "{}" });
+    if (action === "rerun" && outcome.id) {
+      notice("Re-run as a new task " + outcome.id);
+      location.hash = "#task/" + encodeURIComponent(outcome.id);
+    } else {
+      notice("Cancel: " + outcome.map((o) => o.outcome).join(", "));
+      await loadTask();
+    }
+  } catch (error) { notice("Failed: " + error.message); }
+}
+
+function stopPolling() { if (timer) { clearInterval(timer); timer = null; } }
+
+function poll(load) {
+  stopPolling();
+  const tick = () => load().catch((error) => { if (error.message !== "login required") notice(error.message); });
+  tick();
+  // At most once a second, and not while the tab is hidden.
+  timer = setInterval(() => { if (!document.hidden) tick(); }, 1000);
+}
+
+function route() {
+  const hash = location.hash || "#overview";
+  $("logout").hidden = false;
+  if (hash.startsWith("#task/")) {
+    currentTask = decodeURIComponent(hash.slice("#task/".length));
+    showOnly("task");
+    poll(loadTask);
+  } else if (hash === "#tasks") {
+    showOnly("tasks");
+    poll(loadTasks);
+  } else {
+    showOnly("overview");
+    poll(loadOverview);
+  }
+}
+
+async function start() {
+  try {
+    const session = await api("api/session");
+    csrf = session.csrf;
+    for (const s of session.statuses) $("f-status").append(el("option", { value: s, text: s }));
+    for (const t of session.tools) $("f-tool").append(el("option", { value: t, text: t }));
+    route();
+  } catch (error) {
+    if (error.message !== "login required") notice(error.message);
+  }
+}
+
+$("login-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  try {
+    await api("login", { method: "POST", body: JSON.stringify({ token: $("token").value }) });
+    $("token").value = "";
+    notice("");
+    await start();
+  } catch (error) { notice("Login refused: " + error.message); }
+});
+$("logout").addEventListener("click", async () => {
+  await api("logout", { method: "POST", body: "{}" }).catch(() => {});
+  csrf = null;
+  showLogin();
+});
+$("filters").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const id = $("f-id").value.trim();
+  if (id) { location.hash = "#task/" + encodeURIComponent(id); return; }
+  cursor = null; pageStack = [];
+  poll(loadTasks);
+});
+$("next-page").addEventListener("click", () => {
+  pageStack.push(cursor); cursor = nextCursor; poll(loadTasks);
+});
+$("first-page").addEventListener("click", () => { cursor = null; pageStack = []; poll(loadTasks); });
+$("cancel-task").addEventListener("click", () => act("cancel", "Cancel this task?"));
+$("rerun-task").addEventListener("click", () => act("rerun", "Run this task again as a new task?"));
+window.addEventListener("hashchange", () => { notice(""); route(); });
+start();

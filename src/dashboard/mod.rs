@@ -1,0 +1,513 @@
+//! The operator dashboard: a web page served on the MCP listener under
+//! `[dashboard] path`, its JSON API, and who may use them.
+//!
+//! Owns the routes under that path, the dashboard's access rules and sessions
+//! ([`session`]), and the per-minute chart history ([`history`]). It answers with the
+//! same operations as `mcp-taskd tasks …` and `stats` ([`crate::ops::admin::Admin`]);
+//! the transport hands it requests after its Host/Origin check and before anything
+//! MCP-specific.
+//!
+//! # Access
+//!
+//! Only admins: a bearer token with the `admin` role, or a browser session opened by
+//! showing one to the login form; with no tokens configured (loopback only, unless
+//! overridden), everyone. An admin sees everything, arguments and results included:
+//! that is what "the viewer's role allows" means here, since no other role reaches the
+//! dashboard at all. Actions (cancel, re-run) are POSTs; from a browser (a cookie, or
+//! the tokenless mode) they need the `X-CSRF-Token` the API hands out and an `Origin`
+//! header (whose value the transport has already checked), and the cookie is
+//! `SameSite=Strict`.
+//!
+//! # Routes (below the path)
+//!
+//! `GET /` the page (the bare path redirects there), `/app.js`, `/style.css`; `POST /login` (`{"token": …}`),
+//! `POST /logout`; `GET /api/session`, `/api/overview`, `/api/tasks?status&tool&
+//! principal&since&before&limit` (keyset: `before` is the last id of the previous
+//! page), `/api/tasks/{id}`; `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`.
+
+pub mod history;
+pub mod session;
+
+use std::io::{Cursor, Read};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tiny_http::{Header, Method, Response, StatusCode};
+
+use crate::auth::{Access, Authenticator};
+use crate::notifications::Hub;
+use crate::ops::admin::{Admin, Request as Op};
+use crate::protocol::TaskStatus;
+use crate::tasks::model::TaskFilter;
+use history::History;
+use session::{Session, Sessions, COOKIE, LIFETIME_S};
+
+type Body = Cursor<Vec<u8>>;
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const STYLE_CSS: &str = include_str!("assets/style.css");
+
+/// Nothing from elsewhere, no inline script or style, no framing.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; object-src 'none'; base-uri 'none'; \
+                   form-action 'self'; frame-ancestors 'none'";
+/// Largest login body read.
+const MAX_LOGIN_BODY: u64 = 4096;
+/// Rows a page of the task list may ask for.
+const MAX_PAGE: usize = 200;
+
+pub struct Dashboard {
+    path: String,
+    admin: Arc<Admin>,
+    hub: Arc<Hub>,
+    sessions: Sessions,
+    history: Arc<History>,
+    /// Served tool names, for the page's filter.
+    tools: Vec<String>,
+}
+
+/// Who is asking, once allowed.
+enum Viewer {
+    /// An admin token in `Authorization`: a script, not a browser; no CSRF to fear.
+    Bearer,
+    Session(Session),
+    /// No tokens configured.
+    Open,
+}
+
+impl Dashboard {
+    /// The dashboard at `path`; `None` if no session key can be drawn.
+    pub fn new(
+        path: &str,
+        admin: Arc<Admin>,
+        hub: Arc<Hub>,
+        tools: Vec<String>,
+    ) -> Option<Dashboard> {
+        let history = History::start(&admin.tasks);
+        Some(Dashboard {
+            tools,
+            path: path.to_owned(),
+            admin,
+            hub,
+            sessions: Sessions::new()?,
+            history,
+        })
+    }
+
+    /// Whether `path` (without query) is the dashboard's.
+    pub fn owns(&self, path: &str) -> bool {
+        path.strip_prefix(self.path.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+
+    /// Answers one request under the dashboard's path.
+    pub fn serve(&self, request: &mut tiny_http::Request, auth: &Authenticator) -> Response<Body> {
+        let url = request.url().to_owned();
+        let (path, query) = url.split_once('?').unwrap_or((&url, ""));
+        let sub = path.strip_prefix(self.path.as_str()).unwrap_or("");
+        let method = request.method().clone();
+        match (&method, sub) {
+            // Relative asset and API URLs need the trailing slash.
+            (Method::Get | Method::Head, "") => {
+                let mut to = format!("{}/", self.path);
+                if !query.is_empty() {
+                    to = format!("{to}?{query}");
+                }
+                with_header(refused(308, "moved"), "Location", &to)
+            }
+            (Method::Get | Method::Head, "/") => asset(INDEX_HTML, "text/html; charset=utf-8"),
+            (Method::Get | Method::Head, "/app.js") => {
+                asset(APP_JS, "text/javascript; charset=utf-8")
+            }
+            (Method::Get | Method::Head, "/style.css") => {
+                asset(STYLE_CSS, "text/css; charset=utf-8")
+            }
+            (Method::Post, "/login") => self.login(request, auth),
+            (Method::Post, "/logout") => {
+                if header(request, "Origin").is_none() {
+                    return refused(403, "cross-site request refused");
+                }
+                with_header(
+                    json_response(200, &json!({"ok": true})),
+                    "Set-Cookie",
+                    &self.cookie("", 0),
+                )
+            }
+            (_, api) if api.starts_with("/api/") => {
+                let viewer = match self.viewer(request, auth) {
+                    Ok(viewer) => viewer,
+                    Err(response) => return response,
+                };
+                let api = &api["/api".len()..];
+                if method == Method::Post {
+                    if let Err(response) = self.check_csrf(request, &viewer) {
+                        return response;
+                    }
+                }
+                self.api(&method, api, query, &viewer)
+            }
+            _ => refused(404, "not found"),
+        }
+    }
+
+    /// The `Set-Cookie` value for `value`, kept `max_age` seconds, on the dashboard only.
+    fn cookie(&self, value: &str, max_age: i64) -> String {
+        format!(
+            "{COOKIE}={value}; Path={}; Max-Age={max_age}; HttpOnly; SameSite=Strict",
+            self.path
+        )
+    }
+
+    fn login(&self, request: &mut tiny_http::Request, auth: &Authenticator) -> Response<Body> {
+        // Login CSRF: a foreign page must not log a browser into our session either.
+        if header(request, "Origin").is_none() {
+            return refused(403, "cross-site request refused");
+        }
+        let mut body = Vec::new();
+        if request
+            .as_reader()
+            .take(MAX_LOGIN_BODY)
+            .read_to_end(&mut body)
+            .is_err()
+        {
+            return refused(400, "could not read the request");
+        }
+        let token = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|body| body.get("token").and_then(Value::as_str).map(str::to_owned));
+        let Some(token) = token else {
+            return refused(400, "expected {\"token\": \"…\"}");
+        };
+        match auth.access_of_token(&token) {
+            Ok(Access::Admin) => {
+                let Some(value) = self.sessions.issue(now_s()) else {
+                    return refused(500, "could not open a session");
+                };
+                log::info!("dashboard: a session was opened");
+                with_header(
+                    json_response(200, &json!({"ok": true})),
+                    "Set-Cookie",
+                    &self.cookie(&value, LIFETIME_S),
+                )
+            }
+            Ok(Access::McpOnly) => refused(403, "this token has no admin role"),
+            Err(_) => refused(401, "unknown token"),
+        }
+    }
+
+    fn viewer(
+        &self,
+        request: &tiny_http::Request,
+        auth: &Authenticator,
+    ) -> Result<Viewer, Response<Body>> {
+        if let Some(authorization) = header(request, "Authorization") {
+            return match auth.access(Some(authorization)) {
+                Ok(Access::Admin) => Ok(Viewer::Bearer),
+                Ok(Access::McpOnly) => Err(refused(403, "this token has no admin role")),
+                Err(_) => Err(with_header(
+                    refused(401, "a valid admin token is required"),
+                    "WWW-Authenticate",
+                    "Bearer",
+                )),
+            };
+        }
+        let session =
+            cookie_value(request, COOKIE).and_then(|value| self.sessions.verify(value, now_s()));
+        match session {
+            Some(session) => Ok(Viewer::Session(session)),
+            None if !auth.has_tokens() => Ok(Viewer::Open),
+            None => Err(refused(401, "log in with an admin token")),
+        }
+    }
+
+    fn csrf_of(&self, viewer: &Viewer) -> Option<String> {
+        match viewer {
+            Viewer::Bearer => None,
+            Viewer::Session(session) => Some(self.sessions.csrf(session)),
+            Viewer::Open => Some(self.sessions.open_csrf()),
+        }
+    }
+
+    fn check_csrf(
+        &self,
+        request: &tiny_http::Request,
+        viewer: &Viewer,
+    ) -> Result<(), Response<Body>> {
+        let Some(expected) = self.csrf_of(viewer) else {
+            return Ok(());
+        };
+        let origin_present = header(request, "Origin").is_some();
+        if origin_present && Sessions::csrf_matches(&expected, header(request, "X-CSRF-Token")) {
+            Ok(())
+        } else {
+            Err(refused(403, "cross-site request refused"))
+        }
+    }
+
+    fn api(&self, method: &Method, api: &str, query: &str, viewer: &Viewer) -> Response<Body> {
+        let segments: Vec<&str> = api.trim_start_matches('/').split('/').collect();
+        match (method, segments.as_slice()) {
+            (Method::Get, ["session"]) => json_response(
+                200,
+                &json!({
+                    "csrf": self.csrf_of(viewer),
+                    "tools": self.tools,
+                    "statuses": TaskStatus::ALL.map(TaskStatus::as_str),
+                }),
+            ),
+            (Method::Get, ["overview"]) => self.overview(),
+            (Method::Get, ["tasks"]) => self.list(query),
+            (Method::Get, ["tasks", id]) => self.operate(Op::Show {
+                id: (*id).to_owned(),
+                payload: true,
+            }),
+            (Method::Post, ["tasks", id, "cancel"]) => self.cancel(id),
+            (Method::Post, ["tasks", id, "rerun"]) => self.rerun(id),
+            (Method::Get | Method::Post, _) => refused(404, "not found"),
+            _ => with_header(refused(405, "method not allowed"), "Allow", "GET, POST"),
+        }
+    }
+
+    fn operate(&self, op: Op) -> Response<Body> {
+        match self.admin.handle(op, &mut |_, _| {}) {
+            Ok(value) => json_response(200, &value),
+            Err(message) if message.starts_with("no task") => refused(404, "no such task"),
+            Err(message) => refused(500, &message),
+        }
+    }
+
+    /// The tool of task `id`, for the action's log line (a configured tool's name).
+    fn tool_of(&self, id: &str) -> Option<String> {
+        self.admin
+            .store
+            .task_detail(id)
+            .ok()
+            .flatten()
+            .map(|task| task.summary.tool)
+    }
+
+    fn cancel(&self, id: &str) -> Response<Body> {
+        let tool = self.tool_of(id);
+        let response = self.operate(Op::Cancel {
+            ids: vec![id.to_owned()],
+        });
+        if let Some(tool) = tool {
+            log::info!("dashboard: cancelled a task of tool {tool}");
+        }
+        response
+    }
+
+    fn rerun(&self, id: &str) -> Response<Body> {
+        let Some(tool) = self.tool_of(id) else {
+            return refused(404, "no such task");
+        };
+        let response = self.operate(Op::Rerun { id: id.to_owned() });
+        if response.status_code().0 == 200 {
+            log::info!("dashboard: re-ran a task of tool {tool} as a new task");
+        }
+        response
+    }
+
+    fn list(&self, query: &str) -> Response<Body> {
+        let mut filter = TaskFilter::default();
+        let mut before = None;
+        let mut limit = 50;
+        for (name, value) in query_pairs(query) {
+            if value.is_empty() {
+                continue;
+            }
+            match name.as_str() {
+                "status" => match TaskStatus::parse(&value) {
+                    Some(status) => filter.status = Some(status),
+                    None => return refused(400, "unknown status"),
+                },
+                "tool" => filter.tool = Some(value),
+                "principal" => filter.principal = Some(value),
+                "since" => match value.parse::<i64>() {
+                    Ok(ms) => filter.created_since = Some(ms),
+                    Err(_) => return refused(400, "since: Unix milliseconds"),
+                },
+                "before" => before = Some(value),
+                "limit" => match value.parse::<usize>() {
+                    Ok(n) => limit = n.clamp(1, MAX_PAGE),
+                    Err(_) => return refused(400, "limit: a number"),
+                },
+                _ => {}
+            }
+        }
+        // One more row than asked tells whether another page follows.
+        let page = self.admin.handle(
+            Op::List {
+                filter,
+                before,
+                limit: limit + 1,
+            },
+            &mut |_, _| {},
+        );
+        match page {
+            Ok(Value::Array(mut rows)) => {
+                let more = rows.len() > limit;
+                rows.truncate(limit);
+                let next = more
+                    .then(|| rows.last().and_then(|row| row.get("id")).cloned())
+                    .flatten();
+                json_response(200, &json!({"tasks": rows, "next": next}))
+            }
+            Ok(_) => refused(500, "unexpected list"),
+            Err(message) => refused(500, &message),
+        }
+    }
+
+    fn overview(&self) -> Response<Body> {
+        let tasks = &self.admin.tasks;
+        let stats = match tasks.stats() {
+            Ok(stats) => stats,
+            Err(_) => return refused(503, "the task store cannot be read"),
+        };
+        let mut by_status: serde_json::Map<String, Value> = TaskStatus::ALL
+            .iter()
+            .map(|status| (status.as_str().to_owned(), json!(0)))
+            .collect();
+        for (status, count) in &stats.tasks {
+            by_status.insert(status.clone(), json!(count));
+        }
+        let jobs: serde_json::Map<String, Value> = stats
+            .jobs
+            .iter()
+            .map(|(state, count)| (state.clone(), json!(count)))
+            .collect();
+        let queued = stats
+            .jobs
+            .iter()
+            .find(|(state, _)| state == "queued")
+            .map_or(0, |(_, count)| *count);
+        json_response(
+            200,
+            &json!({
+                "now": crate::clock::rfc3339(crate::clock::now_ms()),
+                "tasksByStatus": by_status,
+                "jobs": jobs,
+                "queueDepth": queued,
+                "oldestReadyAgeSeconds": stats.oldest_ready_age_ms as f64 / 1000.0,
+                "workers": {"threads": self.admin.worker_threads, "busy": tasks.running_attempts()},
+                "openSubscriptions": self.hub.open_subscriptions(),
+                "walBytes": tasks.wal_bytes(),
+                "perMinute": self.history.to_json(crate::clock::now_ms(), &self.tools),
+            }),
+        )
+    }
+}
+
+fn now_s() -> i64 {
+    crate::clock::now_ms() / 1000
+}
+
+fn header<'r>(request: &'r tiny_http::Request, name: &'static str) -> Option<&'r str> {
+    request
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv(name))
+        .map(|h| h.value.as_str())
+}
+
+fn cookie_value<'r>(request: &'r tiny_http::Request, name: &'static str) -> Option<&'r str> {
+    request
+        .headers()
+        .iter()
+        .filter(|h| h.field.equiv("Cookie"))
+        .flat_map(|h| h.value.as_str().split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+}
+
+/// `a=b&c=d` decoded (`+` and `%XX`); undecodable pairs are skipped.
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter_map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((percent_decode(name)?, percent_decode(value)?))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = text.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+fn headers(content_type: &str) -> Vec<Header> {
+    [
+        ("Content-Type", content_type),
+        ("Cache-Control", "no-store"),
+        ("Content-Security-Policy", CSP),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+        ("X-Frame-Options", "DENY"),
+    ]
+    .iter()
+    .filter_map(|(name, value)| Header::from_bytes(name.as_bytes(), value.as_bytes()).ok())
+    .collect()
+}
+
+fn respond(status: u16, content_type: &str, bytes: Vec<u8>) -> Response<Body> {
+    let length = bytes.len();
+    Response::new(
+        StatusCode(status),
+        headers(content_type),
+        Cursor::new(bytes),
+        Some(length),
+        None,
+    )
+}
+
+fn asset(text: &str, content_type: &str) -> Response<Body> {
+    respond(200, content_type, text.as_bytes().to_vec())
+}
+
+fn json_response(status: u16, body: &Value) -> Response<Body> {
+    respond(status, "application/json", body.to_string().into_bytes())
+}
+
+fn refused(status: u16, message: &str) -> Response<Body> {
+    json_response(status, &json!({ "error": message }))
+}
+
+fn with_header(mut response: Response<Body>, name: &str, value: &str) -> Response<Body> {
+    if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+        response.add_header(header);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_decode() {
+        assert_eq!(
+            query_pairs("tool=a%20b&principal=x+y&bad=%zz"),
+            vec![
+                ("tool".into(), "a b".into()),
+                ("principal".into(), "x y".into())
+            ]
+        );
+    }
+}

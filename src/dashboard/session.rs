@@ -1,0 +1,113 @@
+//! Browser sessions of the dashboard: a cookie signed with HMAC-SHA256 under a key drawn
+//! at start-up (so a restart logs everyone out, and nothing needs storing), and the
+//! per-session CSRF token derived from it.
+//!
+//! The cookie holds only an expiry and a random nonce; it is issued after an admin-role
+//! token was shown, so a valid signature is the proof of that. The CSRF token is the
+//! HMAC of the nonce under another label: the page reads it from the API (never from
+//! the HttpOnly cookie) and sends it back in `X-CSRF-Token` with each action.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// The cookie's name.
+pub const COOKIE: &str = "mcp_taskd_dashboard";
+/// How long a session lasts.
+pub const LIFETIME_S: i64 = 12 * 3600;
+
+pub struct Sessions {
+    key: [u8; 32],
+}
+
+/// A session presented back by the browser, already verified.
+pub struct Session {
+    nonce: String,
+}
+
+impl Sessions {
+    /// Sessions signed under a fresh random key; `None` if the OS has no randomness.
+    pub fn new() -> Option<Sessions> {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).ok()?;
+        Some(Sessions { key })
+    }
+
+    fn mac(&self, label: &str, text: &str) -> String {
+        // HMAC takes keys of any length: this cannot fail.
+        let mut mac = match Hmac::<Sha256>::new_from_slice(&self.key) {
+            Ok(mac) => mac,
+            Err(_) => return String::new(),
+        };
+        mac.update(label.as_bytes());
+        mac.update(b"|");
+        mac.update(text.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// A new session's cookie value, expiring `LIFETIME_S` after `now_s`.
+    pub fn issue(&self, now_s: i64) -> Option<String> {
+        let mut nonce = [0u8; 16];
+        getrandom::fill(&mut nonce).ok()?;
+        let body = format!("{}.{}", now_s + LIFETIME_S, hex::encode(nonce));
+        let mac = self.mac("session", &body);
+        Some(format!("{body}.{mac}"))
+    }
+
+    /// The session a cookie value names, if its signature holds and it has not expired.
+    pub fn verify(&self, value: &str, now_s: i64) -> Option<Session> {
+        let (body, mac) = value.rsplit_once('.')?;
+        let (expiry, nonce) = body.split_once('.')?;
+        let expected = self.mac("session", body);
+        if !constant_time_eq(expected.as_bytes(), mac.as_bytes()) {
+            return None;
+        }
+        if expiry.parse::<i64>().ok()? <= now_s {
+            return None;
+        }
+        Some(Session {
+            nonce: nonce.to_owned(),
+        })
+    }
+
+    /// The CSRF token of `session`.
+    pub fn csrf(&self, session: &Session) -> String {
+        self.mac("csrf", &session.nonce)
+    }
+
+    /// The CSRF token of the tokenless loopback mode, where there is no session: still
+    /// required, so that a cross-site form (which cannot set headers) can do nothing.
+    pub fn open_csrf(&self) -> String {
+        self.mac("csrf-open", "")
+    }
+
+    /// Whether `presented` is `expected`, in time independent of where they differ.
+    pub fn csrf_matches(expected: &str, presented: Option<&str>) -> bool {
+        presented
+            .is_some_and(|presented| constant_time_eq(expected.as_bytes(), presented.as_bytes()))
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_verify_until_they_expire_and_not_when_altered() {
+        let sessions = Sessions::new().unwrap();
+        let cookie = sessions.issue(1_000).unwrap();
+        let session = sessions.verify(&cookie, 1_001).unwrap();
+        assert_eq!(sessions.csrf(&session).len(), 64);
+        assert!(
+            sessions.verify(&cookie, 1_000 + LIFETIME_S).is_none(),
+            "expired"
+        );
+        let forged = cookie.replacen('.', "9.", 1);
+        assert!(sessions.verify(&forged, 1_001).is_none(), "expiry changed");
+        let other = Sessions::new().unwrap();
+        assert!(other.verify(&cookie, 1_001).is_none(), "another key");
+    }
+}

@@ -1,0 +1,229 @@
+// The dashboard in a real browser: headless Chromium driven over the DevTools protocol
+// (a tiny client on Node's built-in WebSocket), against the given mcp-taskd binary.
+//
+//   node dashboard.mjs BINARY OUTDIR
+//
+// Checks that a non-admin token is refused at the login form, that an admin logs in and
+// sees the overview, that tasks created through MCP appear in the task table within 2 s
+// without a reload, and that a task is cancelled with its button (confirm dialog
+// accepted). Saves overview.png, tasks.png, task.png and tasks-phone.png in OUTDIR. Exits non-zero on
+// the first failed check.
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+
+const [binary, outDir] = process.argv.slice(2);
+if (!binary || !outDir) { console.error("usage: node dashboard.mjs BINARY OUTDIR"); process.exit(2); }
+mkdirSync(outDir, { recursive: true });
+const work = mkdtempSync(join(tmpdir(), "mcp-taskd-browser-"));
+const children = [];
+const sha256 = (text) => createHash("sha256").update(text).digest("hex");
+const ADMIN = "browser-admin-token";
+const ALICE = "browser-alice-token";
+
+function fail(message) {
+  console.error("FAIL: " + message);
+  cleanup();
+  process.exit(1);
+}
+function cleanup() {
+  for (const child of children) { try { child.kill("SIGKILL"); } catch (_) { /* gone */ } }
+  try { rmSync(work, { recursive: true, force: true }); } catch (_) { /* best effort */ }
+}
+process.on("uncaughtException", (error) => fail(error.stack || String(error)));
+process.on("unhandledRejection", (error) => fail(error && error.stack || String(error)));
+
+/// Starts `command`; resolves with the first match of `pattern` on the chosen stream.
+function startAndMatch(command, args, stream, pattern, limitMs) {
+  const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"] });
+  children.push(child);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${command}: no ${pattern} in ${limitMs} ms`)), limitMs);
+    createInterface({ input: child[stream] }).on("line", (line) => {
+      const match = line.match(pattern);
+      if (match) { clearTimeout(timer); resolve(match); }
+    });
+    child[stream === "stdout" ? "stderr" : "stdout"].resume();
+    child.on("exit", (code) => reject(new Error(`${command} exited (${code})`)));
+  });
+}
+
+// ---- the server
+writeFileSync(join(work, "config.toml"), `
+[builtin]
+sets = ["conformance"]
+[workers]
+threads = 2
+[[auth.tokens]]
+principal = "ops"
+roles = ["admin"]
+sha256 = "${sha256(ADMIN)}"
+[[auth.tokens]]
+principal = "alice"
+sha256 = "${sha256(ALICE)}"
+`);
+const [, address] = await startAndMatch(binary, ["serve", "--config", join(work, "config.toml"),
+  "--listen", "127.0.0.1:0", "--data-dir", join(work, "data")], "stdout",
+  /listening on http:\/\/([^/]+)\/mcp/, 20000);
+const origin = `http://${address}`;
+const dashboard = `${origin}/dashboard/`;
+
+let rpcId = 0;
+async function createTask(seconds) {
+  const version = "2026-07-28";
+  const body = { jsonrpc: "2.0", id: ++rpcId, method: "tools/call", params: {
+    name: "slow_compute", arguments: { seconds }, _meta: {
+      "io.modelcontextprotocol/protocolVersion": version,
+      "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } } } } };
+  const response = await fetch(`${origin}/mcp`, { method: "POST", body: JSON.stringify(body), headers: {
+    "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": version, "Mcp-Method": "tools/call", "Mcp-Name": "slow_compute",
+    "Authorization": `Bearer ${ALICE}` } });
+  const answer = await response.json();
+  const id = answer.result && answer.result.taskId;
+  if (!id) fail("tools/call did not create a task: " + JSON.stringify(answer));
+  return id;
+}
+
+// ---- the browser and a minimal DevTools protocol client
+const [, devtools] = await startAndMatch("chromium", ["--headless", "--no-sandbox", "--disable-gpu",
+  "--no-first-run", "--no-default-browser-check", "--remote-debugging-port=0",
+  `--user-data-dir=${join(work, "profile")}`, "--window-size=1280,900", "about:blank"], "stderr",
+  /DevTools listening on (ws:\/\/\S+)/, 30000);
+const socket = new WebSocket(devtools);
+await new Promise((resolve, reject) => { socket.onopen = resolve; socket.onerror = reject; });
+let nextId = 0;
+const pending = new Map();
+const listeners = [];
+socket.onmessage = (event) => {
+  const message = JSON.parse(event.data);
+  if (message.id && pending.has(message.id)) {
+    const { resolve, reject } = pending.get(message.id);
+    pending.delete(message.id);
+    if (message.error) reject(new Error(JSON.stringify(message.error))); else resolve(message.result);
+  } else if (message.method) {
+    for (const listener of listeners) listener(message);
+  }
+};
+function send(method, params = {}, sessionId) {
+  const id = ++nextId;
+  socket.send(JSON.stringify({ id, method, params, sessionId }));
+  return new Promise((resolve, reject) => pending.set(id, { resolve, reject }));
+}
+const { targetId } = await send("Target.createTarget", { url: "about:blank" });
+const { sessionId } = await send("Target.attachToTarget", { targetId, flatten: true });
+const page = (method, params) => send(method, params, sessionId);
+await page("Page.enable");
+await page("Runtime.enable");
+let dialogs = 0;
+listeners.push((message) => {
+  if (message.method === "Page.javascriptDialogOpening" && message.sessionId === sessionId) {
+    dialogs++;
+    page("Page.handleJavaScriptDialog", { accept: true });
+  }
+});
+
+async function evaluate(expression) {
+  const { result, exceptionDetails } = await page("Runtime.evaluate",
+    { expression, awaitPromise: true, returnByValue: true });
+  if (exceptionDetails) throw new Error(`${expression}: ${JSON.stringify(exceptionDetails)}`);
+  return result.value;
+}
+async function waitFor(expression, limitMs, what) {
+  const deadline = Date.now() + limitMs;
+  for (;;) {
+    // The document may still be loading: an exception is "not yet".
+    if (await evaluate(expression).catch(() => false)) return Date.now();
+    if (Date.now() > deadline) fail(`${what} (not within ${limitMs} ms)`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+async function screenshot(name) {
+  const { data } = await page("Page.captureScreenshot", { format: "png", captureBeyondViewport: true });
+  writeFileSync(join(outDir, name), Buffer.from(data, "base64"));
+}
+async function navigate(url) {
+  await page("Page.navigate", { url });
+}
+async function typeToken(token) {
+  await evaluate(`(() => { const input = document.getElementById("token"); input.value = ${JSON.stringify(token)};
+    document.getElementById("login-form").requestSubmit(); return true; })()`);
+}
+
+// 1. A token without the admin role is refused at the login form.
+await navigate(dashboard);
+await waitFor(`!document.getElementById("login").hidden`, 10000, "the login form shows");
+await typeToken(ALICE);
+await waitFor(`document.getElementById("notice").textContent.includes("no admin role")`, 5000,
+  "a non-admin token is refused");
+const cookies = await page("Network.getCookies", { urls: [dashboard] }).catch(() => ({ cookies: [] }));
+if (cookies.cookies && cookies.cookies.length) fail("a non-admin token got a session cookie");
+console.log("ok: a non-admin token is refused");
+
+// 2. An admin logs in and sees the overview.
+await typeToken(ADMIN);
+await waitFor(`!document.getElementById("overview").hidden &&
+  document.querySelectorAll("#cards .card").length >= 5`, 10000, "the overview shows");
+const warmup = await createTask(0);
+await waitFor(`[...document.querySelectorAll("#statuses .card")].some((c) =>
+  c.textContent.includes("completed") && Number(c.querySelector(".value").textContent) >= 1)`, 10000,
+  "a completed task is counted live");
+console.log(`ok: overview; task ${warmup.slice(0, 8)}… counted completed without a reload`);
+
+// 3. Tasks created through MCP appear in the table within 2 s, without a reload.
+await evaluate(`location.hash = "#tasks"; true`);
+await waitFor(`!document.getElementById("tasks").hidden`, 5000, "the task list shows");
+await evaluate(`window.__sameDocument = true`);
+const created = [];
+for (let i = 0; i < 3; i++) created.push(await createTask(30));
+const start = Date.now();
+await waitFor(`${JSON.stringify(created)}.every((id) => document.getElementById("task-rows").textContent.includes(id))`,
+  2000, "the new tasks appear in the table");
+if (!(await evaluate(`window.__sameDocument === true`))) fail("the page reloaded");
+console.log(`ok: ${created.length} new tasks in the table after ${Date.now() - start} ms, no reload`);
+await screenshot("tasks.png");
+
+// 4. Open a task, cancel it with the button (confirm accepted), see it cancelled.
+const target = created[0];
+await evaluate(`document.querySelector('a[href="#task/${target}"]').click(); true`);
+await waitFor(`document.getElementById("fact-status")?.textContent === "working"`, 5000, "the task opens");
+const dialogsBefore = dialogs;
+await evaluate(`document.getElementById("cancel-task").click(); true`);
+await waitFor(`document.getElementById("fact-status")?.textContent === "cancelled"`, 10000,
+  "the task shows cancelled");
+if (dialogs !== dialogsBefore + 1) fail("cancelling did not ask for confirmation");
+await screenshot("task.png");
+console.log("ok: cancelled from the task page after a confirmation");
+
+// 5. Back on the overview, the chart of the tool counts the tasks created (the history
+// is sampled every 5 s).
+await evaluate(`location.hash = "#overview"; true`);
+await waitFor(`[...document.querySelectorAll("#charts svg")].some((svg) =>
+  /slow_compute, last hour: created ([4-9]|\\d\\d)/.test(svg.getAttribute("aria-label")))`, 12000,
+  "the per-minute chart counts the created tasks");
+await screenshot("overview.png");
+console.log("ok: the per-minute chart shows the tasks created");
+
+// 6. At a phone's width the task list stays readable (no page-wide horizontal scroll).
+await page("Emulation.setDeviceMetricsOverride", { width: 390, height: 844, deviceScaleFactor: 2, mobile: true });
+await evaluate(`location.hash = "#tasks"; true`);
+await waitFor(`!document.getElementById("tasks").hidden &&
+  document.getElementById("task-rows").textContent.includes(${JSON.stringify(target)})`, 5000, "the list at phone width");
+const overflow = await evaluate(`document.documentElement.scrollWidth - document.documentElement.clientWidth`);
+if (overflow > 1) fail(`the page scrolls sideways at phone width (${overflow} px)`);
+await screenshot("tasks-phone.png");
+await page("Emulation.clearDeviceMetricsOverride");
+console.log("ok: readable at a phone's width");
+
+// 7. The API still refuses the non-admin token directly.
+const refused = await fetch(`${dashboard}api/overview`, { headers: { Authorization: `Bearer ${ALICE}` } });
+if (refused.status !== 403) fail(`non-admin token on the API: ${refused.status}`);
+console.log("ok: the API refuses a non-admin token (403)");
+
+console.log(`PASS: dashboard in Chromium; screenshots in ${outDir}`);
+socket.close();
+cleanup();
+process.exit(0);

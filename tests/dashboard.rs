@@ -1,0 +1,287 @@
+//! The dashboard's JSON API through the real binary: who may use it (admin-role tokens,
+//! browser sessions, nobody else on a server with tokens), what protects its actions
+//! from cross-site requests, cancel and re-run, and keyset paging of the task list.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::tasks;
+use crate::common::{poll_until, HttpResponse, Server};
+
+/// "admin-token" has the admin role, "alice-token" does not.
+const CONFIG: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
+    [workers]\nthreads = 2\nshutdown_grace_ms = 200\n\
+    [[auth.tokens]]\nprincipal = \"boss\"\nroles = [\"admin\"]\n\
+    sha256 = \"10a4c7c9fc5206d6f36dc6944a81bb6f4a3cb0e25014ae3b12e6c3e52712292a\"\n\
+    [[auth.tokens]]\nprincipal = \"alice\"\ntenant = \"a\"\n\
+    sha256 = \"9c220f200955d76c0a38d308225e0ef10c5f971acaf2f8d1d8f732affa5bd1dc\"\n";
+const ADMIN: &str = "Bearer admin-token";
+const ALICE: &str = "Bearer alice-token";
+
+fn request(server: &Server, method: &str, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    server.exchange(&server.raw_request(method, path, headers, b""))
+}
+
+fn get(server: &Server, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    request(server, "GET", path, headers)
+}
+
+fn admin_get(server: &Server, path: &str) -> Value {
+    let response = get(server, path, &[("Authorization", ADMIN)]);
+    assert_eq!(response.status, 200, "{path}: {}", response.text());
+    response.json()
+}
+
+fn origin(server: &Server) -> String {
+    format!("http://{}", server.addr)
+}
+
+/// Logs in with `token` through the login form's request; the cookie pair to send back.
+fn login(server: &Server, token: &str) -> Result<String, u16> {
+    let body = json!({ "token": token }).to_string();
+    let origin = origin(server);
+    let response = server.post_raw(
+        "/dashboard/login",
+        &[
+            ("Origin", origin.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        body.as_bytes(),
+    );
+    if response.status != 200 {
+        return Err(response.status);
+    }
+    let cookie = response.header("Set-Cookie").expect("a session cookie");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/dashboard"] {
+        assert!(cookie.contains(attribute), "{attribute} missing: {cookie}");
+    }
+    Ok(cookie.split(';').next().expect("name=value").to_owned())
+}
+
+#[test]
+fn only_admin_tokens_reach_the_api_and_other_tokens_keep_mcp() {
+    let server = Server::start(CONFIG);
+    let overview = "/dashboard/api/overview";
+    assert_eq!(get(&server, overview, &[]).status, 401, "no token");
+    assert_eq!(
+        get(&server, overview, &[("Authorization", "Bearer wrong")]).status,
+        401
+    );
+    assert_eq!(
+        get(&server, overview, &[("Authorization", ALICE)]).status,
+        403,
+        "a token without the admin role"
+    );
+    assert_eq!(login(&server, "alice-token"), Err(403));
+    assert_eq!(login(&server, "nobody"), Err(401));
+    // The same token still serves MCP.
+    let task = tasks::create(
+        &server,
+        "slow_compute",
+        json!({"seconds": 0}),
+        &[("Authorization", ALICE)],
+    );
+    assert!(!task.is_empty());
+    let overview = admin_get(&server, overview);
+    assert!(overview["tasksByStatus"].is_object(), "{overview}");
+    assert!(overview["workers"]["threads"].is_number(), "{overview}");
+    // The page itself is served to anyone (it holds no data), with a strict CSP.
+    let page = get(&server, "/dashboard/", &[]);
+    assert_eq!(page.status, 200);
+    let csp = page.header("Content-Security-Policy").expect("a CSP");
+    assert!(csp.contains("default-src 'self'") && csp.contains("script-src 'self'"));
+    assert!(!page.text().contains("<script>"), "no inline script");
+}
+
+#[test]
+fn browser_actions_need_the_sessions_csrf_token_and_an_origin() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start_in_with_env(dir.path(), CONFIG, &[("RUST_LOG", OsStr::new("info"))]);
+    let task = tasks::create(
+        &server,
+        "slow_compute",
+        json!({"seconds": 60}),
+        &[("Authorization", ALICE)],
+    );
+    let cookie = login(&server, "admin-token").expect("an admin logs in");
+    let session = get(&server, "/dashboard/api/session", &[("Cookie", &cookie)]);
+    assert_eq!(session.status, 200, "{}", session.text());
+    let csrf = session.json()["csrf"]
+        .as_str()
+        .expect("a CSRF token")
+        .to_owned();
+    let cancel = format!("/dashboard/api/tasks/{task}/cancel");
+    let ours = origin(&server);
+    let refused = [
+        vec![("Cookie", cookie.as_str()), ("Origin", ours.as_str())],
+        vec![("Cookie", cookie.as_str()), ("X-CSRF-Token", csrf.as_str())],
+        vec![
+            ("Cookie", cookie.as_str()),
+            ("Origin", ours.as_str()),
+            ("X-CSRF-Token", "0000"),
+        ],
+        vec![
+            ("Cookie", cookie.as_str()),
+            ("Origin", "https://evil.example"),
+            ("X-CSRF-Token", csrf.as_str()),
+        ],
+    ];
+    for headers in &refused {
+        let response = request(&server, "POST", &cancel, headers);
+        assert_eq!(response.status, 403, "{headers:?}: {}", response.text());
+    }
+    let path = format!("/dashboard/api/tasks/{task}");
+    assert_eq!(admin_get(&server, &path)["status"], "working");
+    let accepted = request(
+        &server,
+        "POST",
+        &cancel,
+        &[
+            ("Cookie", &cookie),
+            ("Origin", &ours),
+            ("X-CSRF-Token", &csrf),
+        ],
+    );
+    assert_eq!(accepted.status, 200, "{}", accepted.text());
+    let cancelled = poll_until(Duration::from_secs(10), || {
+        let detail = admin_get(&server, &path);
+        (detail["status"] == "cancelled").then_some(detail)
+    });
+    assert!(cancelled.is_some(), "the task ends cancelled");
+    assert!(
+        server
+            .log_lines()
+            .iter()
+            .any(|line| line.contains("dashboard: cancelled a task of tool slow_compute")),
+        "the action is logged"
+    );
+    assert!(
+        !server.log_lines().iter().any(|line| line.contains(&task)),
+        "no task id in the log"
+    );
+}
+
+#[test]
+fn cancel_and_rerun_with_an_admin_token() {
+    let server = Server::start(CONFIG);
+    let auth = [("Authorization", ADMIN)];
+    let done = tasks::create(
+        &server,
+        "slow_compute",
+        json!({"seconds": 0}),
+        &[("Authorization", ALICE)],
+    );
+    let finished = poll_until(Duration::from_secs(10), || {
+        let detail = admin_get(&server, &format!("/dashboard/api/tasks/{done}"));
+        (detail["status"] == "completed").then_some(())
+    });
+    assert!(finished.is_some(), "the first run completes");
+    let rerun = request(
+        &server,
+        "POST",
+        &format!("/dashboard/api/tasks/{done}/rerun"),
+        &auth,
+    );
+    assert_eq!(rerun.status, 200, "{}", rerun.text());
+    let new_id = rerun.json()["id"]
+        .as_str()
+        .expect("the new task")
+        .to_owned();
+    assert_ne!(new_id, done);
+    let copy = admin_get(&server, &format!("/dashboard/api/tasks/{new_id}"));
+    assert_eq!(copy["tool"], "slow_compute");
+    assert_eq!(copy["principal"], "alice", "the copy keeps the binding");
+    assert_eq!(
+        copy["arguments"],
+        json!({"seconds": 0}),
+        "admins see arguments"
+    );
+
+    let running = tasks::create(
+        &server,
+        "slow_compute",
+        json!({"seconds": 60}),
+        &[("Authorization", ALICE)],
+    );
+    let cancel = request(
+        &server,
+        "POST",
+        &format!("/dashboard/api/tasks/{running}/cancel"),
+        &auth,
+    );
+    assert_eq!(cancel.status, 200, "{}", cancel.text());
+    let ended = poll_until(Duration::from_secs(10), || {
+        let detail = admin_get(&server, &format!("/dashboard/api/tasks/{running}"));
+        (detail["status"] == "cancelled").then_some(())
+    });
+    assert!(ended.is_some(), "cancelled through the API");
+    let missing = request(&server, "POST", "/dashboard/api/tasks/nope/rerun", &auth);
+    assert_eq!(missing.status, 404);
+}
+
+#[test]
+fn keyset_pages_list_every_task_once_newest_first() {
+    let server = Server::start(CONFIG);
+    let mut created = HashSet::new();
+    for _ in 0..7 {
+        created.insert(tasks::create(
+            &server,
+            "slow_compute",
+            json!({"seconds": 0}),
+            &[("Authorization", ALICE)],
+        ));
+    }
+    let mut seen = Vec::new();
+    let mut before: Option<String> = None;
+    loop {
+        let mut path = "/dashboard/api/tasks?limit=3".to_owned();
+        if let Some(cursor) = &before {
+            path.push_str(&format!("&before={cursor}"));
+        }
+        let page = admin_get(&server, &path);
+        let rows = page["tasks"].as_array().expect("rows");
+        assert!(rows.len() <= 3);
+        seen.extend(
+            rows.iter()
+                .map(|row| row["id"].as_str().expect("id").to_owned()),
+        );
+        match page["next"].as_str() {
+            Some(next) => before = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 7, "{seen:?}");
+    assert_eq!(seen.iter().cloned().collect::<HashSet<_>>(), created);
+    assert!(
+        seen.windows(2).all(|pair| pair[0] > pair[1]),
+        "newest first"
+    );
+    let filtered = admin_get(&server, "/dashboard/api/tasks?tool=no_such_tool");
+    assert_eq!(filtered["tasks"], json!([]));
+    assert_eq!(filtered["next"], Value::Null);
+    let by_principal = admin_get(&server, "/dashboard/api/tasks?principal=alice&limit=200");
+    assert_eq!(by_principal["tasks"].as_array().map(Vec::len), Some(7));
+}
+
+#[test]
+fn a_disabled_dashboard_is_not_there_and_a_foreign_host_is_refused() {
+    let off = Server::start(&format!("{CONFIG}[dashboard]\nenabled = false\n"));
+    let page = get(&off, "/dashboard/", &[]);
+    assert_eq!(page.status, 404, "{}", page.text());
+    let api = get(&off, "/dashboard/api/overview", &[("Authorization", ADMIN)]);
+    assert_eq!(api.status, 404);
+
+    let on = Server::start(CONFIG);
+    let rebound = get(
+        &on,
+        "/dashboard/api/overview",
+        &[("Host", "evil.example"), ("Authorization", ADMIN)],
+    );
+    assert_eq!(rebound.status, 403, "DNS rebinding: {}", rebound.text());
+    let moved = get(&on, "/dashboard", &[]);
+    assert_eq!(moved.status, 308);
+    assert_eq!(moved.header("Location"), Some("/dashboard/"));
+}
