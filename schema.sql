@@ -265,16 +265,3 @@ END;
 CREATE TRIGGER jobs_counted_delete AFTER DELETE ON jobs BEGIN
     UPDATE job_counts SET n = n - 1 WHERE state = OLD.state;
 END;
-
--- migration 5
--- Filtered task lists (the dashboard, `mcp-taskd tasks list`) walk one of these newest
--- first from a keyset cursor (`id < ?`), so a page costs its rows, not a scan of every
--- task the filter skips (a filter matching few of 10 million tasks read them all).
--- `tasks` is a rowid table: the id must be in the index for `ORDER BY id` to use it.
--- They cost writes: in a micro-benchmark of inserting and completing tasks rows
--- (Python sqlite3, batches of 64) the three added about +75% CPU to those statements
--- (status +36%, tool +42%, principal +5%, each alone); measure benches/tasks.sh before
--- keeping them.
-CREATE INDEX tasks_by_status ON tasks (status, id);
-CREATE INDEX tasks_by_tool ON tasks (tool, id);
-CREATE INDEX tasks_by_principal ON tasks (principal, id);

@@ -36,10 +36,9 @@ pub fn id_floor(ms: i64) -> String {
 }
 
 /// Up to `limit` tasks matching `filter`, newest first, with ids below `before`: a
-/// keyset page walking the primary key backwards, or an index of migration 5 when a
-/// filter names a status, tool or principal (never an OFFSET). The statement names
-/// only the conditions given: `(?1 IS NULL OR col = ?1)` would keep SQLite from using
-/// any index.
+/// keyset page walking the primary key backwards (never an OFFSET). The statement
+/// names only the conditions given: `(?1 IS NULL OR col = ?1)` would keep SQLite from
+/// using any index on a filtered column.
 pub fn list_tasks(
     conn: &Connection,
     filter: &TaskFilter,
@@ -254,31 +253,5 @@ mod tests {
             ..TaskFilter::default()
         };
         assert!(store.list_tasks(&other_tool, None, 10).unwrap().is_empty());
-    }
-
-    #[test]
-    fn filtered_pages_walk_an_index_without_sorting() {
-        let conn = Connection::open_in_memory().unwrap();
-        let mut conn = conn;
-        crate::tasks::sqlite::migrations::migrate(&mut conn).unwrap();
-        for (column, value) in [("status", "failed"), ("tool", "t"), ("principal", "p")] {
-            let sql = format!(
-                "EXPLAIN QUERY PLAN SELECT {SUMMARY_COLUMNS} FROM tasks \
-                 WHERE id < ? AND {column} = ? ORDER BY id DESC LIMIT 50"
-            );
-            let plan: Vec<String> = conn
-                .prepare(&sql)
-                .unwrap()
-                .query_map(["z", value], |row| row.get::<_, String>(3))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-            let plan = plan.join("; ");
-            assert!(
-                plan.contains(&format!("tasks_by_{column}")),
-                "{column}: {plan}"
-            );
-            assert!(!plan.contains("TEMP B-TREE"), "{column} sorts: {plan}");
-        }
     }
 }
