@@ -27,6 +27,7 @@ use crate::config::SessionLimits;
 use crate::handlers::Service;
 use crate::metrics::Metrics;
 use crate::notifications::{Delivery, Frame, Hub};
+use crate::protocol::envelope::Envelope;
 use crate::protocol::RpcError;
 use crate::transport::headers::header;
 use crate::transport::{Inbound, SessionEra};
@@ -264,7 +265,7 @@ impl Legacy {
             let _ = request.respond(response);
             return;
         }
-        let envelope = match crate::protocol::envelope::Envelope::parse(message) {
+        let envelope = match Envelope::parse(message) {
             Ok(envelope) => envelope,
             Err(rejected) => {
                 let (id, error) = *rejected;
@@ -302,9 +303,22 @@ impl Legacy {
             return;
         };
         let cancelled = session.start_request(&id);
-        let mut sink = stream::CallSink::new(request, cancelled);
+        let sink = stream::CallSink::new(request, cancelled);
+        self.answer_call(&session, identity, envelope, id, sink);
+    }
+
+    /// Runs one call of `session` and writes its answer through `sink`, whichever wire
+    /// it is on (an HTTP POST's, or a stdio connection's).
+    fn answer_call(
+        &self,
+        session: &Session,
+        identity: &Identity,
+        envelope: Envelope,
+        id: Value,
+        mut sink: stream::CallSink,
+    ) {
         let method = envelope.method.clone();
-        let result = self.call(&session, identity, envelope, &mut sink);
+        let result = self.call(session, identity, envelope, &mut sink);
         session.end_request(&id);
         self.metrics.record_request(&method, result.is_ok());
         let message = match result {
@@ -315,11 +329,7 @@ impl Legacy {
         sink.finish(200, message);
     }
 
-    fn initialize(
-        &self,
-        identity: &Identity,
-        envelope: &crate::protocol::envelope::Envelope,
-    ) -> Response<Body> {
+    fn initialize(&self, identity: &Identity, envelope: &Envelope) -> Response<Body> {
         let id = envelope.id.clone().unwrap_or(Value::Null);
         let version = era::negotiate(envelope.str_param("protocolVersion"));
         let capabilities = match envelope.params.get("capabilities") {

@@ -112,17 +112,9 @@ impl Legacy {
             return;
         };
         let cancelled = session.start_request(&id);
-        let mut sink = CallSink::on_wire(Arc::clone(wire), cancelled);
-        let method = envelope.method.clone();
+        let sink = CallSink::on_wire(Arc::clone(wire), cancelled);
         let identity = session.identity.clone();
-        let result = self.call(session, &identity, envelope, &mut sink);
-        session.end_request(&id);
-        self.metrics.record_request(&method, result.is_ok());
-        let message = match result {
-            Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-            Err(error) => error_body(&id, &error),
-        };
-        sink.finish(200, message);
+        self.answer_call(session, &identity, envelope, id, sink);
     }
 
     /// Ends the connection's session: its calls are told to stop, its forwarder ends.
