@@ -96,6 +96,41 @@ fn only_admin_tokens_reach_the_api_and_other_tokens_keep_mcp() {
     assert!(!page.text().contains("<script>"), "no inline script");
 }
 
+/// Ten failed logins from one address lock that address out of the login form for the
+/// rest of the minute, for the right token too; bearer access is not the form's.
+#[test]
+fn failed_logins_lock_the_form_for_that_address() {
+    let server = Server::start(CONFIG);
+    for _ in 0..10 {
+        assert_eq!(login(&server, "guess"), Err(401));
+    }
+    let origin = origin(&server);
+    let locked = server.post_raw(
+        "/dashboard/login",
+        &[
+            ("Origin", origin.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        json!({ "token": "admin-token" }).to_string().as_bytes(),
+    );
+    assert_eq!(locked.status, 429, "{}", locked.text());
+    let retry_after: u64 = locked
+        .header("Retry-After")
+        .and_then(|seconds| seconds.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(
+        get(
+            &server,
+            "/dashboard/api/overview",
+            &[("Authorization", ADMIN)]
+        )
+        .status,
+        200,
+        "an admin bearer token still works"
+    );
+}
+
 #[test]
 fn browser_actions_need_the_sessions_csrf_token_and_an_origin() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -2,7 +2,8 @@
 //! `[dashboard] path`, its JSON API, and who may use them.
 //!
 //! Owns the routes under that path, the dashboard's access rules and sessions
-//! ([`session`]), and the per-minute chart history ([`history`]). It answers with the
+//! ([`session`], with failed logins throttled per address by [`throttle`]), and the
+//! per-minute chart history ([`history`]). It answers with the
 //! same operations as `mcp-taskd tasks …` and `stats` ([`crate::ops::admin::Admin`]);
 //! the transport hands it requests after its Host/Origin check and before anything
 //! MCP-specific.
@@ -27,6 +28,7 @@
 
 pub mod history;
 pub mod session;
+pub mod throttle;
 
 use std::io::{Cursor, Read};
 use std::sync::Arc;
@@ -41,6 +43,7 @@ use crate::protocol::TaskStatus;
 use crate::tasks::model::TaskFilter;
 use history::History;
 use session::{Session, Sessions, COOKIE, LIFETIME_S};
+use throttle::LoginThrottle;
 
 type Body = Cursor<Vec<u8>>;
 
@@ -62,6 +65,7 @@ pub struct Dashboard {
     admin: Arc<Admin>,
     hub: Arc<Hub>,
     sessions: Sessions,
+    failed_logins: LoginThrottle,
     history: Arc<History>,
     /// Served tool names, for the page's filter.
     tools: Vec<String>,
@@ -91,6 +95,7 @@ impl Dashboard {
             admin,
             hub,
             sessions: Sessions::new()?,
+            failed_logins: LoginThrottle::default(),
             history,
         })
     }
@@ -164,6 +169,17 @@ impl Dashboard {
         if header(request, "Origin").is_none() {
             return refused(403, "cross-site request refused");
         }
+        let address = request.remote_addr().map(|address| address.ip());
+        if let Some(wait_s) = self.failed_logins.refused(address, now_s()) {
+            return with_header(
+                refused(
+                    429,
+                    "too many failed logins from this address; try again later",
+                ),
+                "Retry-After",
+                &wait_s.to_string(),
+            );
+        }
         let mut body = Vec::new();
         if request
             .as_reader()
@@ -191,8 +207,14 @@ impl Dashboard {
                     &self.cookie(&value, LIFETIME_S),
                 )
             }
-            Ok(Access::McpOnly) => refused(403, "this token has no admin role"),
-            Err(_) => refused(401, "unknown token"),
+            Ok(Access::McpOnly) => {
+                self.failed_logins.failed(address, now_s());
+                refused(403, "this token has no admin role")
+            }
+            Err(_) => {
+                self.failed_logins.failed(address, now_s());
+                refused(401, "unknown token")
+            }
         }
     }
 
