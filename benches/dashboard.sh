@@ -15,7 +15,10 @@
 #   benches/dashboard.sh                       # 3 rounds, 40,000 tasks a step
 #   ROUNDS=5 E2E_N=20000 benches/dashboard.sh
 #
-# Environment: ROUNDS (3), E2E_N (40000), CONC (64), POLL_MS (50), PORT (8105),
+# Then, on the idle server, the CPU time the poller alone costs per second (IDLE_S, 20 s
+# without and 20 s with it).
+#
+# Environment: ROUNDS (3), E2E_N (40000), IDLE_S (20), CONC (64), POLL_MS (50), PORT (8105),
 # DASH_PATH (/dashboard), CONFIG (examples/bench.toml), BIN (a built mcp-taskd; default:
 # build the release binary), OUT (results folder), CARGO_TARGET_DIR. Needs curl, python3.
 set -euo pipefail
@@ -28,6 +31,7 @@ E2E_N=${E2E_N:-40000}
 CONC=${CONC:-64}
 POLL_MS=${POLL_MS:-50}
 PORT=${PORT:-8105}
+IDLE_S=${IDLE_S:-20}
 DASH_PATH=${DASH_PATH:-/dashboard}
 CONFIG=${CONFIG:-$REPO/examples/bench.toml}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
@@ -138,5 +142,23 @@ for r in $(seq "$ROUNDS"); do
 done
 
 echo "load after: $(uptime | sed 's/.*load average: //')" | tee -a "$OUT/run.log"
+
+# The poller's cost in server CPU, which load on a shared box cannot blur: the idle
+# server's CPU time over IDLE_S seconds, without and then with the poller.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
+idle_cpu() { # kind
+  local a b
+  if [ "$1" = with ]; then
+    python3 "$HERE/dashpoll.py" poll "$BASE$DASH_PATH" "$OUT/idle.poll" &
+    POLLER=$!
+  fi
+  a=$(cpu_ticks); sleep "$IDLE_S"; b=$(cpu_ticks)
+  stop_poller
+  echo $(( (b - a) * 1000 / $(getconf CLK_TCK) ))
+}
+without_ms=$(idle_cpu without)
+with_ms=$(idle_cpu with)
+echo "idle server CPU over ${IDLE_S} s: ${without_ms} ms without the dashboard, ${with_ms} ms with it" \
+  "($(( (with_ms - without_ms) / IDLE_S )) ms of CPU per poll second)" | tee -a "$OUT/run.log"
 python3 "$HERE/dashpoll.py" summary "$OUT" | tee "$OUT/summary.txt"
 echo "results: $OUT (run.log, summary.txt)"
