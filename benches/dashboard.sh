@@ -12,13 +12,13 @@
 # outbox, as benches/tasks.sh does. It prints per-round figures, the medians, the median
 # of the per-round ratios with/without, and the poller's own request latency.
 #
-#   benches/dashboard.sh                       # 3 rounds, 40,000 tasks a step
+#   benches/dashboard.sh                       # 3 rounds, 80,000 tasks a step; ~3.5 min
 #   ROUNDS=5 E2E_N=20000 benches/dashboard.sh
 #
 # Then, on the idle server, the CPU time the poller alone costs per second (IDLE_S, 20 s
 # without and 20 s with it).
 #
-# Environment: ROUNDS (3), E2E_N (40000), IDLE_S (20), CONC (64), POLL_MS (50), PORT (8105),
+# Environment: ROUNDS (3), E2E_N (80000), IDLE_S (20), CONC (64), POLL_MS (50), PORT (8105),
 # DASH_PATH (/dashboard), CONFIG (examples/bench.toml), BIN (a built mcp-taskd; default:
 # build the release binary), OUT (results folder), CARGO_TARGET_DIR. Needs curl, python3.
 set -euo pipefail
@@ -27,7 +27,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 ROUNDS=${ROUNDS:-3}
-E2E_N=${E2E_N:-40000}
+E2E_N=${E2E_N:-80000}
 CONC=${CONC:-64}
 POLL_MS=${POLL_MS:-50}
 PORT=${PORT:-8105}
