@@ -317,6 +317,24 @@ fn read_until(stream: &mut TcpStream, limit: Duration, done: impl Fn(&str) -> bo
     String::from_utf8_lossy(&raw).into_owned()
 }
 
+/// Posts `body` as one of the session's calls on a fresh connection and reads its
+/// stream until the server asks for elicitation: the open stream and that request.
+fn call_until_elicited(server: &Server, client: &Client, body: &Value) -> (TcpStream, Value) {
+    let mut headers = client.headers();
+    headers.push(("Content-Type", "application/json"));
+    headers.push(("Accept", "application/json, text/event-stream"));
+    let request = server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes());
+    let mut call = open(server, &request);
+    let asked = read_until(&mut call, Duration::from_secs(10), |text| {
+        text.contains("elicitation/create")
+    });
+    let question = data_messages(&asked)
+        .into_iter()
+        .find(|m| m["method"] == "elicitation/create")
+        .unwrap_or_else(|| panic!("no elicitation in {asked}"));
+    (call, question)
+}
+
 fn data_messages(text: &str) -> Vec<Value> {
     text.lines()
         .filter_map(|line| line.strip_prefix("data:"))
@@ -334,18 +352,7 @@ fn a_legacy_call_asks_the_client_through_a_server_to_client_request() {
     );
     let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
         "name": "test_elicitation", "arguments": {"message": "Who are you?"}}});
-    let mut headers = client.headers();
-    headers.push(("Content-Type", "application/json"));
-    headers.push(("Accept", "application/json, text/event-stream"));
-    let request = server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes());
-    let mut call = open(&server, &request);
-    let asked = read_until(&mut call, Duration::from_secs(10), |text| {
-        text.contains("elicitation/create")
-    });
-    let question = data_messages(&asked)
-        .into_iter()
-        .find(|m| m["method"] == "elicitation/create")
-        .unwrap_or_else(|| panic!("no elicitation in {asked}"));
+    let (mut call, question) = call_until_elicited(&server, &client, &body);
     assert_eq!(question["params"]["message"], "Who are you?");
     let answer = client.send(&json!({"jsonrpc": "2.0", "id": question["id"], "result": {
         "action": "accept", "content": {"username": "testuser", "email": "t@example.com"}}}));
@@ -771,18 +778,7 @@ fn a_bridged_task_asks_a_legacy_client_through_a_server_to_client_request() {
     let client = Client::connect(&server, "2025-11-25", json!({"elicitation": {}}));
     let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {
         "name": "approve_deployment", "arguments": {"service": "api", "version": "9"}}});
-    let mut headers = client.headers();
-    headers.push(("Content-Type", "application/json"));
-    headers.push(("Accept", "application/json, text/event-stream"));
-    let request = server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes());
-    let mut call = open(&server, &request);
-    let asked = read_until(&mut call, Duration::from_secs(10), |text| {
-        text.contains("elicitation/create")
-    });
-    let question = data_messages(&asked)
-        .into_iter()
-        .find(|m| m["method"] == "elicitation/create")
-        .unwrap_or_else(|| panic!("no elicitation in {asked}"));
+    let (mut call, question) = call_until_elicited(&server, &client, &body);
     assert_eq!(question["params"]["message"], "Deploy api@9 to production?");
     let task_id = question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
         .as_str()
@@ -844,18 +840,7 @@ fn a_legacy_client_that_can_answer_is_sent_to_task_wait_which_asks_it() {
     assert!(text.contains("Call task_wait"), "{status}");
     let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
         "name": "task_wait", "arguments": {"taskId": task_id}}});
-    let mut headers = client.headers();
-    headers.push(("Content-Type", "application/json"));
-    headers.push(("Accept", "application/json, text/event-stream"));
-    let request = server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes());
-    let mut call = open(&server, &request);
-    let asked = read_until(&mut call, Duration::from_secs(10), |text| {
-        text.contains("elicitation/create")
-    });
-    let question = data_messages(&asked)
-        .into_iter()
-        .find(|m| m["method"] == "elicitation/create")
-        .unwrap_or_else(|| panic!("no elicitation in {asked}"));
+    let (mut call, question) = call_until_elicited(&server, &client, &body);
     let answer = client.send(&json!({"jsonrpc": "2.0", "id": question["id"], "result": {
         "action": "decline"}}));
     assert_eq!(answer.status, 202, "{}", answer.text());
