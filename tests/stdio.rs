@@ -405,14 +405,19 @@ fn approve_through(stdio: &mut Stdio) {
     );
 }
 
-#[test]
-fn a_legacy_task_asks_its_question_over_stdio_and_through_the_relay() {
+/// Runs `flow` on a local `stdio` server, then on a relay to a running `serve`.
+fn locally_and_through_the_relay(flow: fn(&mut Stdio)) {
     let dir = tempfile::tempdir().unwrap();
-    approve_through(&mut Stdio::start_in(dir.path(), TESTING));
+    flow(&mut Stdio::start_in(dir.path(), TESTING));
 
     let served = tempfile::tempdir().unwrap();
     let server = Server::start_in(served.path(), TESTING);
-    approve_through(&mut Stdio::connect(&url(&server), None));
+    flow(&mut Stdio::connect(&url(&server), None));
+}
+
+#[test]
+fn a_legacy_task_asks_its_question_over_stdio_and_through_the_relay() {
+    locally_and_through_the_relay(approve_through);
 }
 
 /// A legacy session that declared elicitation but not tasks calls `approve_deployment`
@@ -464,10 +469,5 @@ fn approve_bridged_through(stdio: &mut Stdio) {
 
 #[test]
 fn a_bridged_task_asks_a_legacy_client_that_declared_elicitation_over_stdio_and_the_relay() {
-    let dir = tempfile::tempdir().unwrap();
-    approve_bridged_through(&mut Stdio::start_in(dir.path(), TESTING));
-
-    let served = tempfile::tempdir().unwrap();
-    let server = Server::start_in(served.path(), TESTING);
-    approve_bridged_through(&mut Stdio::connect(&url(&server), None));
+    locally_and_through_the_relay(approve_bridged_through);
 }
