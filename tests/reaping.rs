@@ -111,6 +111,19 @@ fn assert_no_zombies(server: &Server) {
     assert!(clean.is_some(), "zombies: {:?}", zombies_of(server));
 }
 
+/// Calls the escape tool `tool` inline, lets it go, and checks it answered: the process
+/// it left behind in `work`.
+fn call_leaving_one_behind(server: &Server, tool: &str, work: &Path) -> Process {
+    let (result, escapee) = std::thread::scope(|scope| {
+        let call = scope.spawn(|| server.call_tool(tool, json!({}), json!({})).result());
+        let escapee = escapee(work);
+        go(work);
+        (call.join().expect("the call"), escapee)
+    });
+    assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+    escapee
+}
+
 /// Lets an "exit" program finish.
 fn go(work: &Path) {
     std::fs::write(work.join("go"), b"").expect("write go");
@@ -198,13 +211,7 @@ fn a_setsid_grandchild_dies_when_the_program_writes_too_much() {
 fn a_double_forked_orphan_dies_when_the_inline_call_ends() {
     let (_temp, work) = temp();
     let server = Server::start(&config(&[escape_tool("t", &work, "double", "exit", "")]));
-    let (result, escapee) = std::thread::scope(|scope| {
-        let call = scope.spawn(|| server.call_tool("t", json!({}), json!({})).result());
-        let escapee = escapee(&work);
-        go(&work);
-        (call.join().expect("the call"), escapee)
-    });
-    assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+    let escapee = call_leaving_one_behind(&server, "t", &work);
     assert_gone(&escapee);
 }
 
@@ -224,13 +231,7 @@ fn orphans_of_a_run_still_running_survive_another_runs_end() {
     });
     assert!(adopted.is_some(), "parent {:?}", survivor.parent());
 
-    let (result, ended) = std::thread::scope(|scope| {
-        let call = scope.spawn(|| server.call_tool("ending", json!({}), json!({})).result());
-        let escapee = escapee(&ending);
-        go(&ending);
-        (call.join().expect("the call"), escapee)
-    });
-    assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+    let ended = call_leaving_one_behind(&server, "ending", &ending);
     assert_gone(&ended);
     assert!(survivor.exists(), "the running task's orphan was killed");
 
@@ -276,13 +277,7 @@ fn an_orphan_with_a_replaced_environment_that_holds_stdout_dies_when_the_call_en
         "exit",
         "",
     )]));
-    let (result, escapee) = std::thread::scope(|scope| {
-        let call = scope.spawn(|| server.call_tool("t", json!({}), json!({})).result());
-        let escapee = escapee(&work);
-        go(&work);
-        (call.join().expect("the call"), escapee)
-    });
-    assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
+    let escapee = call_leaving_one_behind(&server, "t", &work);
     assert_gone(&escapee);
 }
 
@@ -296,14 +291,7 @@ fn an_orphan_with_nothing_of_its_run_dies_at_the_latest_on_a_graceful_shutdown()
         "exit",
         "",
     )]));
-    let escapee = std::thread::scope(|scope| {
-        let call = scope.spawn(|| server.call_tool("t", json!({}), json!({})).result());
-        let escapee = escapee(&work);
-        go(&work);
-        let result = call.join().expect("the call");
-        assert_eq!(result["content"][0]["text"], "left one behind", "{result}");
-        escapee
-    });
+    let escapee = call_leaving_one_behind(&server, "t", &work);
     assert!(server.terminate(LIMIT), "the server exits on SIGTERM");
     assert_gone(&escapee);
 }
