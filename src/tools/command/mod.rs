@@ -80,6 +80,7 @@
 //!   a slot is free. An inline call beyond it waits for a slot up to `timeout_ms`.
 
 mod declaration;
+mod launch;
 mod output;
 mod process;
 mod reaper;
