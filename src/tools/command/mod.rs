@@ -80,7 +80,6 @@
 //!   a slot is free. An inline call beyond it waits for a slot up to `timeout_ms`.
 
 mod declaration;
-mod launch;
 mod output;
 mod process;
 mod reaper;

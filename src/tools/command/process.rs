@@ -2,18 +2,15 @@
 //! PDEATHSIG), feeding and draining its pipes, stopping the whole group, and having the
 //! reaper kill what left the group before the program is reaped.
 
-use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 
-use super::launch::{self, Launch, Started};
 use super::output::{forward, interpret, parse_progress, truncate, Progress};
 use super::reaper::{self, Run};
 use super::CommandTool;
@@ -35,21 +32,51 @@ const FIRST_POLL: Duration = Duration::from_micros(250);
 
 impl CommandTool {
     /// Starts the program: no shell, its own process group, a clean environment (plus
-    /// the run's marker, which its descendants inherit), SIGKILL when the server dies.
-    fn spawn(&self, run: &Run, task: Option<(&str, i64)>) -> std::io::Result<Started> {
-        let attempt = task.map(|(_, attempt)| attempt.to_string());
-        let mut env: BTreeMap<&str, &str> = self
-            .env
-            .iter()
-            .map(|(key, value)| (key.as_str(), value.as_str()))
-            .collect();
-        env.insert(reaper::MARKER, run.marker());
-        if let (Some((task_id, _)), Some(attempt)) = (task, attempt.as_deref()) {
-            env.insert("MCP_TASK_ID", task_id);
-            env.insert("MCP_TASK_ATTEMPT", attempt);
+    /// the run's marker, which its descendants inherit).
+    fn spawn(&self, run: &Run, task: Option<(&str, i64)>) -> std::io::Result<Child> {
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .current_dir(&self.working_dir)
+            .env_clear()
+            .envs(&self.env)
+            .env(reaper::MARKER, run.marker())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if let Some((task_id, attempt)) = task {
+            command
+                .env("MCP_TASK_ID", task_id)
+                .env("MCP_TASK_ATTEMPT", attempt.to_string());
         }
-        let launch = Launch::new(&self.program, &self.args, &self.working_dir, env)?;
-        reaper::spawn(|| launch::start(&launch))
+        #[cfg(target_os = "linux")]
+        {
+            let server = std::process::id() as libc::pid_t;
+            // SAFETY: the hook runs between fork and exec and only makes
+            // async-signal-safe system calls; it allocates nothing.
+            unsafe {
+                command.pre_exec(move || {
+                    // Die with the server (or, precisely, with the spawning thread).
+                    if libc::prctl(
+                        libc::PR_SET_PDEATHSIG,
+                        libc::SIGKILL as libc::c_ulong,
+                        0 as libc::c_ulong,
+                        0 as libc::c_ulong,
+                        0 as libc::c_ulong,
+                    ) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // The server may have died before the line above took effect.
+                    if libc::getppid() != server {
+                        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                    }
+                    Ok(())
+                });
+            }
+        }
+        reaper::spawn(&mut command)
     }
 
     /// Runs the program once and supervises it until it ends or must be stopped.
@@ -62,8 +89,8 @@ impl CommandTool {
         let payload = input.to_string().into_bytes();
         let task = call.host.task_attempt();
         let mut run = Run::start();
-        let program = match self.spawn(&run, task) {
-            Ok(program) => program,
+        let mut child = match self.spawn(&run, task) {
+            Ok(child) => child,
             Err(error) => {
                 return Outcome::Retry(format!(
                     "could not start {}: {error}",
@@ -71,21 +98,15 @@ impl CommandTool {
                 ))
             }
         };
-        run.watch_pipes(&program);
-        let Started {
-            pid,
-            stdin,
-            stdout,
-            stderr,
-        } = program;
+        let pid = child.id() as libc::pid_t;
+        run.watch_pipes(&child);
         let (events, received) = crossbeam_channel::unbounded();
-        let pipes = (stdin, stdout, stderr);
-        let helpers = start_helpers(pipes, payload, self.max_output, events);
+        let helpers = start_helpers(&mut child, payload, self.max_output, events);
         let (stdout, stderr) = match helpers {
             Ok(helpers) => helpers,
             Err(error) => {
                 terminate_group(pid);
-                let _ = reap_program(pid, run);
+                let _ = reap_program(&mut child, run);
                 return Outcome::Retry(format!("could not supervise the program: {error}"));
             }
         };
@@ -124,7 +145,7 @@ impl CommandTool {
         }
         // Descendants that left the group are killed before the output is collected:
         // they may hold stdout open.
-        let status = reap_program(pid, run);
+        let status = reap_program(&mut child, run);
 
         let captured = collect(stdout, PIPE_GRACE);
         let stderr_tail = collect(stderr, PIPE_GRACE);
@@ -209,11 +230,15 @@ type Helpers = (JoinHandle<Captured>, JoinHandle<Vec<u8>>);
 
 /// Starts the threads that feed stdin and drain stdout and stderr.
 fn start_helpers(
-    (mut stdin, stdout, stderr): (File, File, File),
+    child: &mut Child,
     payload: Vec<u8>,
     limit: usize,
     events: Sender<Event>,
 ) -> std::io::Result<Helpers> {
+    let missing = || std::io::Error::other("a pipe to the program is missing");
+    let mut stdin = child.stdin.take().ok_or_else(missing)?;
+    let stdout = child.stdout.take().ok_or_else(missing)?;
+    let stderr = child.stderr.take().ok_or_else(missing)?;
     // A program that never reads stdin must not block anything: write on a thread and
     // ignore a closed pipe.
     std::thread::Builder::new()
@@ -341,26 +366,12 @@ fn has_exited(pid: libc::pid_t) -> bool {
 /// Kills what the run left behind outside its process group, then reaps the program.
 /// In this order: while the program is unreaped its pid, which names its group, stays
 /// taken.
-fn reap_program(pid: libc::pid_t, run: Run) -> std::io::Result<ExitStatus> {
+fn reap_program(child: &mut Child, run: Run) -> std::io::Result<std::process::ExitStatus> {
+    let pid = child.id() as libc::pid_t;
     reaper::sweep(run, pid, || has_exited(pid));
-    let status = wait_for_exit(pid);
+    let status = child.wait();
     reaper::forget(pid);
     status
-}
-
-/// Reaps the program (blocking until it has exited).
-fn wait_for_exit(pid: libc::pid_t) -> std::io::Result<ExitStatus> {
-    loop {
-        let mut status = 0;
-        // SAFETY: plain system call on our own child.
-        if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
-            return Ok(ExitStatus::from_raw(status));
-        }
-        let error = std::io::Error::last_os_error();
-        if error.kind() != std::io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    }
 }
 
 fn kill_group(pgid: libc::pid_t, signal: libc::c_int) {

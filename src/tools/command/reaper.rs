@@ -40,11 +40,10 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::os::fd::AsRawFd;
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
-
-use super::launch::Started;
 
 /// The environment variable that marks a run's descendants.
 pub const MARKER: &str = "MCP_TASKD_RUN";
@@ -57,7 +56,7 @@ const SWEEP_POLL: Duration = Duration::from_millis(5);
 /// (an exec takes well under [`SECOND_LOOKS`] × [`SWEEP_POLL`]).
 const SECOND_LOOKS: u32 = 10;
 
-/// Programs spawned and not yet reaped, the markers of runs still
+/// Programs spawned and not yet reaped by their `Child`, the markers of runs still
 /// running, and orphans known to hide their environment.
 struct Registry {
     programs: BTreeSet<libc::pid_t>,
@@ -132,14 +131,15 @@ impl Run {
 
     /// Remembers the program's pipes: an orphan that still holds one of them inherited
     /// it from the program, whatever its environment says.
-    pub(super) fn watch_pipes(&mut self, program: &Started) {
+    pub fn watch_pipes(&mut self, program: &Child) {
         let fds = [
-            program.stdin.as_raw_fd(),
-            program.stdout.as_raw_fd(),
-            program.stderr.as_raw_fd(),
+            program.stdin.as_ref().map(AsRawFd::as_raw_fd),
+            program.stdout.as_ref().map(AsRawFd::as_raw_fd),
+            program.stderr.as_ref().map(AsRawFd::as_raw_fd),
         ];
         self.pipes = fds
             .into_iter()
+            .flatten()
             .filter_map(|fd| {
                 // SAFETY: `stat` is plain data; fstat fills it from a descriptor we own.
                 let mut stat: libc::stat = unsafe { std::mem::zeroed() };
@@ -168,15 +168,15 @@ impl Drop for Run {
     }
 }
 
-/// Starts a program and registers it, so that no sweep takes it for an orphan.
-pub(super) fn spawn(start: impl FnOnce() -> std::io::Result<Started>) -> std::io::Result<Started> {
+/// Spawns a program and registers it, so that no sweep takes it for an orphan.
+pub fn spawn(command: &mut Command) -> std::io::Result<Child> {
     let _gate = GATE.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let started = start()?;
-    registry().programs.insert(started.pid);
-    Ok(started)
+    let child = command.spawn()?;
+    registry().programs.insert(child.id() as libc::pid_t);
+    Ok(child)
 }
 
-/// Called once the program has been reaped.
+/// Called once the program has been reaped by its `Child`.
 pub fn forget(program: libc::pid_t) {
     registry().programs.remove(&program);
 }
