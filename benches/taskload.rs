@@ -3,7 +3,10 @@
 //!
 //! ```text
 //! taskload HOST:PORT e2e N CONC [TOOL [POLL_MS]]
+//! taskload HOST:PORT create N CONC [TOOL]
 //! ```
+//!
+//! `create` stops after phase 1 (benches/drain.sh fills a backlog with it).
 //!
 //! Opens CONC keep-alive connections. Phase 1: creates N tasks of TOOL (default
 //! `noop_task`) with `tools/call`, declaring the Tasks extension, each connection
@@ -137,9 +140,10 @@ fn main() {
         .map(String::as_str)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let (host, n, conc, tool, poll_pause) = match args.as_slice() {
-        [host, "e2e", n, conc, rest @ ..] => (
+    let (host, mode, n, conc, tool, poll_pause) = match args.as_slice() {
+        [host, mode @ ("e2e" | "create"), n, conc, rest @ ..] => (
             host.to_string(),
+            *mode,
             n.parse::<usize>()
                 .unwrap_or_else(|_| fail("N must be a number")),
             conc.parse::<usize>()
@@ -153,7 +157,7 @@ fn main() {
                 None => POLL_PAUSE_MS,
             }),
         ),
-        _ => fail("usage: taskload HOST:PORT e2e N CONC [TOOL [POLL_MS]]"),
+        _ => fail("usage: taskload HOST:PORT e2e|create N CONC [TOOL [POLL_MS]]"),
     };
     let polls = AtomicU64::new(0);
     let created_all = Barrier::new(conc);
@@ -180,6 +184,9 @@ fn main() {
                         }
                     }
                     let created = started.elapsed();
+                    if mode == "create" {
+                        return (created, created);
+                    }
                     // Poll only once every task exists, so that polling never slows
                     // creation down.
                     created_all.wait();
