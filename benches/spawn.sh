@@ -17,7 +17,7 @@
 # Prints a markdown table and refreshes the "Command tools" section of
 # benches/README.md. Environment: N (5000), CONC (64), ROUNDS (3), POLL_MS (20),
 # SPAWNS (2000), PORT (8105), OUT (results folder), CARGO_TARGET_DIR, README (the file
-# to refresh; README=- leaves it alone). Needs cc, python3, curl.
+# to refresh; README=- leaves it alone), PERF_STAT (0: no perf stat). Needs cc, python3.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
