@@ -1,16 +1,18 @@
-//! The janitor: every `workers.janitor_interval_ms`, in bounded batches, reclaims expired
+//! The janitor: first start-up recovery ([`recover`]), then every
+//! `workers.janitor_interval_ms`, in bounded batches, reclaims expired
 //! leases (retry, or fail after the last attempt), deletes tasks past their TTL, prunes
 //! delivered outbox rows, and now and then lets the store shrink its log.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::recovery::reclaim;
+use super::recovery::{reclaim, recover};
 use super::relay::skip_unheard;
 use super::{UpkeepCounters, BATCH};
 use crate::clock::now_ms;
 use crate::notifications::Hub;
 use crate::tasks::backend::TaskStore;
+use crate::tasks::model::Orphans;
 use crate::tasks::workers::{Inflight, Stop};
 
 /// Delivered outbox rows deleted per janitor write (small rows, one range).
@@ -27,12 +29,14 @@ pub(super) fn janitor(
     counters: &dyn UpkeepCounters,
     delivered: &AtomicI64,
     interval: Duration,
+    started: i64,
     stopping: &AtomicBool,
 ) {
+    recover(store, started, stopping);
     let mut last_checkpoint = Instant::now();
     while !stopping.load(Ordering::Acquire) {
         std::thread::sleep(interval);
-        let reclaimed = reclaim(store, Some(now_ms()));
+        let reclaimed = reclaim(store, Orphans::ExpiredBefore(now_ms()));
         counters.reclaimed(reclaimed);
         if reclaimed > 0 {
             log::warn!("reclaimed {reclaimed} job(s) whose lease expired");
