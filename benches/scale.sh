@@ -24,7 +24,9 @@
 #
 # Environment: BIN (release binary; default target/release/mcp-taskd), OUT (results
 # folder, default /tmp/taskd-scale-STAMP), BIG (10000000), MID (1000000), SMALL (10000),
-# GET_S (8), CREATE_S (5), KEEP=1 keeps the stores. Needs sqlite3, curl, python3, oha.
+# GET_S (8), CREATE_S (5), ROUNDS (1: get and create run small big big small, ROUNDS
+# times), KEEP=1 keeps the stores, REUSE=1 reuses those of OUT (and appends to its
+# results), STEPS (a subset of "metrics get create startup expiry others"). Needs sqlite3, curl, python3, oha.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -39,8 +41,9 @@ PORT=${PORT:-8470}
 mkdir -p "$OUT"
 cargo bench --no-run --bench taskload >/dev/null 2>&1
 TASKLOAD=$(ls -t "$REPO"/target/release/deps/taskload-* | grep -v '\.d$' | head -1)
+STEPS=${STEPS:-metrics get create startup expiry others}
 RESULTS=$OUT/results.jsonl
-: > "$RESULTS"
+[ "${REUSE:-0}" = 1 ] || : > "$RESULTS"
 log() { echo "[$(date -u +%T)] $*" >&2; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 record() { echo "$1" >> "$RESULTS"; echo "$1"; } # one JSON line
@@ -58,14 +61,32 @@ start() { # data_dir [log]  -> sets SERVER, and STARTUP: seconds to /healthz 200
   STARTUP=$(python3 -c "print(round($(now_s) - $t0, 3))")
 }
 hwm_kib() { awk '/VmHWM/ {print $2}' /proc/$SERVER/status; }
+cpu_ticks() { awk '{print $14 + $15}' /proc/$SERVER/stat; } # user + system, in clock ticks
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
 stop() { kill $SERVER; wait $SERVER 2>/dev/null || true; SERVER=; }
 trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null; true' EXIT
 ids_of() { # store n -> ids file of random live tasks the bench identity may read
-  sqlite3 "$OUT/$1/tasks.db" "SELECT id FROM tasks WHERE rowid IN (SELECT abs(random()) % (SELECT MAX(rowid) FROM tasks) + 1 FROM generate_series(1, $(( $2 * 3 / 2 )))) AND principal = 'anonymous' AND expires_at > CAST(strftime('%s','now') AS INTEGER) * 1000 + 3600000 LIMIT $2" > "$OUT/$1.ids"
+  python3 - "$OUT/$1/tasks.db" "$2" > "$OUT/$1.ids" <<'PY'
+import random, sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1])
+lo, hi = (int(x[:12], 16) for x in db.execute("SELECT MIN(id), MAX(id) FROM tasks").fetchone())
+live_after = int(time.time() * 1000) + 3_600_000
+query = ("SELECT id FROM tasks WHERE id >= ? AND principal = 'anonymous' AND expires_at > ? "
+         "ORDER BY id LIMIT 1")
+ids, want = set(), int(sys.argv[2])
+for _ in range(want * 5):
+    if len(ids) == want:
+        break
+    row = db.execute(query, (f"{random.randint(lo, hi):012x}", live_after)).fetchone()
+    if row:
+        ids.add(row[0])
+print("\n".join(ids))
+PY
 }
 
 # --- fill ------------------------------------------------------------------------
 fill() { # name n leased expired
+  if [ "${REUSE:-0}" = 1 ] && [ -f "$OUT/$1/tasks.db" ]; then return; fi
   local t0; t0=$(now_s)
   BIN=$BIN "$REPO/benches/scale-fill.sh" "$OUT/$1" "$2" "${3:-0}" "${4:-0}" >/dev/null
   sqlite3 "$OUT/$1/tasks.db" "PRAGMA wal_checkpoint(TRUNCATE)" >/dev/null
@@ -86,8 +107,9 @@ for store in small big; do
     | python3 -c "import json,sys; rows=json.load(sys.stdin); print(json.dumps({'step':'bytes','store':'$store','tasks':$n,'per_task':{r['name']: round(r['bytes']/$n,1) for r in rows},'total_per_task':round(sum(r['bytes'] for r in rows)/$n,1)}))" >> "$RESULTS"
 done
 
+step() { [[ " $STEPS " == *" $1 "* ]]; }
 # --- /metrics ----------------------------------------------------------------------
-for store in small big; do
+step metrics && for store in small big; do
   start "$OUT/$store"
   l=$(load)
   ms=$(for i in $(seq 50); do curl -s -o /dev/null -w '%{time_total}\n' http://127.0.0.1:$PORT/metrics; done \
@@ -109,16 +131,18 @@ for store in small big; do
 done
 
 # --- tasks/get and creation, A B B A ---------------------------------------------------
-for store in small big big small; do
+ROUNDS=${ROUNDS:-1}
+step get && for store in $(for _ in $(seq "$ROUNDS"); do echo small big big small; done); do
   log "get: $store"
   start "$OUT/$store"
-  l=$(load); r=$("$TASKLOAD" 127.0.0.1:$PORT get "$OUT/$store.ids" "$GET_S" 64)
-  record "{\"step\":\"get\",\"store\":\"$store\",\"load\":$l,\"result\":$r,\"hwm_kib\":$(hwm_kib)}"
+  l=$(load); c0=$(cpu_ticks); r=$("$TASKLOAD" 127.0.0.1:$PORT get "$OUT/$store.ids" "$GET_S" 64); c1=$(cpu_ticks)
+  us=$(python3 -c "import json; print(round(($c1 - $c0) * $TICK_US / json.loads('$r')['requests'], 1))")
+  record "{\"step\":\"get\",\"store\":\"$store\",\"load\":$l,\"result\":$r,\"cpu_us\":$us,\"hwm_kib\":$(hwm_kib)}"
   stop
 done
 META='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
 H=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28')
-for store in small big big small empty; do
+step create && for store in $(for _ in $(seq "$ROUNDS"); do echo small big big small; done) empty; do
   log "create: $store"
   dir=$OUT/$store
   if [ $store = small ]; then rm -rf "$OUT/small-copy"; cp -r "$OUT/small" "$OUT/small-copy"; dir=$OUT/small-copy; fi
@@ -134,7 +158,7 @@ for store in small big big small empty; do
 done
 
 # --- start-up with 100k leased at kill -9 ------------------------------------------------
-for store in small leased; do
+step startup && for store in small leased; do
   log "startup: $store"
   rm -rf "$OUT/run"; cp -r "$OUT/$store" "$OUT/run"; sync
   l=$(load)
@@ -148,6 +172,7 @@ done
 rm -rf "$OUT/run"
 
 # --- tasks/get while the janitor expires 1M tasks ---------------------------------------
+if step expiry; then
 log "expiry"
 start "$OUT/expiring" "$OUT/expiry.log"
 l=$(load); r=$("$TASKLOAD" 127.0.0.1:$PORT get "$OUT/expiring.ids" "$GET_S" 64)
@@ -162,10 +187,11 @@ l=$(load); r=$("$TASKLOAD" 127.0.0.1:$PORT get "$OUT/expiring.ids" "$GET_S" 64)
 record "{\"step\":\"expiry\",\"phase\":\"after\",\"load\":$l,\"result\":$r,\"expired\":${left:-null}}"
 stop
 grep -c 'past their TTL' "$OUT/expiry.log" > "$OUT/expiry-writes.txt" || true
+fi
 
 # --- the other rows of issue 19 -----------------------------------------------------------
 for other in spawn drain; do
-  if [ -x "$REPO/benches/$other.sh" ]; then
+  if step others && [ -x "$REPO/benches/$other.sh" ]; then
     log "benches/$other.sh"
     BIN=$BIN "$REPO/benches/$other.sh" > "$OUT/$other.txt" 2>&1 || echo "(exit status $?)" >> "$OUT/$other.txt"
   fi

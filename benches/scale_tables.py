@@ -45,6 +45,10 @@ def main(results, out):
     rpss, rpsb = mean([r["result"]["rps"] for r in small]), mean([r["result"]["rps"] for r in big])
     goals.append(("`tasks/get` p99, random ids, c=64", f"{p99s:.2f} ms ({rpss:,.0f}/s)",
                   f"{p99b:.2f} ms ({rpsb:,.0f}/s)", f"{p99b / p99s:.2f}×", "≤ 1.2×", p99b / p99s <= 1.2))
+    cpus, cpub = mean([r["cpu_us"] for r in small if "cpu_us" in r]), mean([r["cpu_us"] for r in big if "cpu_us" in r])
+    if cpus == cpus and cpub == cpub:
+        goals.append(("server CPU a `tasks/get` (same runs)", f"{cpus:.1f} µs", f"{cpub:.1f} µs",
+                      f"{cpub / cpus:.2f}×", "(why)", True))
     cs, cb = mean([r["rps"] for r in by("create", store="small")]), mean([r["rps"] for r in by("create", store="big")])
     goals.append(("task creations/s, c=64", f"{cs:,.0f}", f"{cb:,.0f}", f"{cb / cs:.2f}×", "≥ 0.9×", cb / cs >= 0.9))
     st = {r["store"]: r for r in by("startup")}
@@ -84,6 +88,8 @@ def main(results, out):
     for r in rows:
         if r["step"] == "get":
             fig = f"p99 {r['result']['p99_ms']} ms, p50 {r['result']['p50_ms']} ms, {r['result']['rps']:,.0f}/s"
+            if "cpu_us" in r:
+                fig += f", {r['cpu_us']} µs CPU"
         elif r["step"] == "create":
             fig = f"{r['rps']:,}/s"
         elif r["step"] == "expiry":
