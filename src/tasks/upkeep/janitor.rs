@@ -1,12 +1,12 @@
-//! The janitor: first start-up recovery ([`recover`]), then every
-//! `workers.janitor_interval_ms`, in bounded batches, reclaims expired
-//! leases (retry, or fail after the last attempt), deletes tasks past their TTL, prunes
-//! delivered outbox rows, and now and then lets the store shrink its log.
+//! The janitor: every `workers.janitor_interval_ms` (after start-up recovery, on the
+//! same thread), in bounded batches, reclaims expired leases (retry, or fail after the
+//! last attempt), deletes tasks past their TTL, prunes delivered outbox rows, and now
+//! and then lets the store shrink its log.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::recovery::{reclaim, recover};
+use super::recovery::reclaim;
 use super::relay::skip_unheard;
 use super::{UpkeepCounters, BATCH};
 use crate::clock::now_ms;
@@ -29,10 +29,8 @@ pub(super) fn janitor(
     counters: &dyn UpkeepCounters,
     delivered: &AtomicI64,
     interval: Duration,
-    started: i64,
     stopping: &AtomicBool,
 ) {
-    recover(store, started, stopping);
     let mut last_checkpoint = Instant::now();
     while !stopping.load(Ordering::Acquire) {
         std::thread::sleep(interval);

@@ -86,6 +86,7 @@ impl Upkeep {
             std::thread::Builder::new()
                 .name("janitor".into())
                 .spawn(move || {
+                    recovery::recover(store.as_ref(), started, &stopping);
                     janitor::janitor(
                         store.as_ref(),
                         &hub,
@@ -93,7 +94,6 @@ impl Upkeep {
                         counters.as_ref(),
                         &delivered,
                         interval,
-                        started,
                         &stopping,
                     )
                 })
