@@ -69,8 +69,12 @@ ids_of() { # store n -> ids file of random live tasks the bench identity may rea
   python3 - "$OUT/$1/tasks.db" "$2" > "$OUT/$1.ids" <<'PY'
 import random, sqlite3, sys, time
 db = sqlite3.connect(sys.argv[1])
-lo, hi = (int(x[:12], 16) for x in db.execute("SELECT MIN(id), MAX(id) FROM tasks").fetchone())
 live_after = int(time.time() * 1000) + 3_600_000
+# Ids grow with creation time, and the expiry store's live tasks are its newest: draw
+# from the ids of the oldest live task (one seek in tasks_by_expiry) to the newest.
+oldest_live = db.execute("SELECT id FROM tasks WHERE expires_at > ? ORDER BY expires_at LIMIT 1",
+                         (live_after,)).fetchone()[0]
+lo, hi = (int(x[:12], 16) for x in (oldest_live, db.execute("SELECT MAX(id) FROM tasks").fetchone()[0]))
 query = ("SELECT id FROM tasks WHERE id >= ? AND principal = 'anonymous' AND expires_at > ? "
          "ORDER BY id LIMIT 1")
 ids, want = set(), int(sys.argv[2])
