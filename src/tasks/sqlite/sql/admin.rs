@@ -37,8 +37,8 @@ pub fn id_floor(ms: i64) -> String {
 
 /// Rows one page examines at most. A filter that matches few of millions of tasks would
 /// otherwise walk all of them for one page; past this many rows the page ends early
-/// with a cursor to continue from ([`TaskPage::resume`]). At 10M tasks on the 2-core VM
-/// a page of it took ~10 ms (benches/scale.sh).
+/// with a cursor to continue from ([`TaskPage::resume`]). At 10M tasks on the loaded
+/// 2-core VM such a page took 10–50 ms (benches/scale.sh).
 pub const PAGE_EXAMINES: usize = 20_000;
 
 /// Up to `limit` tasks matching `filter`, newest first, with ids below `before`: a
