@@ -265,3 +265,4 @@ END;
 CREATE TRIGGER jobs_counted_delete AFTER DELETE ON jobs BEGIN
     UPDATE job_counts SET n = n - 1 WHERE state = OLD.state;
 END;
+

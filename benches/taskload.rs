@@ -4,9 +4,14 @@
 //! ```text
 //! taskload HOST:PORT e2e N CONC [TOOL [POLL_MS]]
 //! taskload HOST:PORT create N CONC [TOOL]
+//! taskload HOST:PORT get IDS_FILE SECONDS CONC
 //! ```
 //!
 //! `create` stops after phase 1 (benches/drain.sh fills a backlog with it).
+//!
+//! `get` (for `benches/scale.sh`): CONC connections each send `tasks/get` for ids drawn
+//! at random from IDS_FILE (one id a line) for SECONDS, back to back; prints one JSON
+//! line with requests/s and the latency p50/p99/max in ms. Any error aborts.
 //!
 //! Opens CONC keep-alive connections. Phase 1: creates N tasks of TOOL (default
 //! `noop_task`) with `tools/call`, declaring the Tasks extension, each connection
@@ -132,6 +137,66 @@ fn fail(why: &str) -> ! {
     std::process::exit(1)
 }
 
+/// `get` mode: random existing ids, latency percentiles.
+fn random_gets(host: &str, ids_file: &str, seconds: f64, conc: usize) {
+    let text = std::fs::read_to_string(ids_file)
+        .unwrap_or_else(|e| fail(&format!("reading {ids_file}: {e}")));
+    let ids: Vec<&str> = text.lines().filter(|line| !line.is_empty()).collect();
+    if ids.is_empty() {
+        fail("no ids");
+    }
+    let run = Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut latencies: Vec<u32> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..conc)
+            .map(|index| {
+                let ids = &ids;
+                scope.spawn(move || {
+                    let mut connection = Connection::open(host);
+                    // xorshift64*, seeded per connection: no dependency for a dice roll.
+                    let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ (index as u64 + 1) << 17;
+                    let mut latencies = Vec::new();
+                    while started.elapsed() < run {
+                        state ^= state >> 12;
+                        state ^= state << 25;
+                        state ^= state >> 27;
+                        let pick = state.wrapping_mul(0x2545_f491_4f6c_dd1d) % ids.len() as u64;
+                        let id = ids[pick as usize];
+                        let sent = Instant::now();
+                        let task = connection.call("tasks/get", id, json!({"taskId": id}));
+                        latencies.push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                        if task["taskId"].as_str() != Some(id) {
+                            fail(&format!("tasks/get answered another task: {task}"));
+                        }
+                    }
+                    latencies
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().expect("worker thread"))
+            .collect()
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        let index = ((latencies.len() as f64 * q) as usize).min(latencies.len() - 1);
+        f64::from(latencies[index]) / 1000.0
+    };
+    println!(
+        "{}",
+        json!({
+            "requests": latencies.len(),
+            "conc": conc,
+            "rps": latencies.len() as f64 / elapsed,
+            "p50_ms": at(0.50),
+            "p99_ms": at(0.99),
+            "max_ms": at(1.0),
+        })
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` passes `--bench`; ignore flags.
@@ -140,6 +205,15 @@ fn main() {
         .map(String::as_str)
         .filter(|a| !a.starts_with("--"))
         .collect();
+    if let [host, "get", ids_file, seconds, conc] = args.as_slice() {
+        let seconds = seconds
+            .parse()
+            .unwrap_or_else(|_| fail("SECONDS must be a number"));
+        let conc = conc
+            .parse::<usize>()
+            .unwrap_or_else(|_| fail("CONC must be a number"));
+        return random_gets(host, ids_file, seconds, conc.max(1));
+    }
     let (host, mode, n, conc, tool, poll_pause) = match args.as_slice() {
         [host, mode @ ("e2e" | "create"), n, conc, rest @ ..] => (
             host.to_string(),
@@ -157,7 +231,9 @@ fn main() {
                 None => POLL_PAUSE_MS,
             }),
         ),
-        _ => fail("usage: taskload HOST:PORT e2e|create N CONC [TOOL [POLL_MS]]"),
+        _ => fail(
+            "usage: taskload HOST:PORT e2e|create N CONC [TOOL [POLL_MS]] | get IDS_FILE SECONDS CONC",
+        ),
     };
     let polls = AtomicU64::new(0);
     let created_all = Barrier::new(conc);

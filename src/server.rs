@@ -25,7 +25,7 @@ use crate::ops::admin::{Admin, AdminSocket};
 use crate::ops::systemd::{Notifier, Serving};
 use crate::registration::build_catalog;
 use crate::tasks::sqlite::{OpenError, Opened, Store};
-use crate::tasks::upkeep::{self, StartError, Upkeep, UpkeepCounters};
+use crate::tasks::upkeep::{StartError, Upkeep, UpkeepCounters};
 use crate::tasks::workers::{AttemptObserver, Inflight, WorkerPool};
 use crate::tasks::{TaskService, TaskStore};
 use crate::tools::{command, RegistrationError};
@@ -87,8 +87,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Opens the store (taking the data dir's lock), recovers, and starts the workers,
-    /// upkeep and the admin socket.
+    /// Opens the store (taking the data dir's lock) and starts upkeep (which recovers
+    /// interrupted attempts in the background), the workers
+    /// and the admin socket.
     pub fn start(config: &Config) -> Result<Engine, ServeError> {
         let data_dir = &config.server.data_dir;
         std::fs::create_dir_all(data_dir).map_err(|source| ServeError::DataDir {
@@ -114,7 +115,6 @@ impl Engine {
         let Opened { store, writer } = Store::open(data_dir, &config.store)?;
         // The engine sees the store through its interface only.
         let store: Arc<dyn TaskStore> = store;
-        upkeep::recover(store.as_ref());
         let inflight = Arc::new(Inflight::default());
         let (wake, woken) = crossbeam_channel::bounded(1);
         let tasks = Arc::new(TaskService::new(

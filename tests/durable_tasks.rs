@@ -305,3 +305,49 @@ fn creation_is_durable_before_the_handle_is_returned() {
         assert_eq!(task["status"], "working");
     }
 }
+
+#[test]
+fn start_up_recovery_reclaims_interrupted_attempts_while_serving_and_logs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Minute-long leases: within the test only start-up recovery, not the janitor's
+    // pass over expired leases, can reclaim the attempts the kill interrupts.
+    let config = config_with(2, 60_000, "");
+    let mut server = Server::start_in(dir.path(), &config);
+    let ids: Vec<String> = (0..2)
+        .map(|_| tasks::create(&server, "slow_compute", json!({"seconds": 30}), &[]))
+        .collect();
+    for id in &ids {
+        wait_until_running(&server, id);
+    }
+    server.kill9();
+    let info = std::ffi::OsStr::new("info");
+    let server = Server::start_in_with_env(dir.path(), &config, &[("RUST_LOG", info)]);
+    let done = poll_until(Duration::from_secs(10), || {
+        server
+            .log_lines()
+            .into_iter()
+            .find(|line| line.contains("start-up recovery: reclaimed"))
+    })
+    .expect("start-up recovery logs its end");
+    assert!(
+        done.contains("reclaimed 2 interrupted attempt(s) in ") && done.contains(" ms "),
+        "{done}"
+    );
+    assert!(
+        server.log_lines().iter().any(|line| line.contains(
+            "start-up recovery: 2 attempt(s) were running when the previous process stopped"
+        )),
+        "{:?}",
+        server.log_lines()
+    );
+    // Reclaimed as a retry: the attempt counts, and a worker runs the task again.
+    for id in &ids {
+        let task = tasks::get(&server, id);
+        assert_eq!(task["status"], "working", "{task}");
+        let message = task["statusMessage"].as_str().unwrap_or_default();
+        assert!(
+            message == "Attempt 1 of 3 failed; retrying" || message == "computing",
+            "{task}"
+        );
+    }
+}

@@ -23,8 +23,9 @@
 //!
 //! `GET /` the page (the bare path redirects there), `/app.js`, `/style.css`; `POST /login` (`{"token": …}`),
 //! `POST /logout`; `GET /api/session`, `/api/overview`, `/api/tasks?status&tool&
-//! principal&since&before&limit` (keyset: `before` is the last id of the previous
-//! page), `/api/tasks/{id}`; `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`.
+//! principal&since&before&limit` (keyset: `before` is the `next` of the previous
+//! page; a page examines a bounded number of tasks, and one cut short by that bound
+//! says `partial`), `/api/tasks/{id}`; `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`.
 
 pub mod history;
 pub mod session;
@@ -38,7 +39,7 @@ use tiny_http::{Header, Method, Response, StatusCode};
 
 use crate::auth::{Access, Authenticator};
 use crate::notifications::Hub;
-use crate::ops::admin::{Admin, Request as Op};
+use crate::ops::admin::{summary_json, Admin, Request as Op};
 use crate::protocol::TaskStatus;
 use crate::tasks::model::TaskFilter;
 use history::History;
@@ -358,27 +359,31 @@ impl Dashboard {
                 _ => {}
             }
         }
-        // One more row than asked tells whether another page follows.
-        let page = self.admin.handle(
-            Op::List {
-                filter,
-                before,
-                limit: limit + 1,
-            },
-            &mut |_, _| {},
-        );
-        match page {
-            Ok(Value::Array(mut rows)) => {
-                let more = rows.len() > limit;
-                rows.truncate(limit);
-                let next = more
-                    .then(|| rows.last().and_then(|row| row.get("id")).cloned())
-                    .flatten();
-                json_response(200, &json!({"tasks": rows, "next": next}))
-            }
-            Ok(_) => refused(500, "unexpected list"),
-            Err(message) => refused(500, &message),
-        }
+        // One bounded page (`TaskStore::list_tasks`), one row more than asked: that
+        // row tells whether another page follows. A page the bound cut short says so
+        // (`partial`) and carries where to continue.
+        let page = match self
+            .admin
+            .store
+            .list_tasks(&filter, before.as_deref(), limit + 1)
+        {
+            Ok(page) => page,
+            Err(error) => return refused(500, &error.to_string()),
+        };
+        let mut rows = page.tasks;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let partial = page.resume.is_some();
+        let next = if more {
+            rows.last().map(|row| row.id.clone())
+        } else {
+            page.resume
+        };
+        let rows: Vec<Value> = rows.iter().map(summary_json).collect();
+        json_response(
+            200,
+            &json!({"tasks": rows, "next": next, "partial": partial}),
+        )
     }
 
     fn overview(&self) -> Response<Body> {

@@ -108,10 +108,23 @@ impl Admin {
                 before,
                 limit,
             } => {
-                let rows = self
-                    .store
-                    .list_tasks(&filter, before.as_deref(), limit.clamp(1, MAX_LIST))
-                    .map_err(store_error)?;
+                // A full page, however far a sparse filter must walk for it: the
+                // store's pages stop early (see `TaskStore::list_tasks`) so that the
+                // dashboard's stay quick; an operator's command goes on.
+                let limit = limit.clamp(1, MAX_LIST);
+                let mut rows = Vec::new();
+                let mut before = before;
+                loop {
+                    let page = self
+                        .store
+                        .list_tasks(&filter, before.as_deref(), limit - rows.len())
+                        .map_err(store_error)?;
+                    rows.extend(page.tasks);
+                    match page.resume {
+                        Some(resume) if rows.len() < limit => before = Some(resume),
+                        _ => break,
+                    }
+                }
                 Ok(Value::Array(rows.iter().map(summary_json).collect()))
             }
             Request::Show { id, payload } => {
@@ -167,7 +180,7 @@ impl Admin {
 }
 
 /// A listed task as operators and scripts see it (no contents).
-fn summary_json(task: &TaskSummary) -> Value {
+pub(crate) fn summary_json(task: &TaskSummary) -> Value {
     json!({
         "id": task.id,
         "status": task.status,

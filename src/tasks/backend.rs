@@ -10,8 +10,8 @@ use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
 
 use super::model::{
-    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
-    TaskDetail, TaskFilter, TaskRow, TaskSummary, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Orphans, RerunSource, Stats, StatsDetail,
+    TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
 use crate::auth::Identity;
 use crate::later::Later;
@@ -153,11 +153,11 @@ pub trait TaskStore: Send + Sync {
     fn renew_leases(&self, leases: Vec<Lease>, expires: i64) -> Result<Vec<bool>, StoreError>;
     /// A fenced status-message update from a running attempt.
     fn set_status_message(&self, lease: Lease, message: String) -> Result<bool, StoreError>;
-    /// Ends (as a retry, for `reason`) up to `limit` attempts whose lease expired before
-    /// `before` — every leased one with `None`. Returns how many.
+    /// Ends (as a retry, for `reason`) up to `limit` leased attempts chosen by `which`.
+    /// Returns how many.
     fn reclaim_leases(
         &self,
-        before: Option<i64>,
+        which: Orphans,
         limit: usize,
         reason: String,
     ) -> Result<usize, StoreError>;
@@ -183,13 +183,15 @@ pub trait TaskStore: Send + Sync {
     /// Pinged after commits (one ping may stand for many).
     fn subscribe(&self) -> Receiver<()>;
     /// Operators: up to `limit` tasks matching `filter`, newest first, below the id
-    /// `before` (a keyset page: the next page starts below the last id seen).
+    /// `before` (a keyset page: the next page starts below the last id seen). A page
+    /// examines a bounded number of tasks: a sparse filter may get a short page with
+    /// [`TaskPage::resume`] set, to continue from.
     fn list_tasks(
         &self,
         filter: &TaskFilter,
         before: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<TaskSummary>, StoreError>;
+    ) -> Result<TaskPage, StoreError>;
     /// Operators: everything stored about a task (expired or not), with its attempts.
     fn task_detail(&self, task_id: &str) -> Result<Option<TaskDetail>, StoreError>;
     /// Operators: [`TaskStore::cancel`] on any task, whatever its binding.

@@ -185,6 +185,17 @@ pub struct Lease {
     pub token: String,
 }
 
+/// Which leased jobs an upkeep pass reclaims.
+#[derive(Debug, Clone, Copy)]
+pub enum Orphans {
+    /// Jobs whose lease expired before this time (Unix ms): the janitor's pass.
+    ExpiredBefore(i64),
+    /// Jobs whose current attempt started before this time (Unix ms): start-up
+    /// recovery's pass, for attempts of a process that is gone. Attempts this process
+    /// started later are left alone, so recovery can run while workers claim.
+    StartedBefore(i64),
+}
+
 /// How an attempt ended, as the worker reports it.
 #[derive(Debug, Clone)]
 pub enum Finish {
@@ -280,6 +291,17 @@ pub struct TaskFilter {
     pub principal: Option<String>,
     /// Only tasks created at or after this time (Unix ms).
     pub created_since: Option<i64>,
+}
+
+/// One page of an operator's task list.
+#[derive(Debug, Clone, Default)]
+pub struct TaskPage {
+    /// Matching tasks, newest first.
+    pub tasks: Vec<TaskSummary>,
+    /// Set when the page examined as many rows as it may before it found a full page:
+    /// the id to continue below (as `before`). `None` with a short page: nothing older
+    /// matches.
+    pub resume: Option<String>,
 }
 
 /// A task as an operator's list shows it: no contents.

@@ -142,6 +142,12 @@ async function loadTasks() {
       el("td", { text: t.principal }),
       el("td", { text: new Date(t.createdAt).toLocaleString() }));
   });
+  // A page stops after examining a bounded number of tasks (page.partial): fewer rows,
+  // and "Older" continues the search.
+  if (page.partial) {
+    rows.push(el("tr", {}, el("td", { colspan: "5",
+      text: "Searched this far without filling the page: Older searches further back." })));
+  }
   $("task-rows").replaceChildren(...(rows.length ? rows :
     [el("tr", {}, el("td", { colspan: "5", text: "No tasks match." }))]));
 }

@@ -91,8 +91,8 @@ use crate::config::{Checkpoints, StoreConfig};
 use crate::later::Later;
 use crate::tasks::backend::{ClaimRequest, Finished, StoreError, TaskStore};
 use crate::tasks::model::{
-    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
-    TaskDetail, TaskFilter, TaskRow, TaskSummary, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, Orphans, RerunSource, Stats, StatsDetail,
+    TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
 
 /// Why the store did not open. The messages are the ones operators know from the log.
@@ -409,13 +409,13 @@ impl TaskStore for Store {
 
     fn reclaim_leases(
         &self,
-        before: Option<i64>,
+        which: Orphans,
         limit: usize,
         reason: String,
     ) -> Result<usize, StoreError> {
         let leases = {
             let conn = self.read()?;
-            upkeep::expired_leases(&conn, before, limit).map_err(classify)?
+            upkeep::orphaned_leases(&conn, which, limit).map_err(classify)?
         };
         let count = leases.len();
         if count == 0 {
@@ -488,9 +488,9 @@ impl TaskStore for Store {
         filter: &TaskFilter,
         before: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<TaskSummary>, StoreError> {
+    ) -> Result<TaskPage, StoreError> {
         let conn = self.read()?;
-        admin::list_tasks(&conn, filter, before, limit).map_err(classify)
+        admin::list_tasks(&conn, filter, before, limit, admin::PAGE_EXAMINES).map_err(classify)
     }
 
     fn task_detail(&self, task_id: &str) -> Result<Option<TaskDetail>, StoreError> {

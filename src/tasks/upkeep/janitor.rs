@@ -1,6 +1,7 @@
-//! The janitor: every `workers.janitor_interval_ms`, in bounded batches, reclaims expired
-//! leases (retry, or fail after the last attempt), deletes tasks past their TTL, prunes
-//! delivered outbox rows, and now and then lets the store shrink its log.
+//! The janitor: every `workers.janitor_interval_ms` (after start-up recovery, on the
+//! same thread), in bounded batches, reclaims expired leases (retry, or fail after the
+//! last attempt), deletes tasks past their TTL, prunes delivered outbox rows, and now
+//! and then lets the store shrink its log.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use super::{UpkeepCounters, BATCH};
 use crate::clock::now_ms;
 use crate::notifications::Hub;
 use crate::tasks::backend::TaskStore;
+use crate::tasks::model::Orphans;
 use crate::tasks::workers::{Inflight, Stop};
 
 /// Delivered outbox rows deleted per janitor write (small rows, one range).
@@ -32,7 +34,7 @@ pub(super) fn janitor(
     let mut last_checkpoint = Instant::now();
     while !stopping.load(Ordering::Acquire) {
         std::thread::sleep(interval);
-        let reclaimed = reclaim(store, Some(now_ms()));
+        let reclaimed = reclaim(store, Orphans::ExpiredBefore(now_ms()));
         counters.reclaimed(reclaimed);
         if reclaimed > 0 {
             log::warn!("reclaimed {reclaimed} job(s) whose lease expired");

@@ -9,7 +9,8 @@
 //!   batches: reclaims jobs whose leases expired (retry with backoff, or fail after the
 //!   last attempt — so nothing stays `working` forever), deletes tasks past their TTL,
 //!   prunes delivered outbox rows, and checkpoints the WAL so it stays bounded.
-//! - At start-up, before workers start, [`recover`] reclaims every job still leased.
+//! - At start-up, the janitor first reclaims every job still leased by an attempt of the
+//!   previous process (`recovery::recover`), while the server serves.
 
 mod janitor;
 mod recovery;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use self::recovery::recover;
+use crate::clock::now_ms;
 use crate::notifications::Hub;
 use crate::tasks::backend::{StoreError, TaskStore};
 use crate::tasks::workers::Inflight;
@@ -52,7 +53,9 @@ pub struct Upkeep {
 }
 
 impl Upkeep {
-    /// Starts the relay and the janitor (every `interval`).
+    /// Starts the relay and the janitor (every `interval`). Call it before the workers
+    /// start: the janitor's start-up recovery reclaims the attempts that started before
+    /// this call.
     pub fn start(
         store: Arc<dyn TaskStore>,
         hub: Arc<Hub>,
@@ -60,6 +63,7 @@ impl Upkeep {
         counters: Arc<dyn UpkeepCounters>,
         interval: Duration,
     ) -> Result<Upkeep, StartError> {
+        let started = now_ms();
         let stopping = Arc::new(AtomicBool::new(false));
         let start = store.outbox_newest().map_err(StartError::Outbox)?;
         let commits = store.subscribe();
@@ -82,6 +86,7 @@ impl Upkeep {
             std::thread::Builder::new()
                 .name("janitor".into())
                 .spawn(move || {
+                    recovery::recover(store.as_ref(), started, &stopping);
                     janitor::janitor(
                         store.as_ref(),
                         &hub,

@@ -4,22 +4,36 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::protocol::TaskStatus;
-use crate::tasks::model::{Stats, ToolTotals};
+use crate::tasks::model::{Orphans, Stats, ToolTotals};
 
 /// Every state a job can be in (the CHECK of `jobs.state`).
 pub const JOB_STATES: [&str; 3] = ["queued", "running", "waiting"];
 
-/// Leased jobs whose lease ended before `before` (all leased jobs with `None`).
-pub fn expired_leases(
+/// Leased jobs chosen by `which`, with their fencing tokens. Both walk `jobs_leased`;
+/// start-up's pass looks up each job's current attempt (an attempt row is written in
+/// the claim's transaction; one missing counts as old) and passes over the few this
+/// process started.
+pub fn orphaned_leases(
     conn: &Connection,
-    before: Option<i64>,
+    which: Orphans,
     limit: usize,
 ) -> rusqlite::Result<Vec<(String, String)>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT task_id, lease_token FROM jobs WHERE state = 'running' \
-         AND (?1 IS NULL OR lease_expires < ?1) LIMIT ?2",
-    )?;
-    let rows = statement.query_map(params![before, limit as i64], |row| {
+    let (sql, at) = match which {
+        Orphans::ExpiredBefore(at) => (
+            "SELECT task_id, lease_token FROM jobs WHERE state = 'running' \
+             AND lease_expires < ?1 LIMIT ?2",
+            at,
+        ),
+        Orphans::StartedBefore(at) => (
+            "SELECT jobs.task_id, jobs.lease_token FROM jobs LEFT JOIN attempts \
+             ON attempts.task_id = jobs.task_id AND attempts.attempt = jobs.attempt \
+             WHERE jobs.state = 'running' \
+             AND (attempts.started_at IS NULL OR attempts.started_at < ?1) LIMIT ?2",
+            at,
+        ),
+    };
+    let mut statement = conn.prepare_cached(sql)?;
+    let rows = statement.query_map(params![at, limit as i64], |row| {
         Ok((row.get(0)?, row.get(1)?))
     })?;
     rows.collect()
