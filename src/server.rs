@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::auth::Authenticator;
+use crate::config::Backend;
 use crate::config::Config;
 use crate::handlers::bridge::Bridge;
 use crate::handlers::request_state::StateSigner;
@@ -24,6 +25,7 @@ use crate::notifications::Hub;
 use crate::ops::admin::{Admin, AdminSocket};
 use crate::ops::systemd::{Notifier, Serving};
 use crate::registration::build_catalog;
+use crate::tasks::postgres;
 use crate::tasks::sqlite::{OpenError, Opened, Store};
 use crate::tasks::upkeep::{self, StartError, Upkeep, UpkeepCounters};
 use crate::tasks::workers::{AttemptObserver, Inflight, WorkerPool};
@@ -34,6 +36,9 @@ use crate::transport::{Frontend, OriginPolicy};
 /// How long a drain waits for requests being handled (inline tool runs included) to
 /// answer; past it the drain goes on, and the process exits under them.
 const HANDLER_DRAIN: Duration = Duration::from_secs(30);
+
+/// The name of the key that seals MRTR `requestState` in a shared store.
+const REQUEST_STATE_KEY: &str = "request-state";
 
 /// Why the server could not start (or wait for its termination signal).
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +57,10 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Store(#[from] OpenError),
+    #[error(transparent)]
+    Postgres(#[from] crate::tasks::postgres::OpenError),
+    #[error("request-state key from the task store: {0}")]
+    SharedKey(crate::tasks::StoreError),
     #[error(transparent)]
     Upkeep(#[from] StartError),
     #[error("admin socket in {}: {source}", data_dir.display())]
@@ -103,17 +112,30 @@ impl Engine {
         if !command::become_subreaper() {
             log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
         }
-        let signer =
-            StateSigner::open(data_dir, config.limits.request_state_ttl_ms).map_err(|source| {
-                ServeError::RequestState {
+        // The engine sees the store through its interface only.
+        let (store, writer): (Arc<dyn TaskStore>, JoinHandle<()>) = match config.store.backend {
+            Backend::Sqlite => {
+                let Opened { store, writer } = Store::open(data_dir, &config.store)?;
+                (store, writer)
+            }
+            Backend::Postgres => {
+                let postgres::Opened { store, listener } = postgres::Store::open(&config.store)?;
+                (store, listener)
+            }
+        };
+        let ttl_ms = config.limits.request_state_ttl_ms;
+        // Nodes sharing a store share the key, so that any node opens a requestState
+        // another sealed; a store of one node leaves it in the data dir.
+        let signer = match store.shared_key(REQUEST_STATE_KEY) {
+            Ok(Some(key)) => StateSigner::with_key(key, ttl_ms),
+            Ok(None) => {
+                StateSigner::open(data_dir, ttl_ms).map_err(|source| ServeError::RequestState {
                     data_dir: data_dir.clone(),
                     source,
-                }
-            })?;
-
-        let Opened { store, writer } = Store::open(data_dir, &config.store)?;
-        // The engine sees the store through its interface only.
-        let store: Arc<dyn TaskStore> = store;
+                })?
+            }
+            Err(error) => return Err(ServeError::SharedKey(error)),
+        };
         upkeep::recover(store.as_ref());
         let inflight = Arc::new(Inflight::default());
         let (wake, woken) = crossbeam_channel::bounded(1);

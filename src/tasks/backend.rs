@@ -86,6 +86,17 @@ pub struct ClaimRequest {
     pub claimant: Box<dyn Claimant>,
 }
 
+/// Which leased jobs [`TaskStore::reclaim_leases`] ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Those whose lease has expired by the store's clock.
+    Expired,
+    /// Every leased job, at start-up: those of the previous run of this process. A
+    /// store that other processes share cannot tell them from live leases of other
+    /// nodes, and reclaims the expired ones only.
+    Orphaned,
+}
+
 /// What a fenced [`TaskStore::finish`] did.
 pub struct Finished {
     /// `false` when the lease was no longer the caller's: nothing was written.
@@ -149,15 +160,16 @@ pub trait TaskStore: Send + Sync {
         outcome: Finish,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError>;
-    /// Extends leases to `expires`; `false` for each one no longer held.
-    fn renew_leases(&self, leases: Vec<Lease>, expires: i64) -> Result<Vec<bool>, StoreError>;
+    /// Extends leases to `lease_ms` from now by the store's clock (so that nodes with
+    /// skewed clocks agree on when a lease ends); `false` for each one no longer held.
+    fn renew_leases(&self, leases: Vec<Lease>, lease_ms: i64) -> Result<Vec<bool>, StoreError>;
     /// A fenced status-message update from a running attempt.
     fn set_status_message(&self, lease: Lease, message: String) -> Result<bool, StoreError>;
-    /// Ends (as a retry, for `reason`) up to `limit` attempts whose lease expired before
-    /// `before` — every leased one with `None`. Returns how many.
+    /// Ends (as a retry, for `reason`) up to `limit` attempts of `leases`. Returns how
+    /// many.
     fn reclaim_leases(
         &self,
-        before: Option<i64>,
+        leases: Reclaim,
         limit: usize,
         reason: String,
     ) -> Result<usize, StoreError>;
@@ -180,8 +192,30 @@ pub trait TaskStore: Send + Sync {
     /// Whether the store can write, as its last write found (cheap: no I/O). `/healthz`
     /// reports the error.
     fn health(&self) -> Result<(), StoreError>;
-    /// Pinged after commits (one ping may stand for many).
+    /// Pinged after commits (one ping may stand for many), the commits of every node
+    /// sharing the store included.
     fn subscribe(&self) -> Receiver<()>;
+    /// Task ids whose cancellation another node recorded while an attempt of theirs was
+    /// running (it may be running here); `None` for a store only this process uses.
+    fn remote_cancellations(&self) -> Option<Receiver<String>> {
+        None
+    }
+    /// Whether this process runs the store-wide upkeep now (lease reclaim, TTL expiry,
+    /// outbox pruning): one node at a time when several share the store. Asked before
+    /// every janitor round.
+    fn upkeep_leader(&self) -> bool {
+        true
+    }
+    /// Folds bookkeeping that keeps [`TaskStore::stats`] cheap (every janitor round of
+    /// the upkeep leader).
+    fn fold_counts(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// The 32-byte key `name` that every node sharing the store uses (created on first
+    /// use); `None` when the store is this process's alone and the data dir keeps keys.
+    fn shared_key(&self, _name: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        Ok(None)
+    }
     /// Operators: up to `limit` tasks matching `filter`, newest first, below the id
     /// `before` (a keyset page: the next page starts below the last id seen).
     fn list_tasks(

@@ -7,13 +7,15 @@
 //!   │            (and tells a running attempt it was cancelled, through workers::Inflight)
 //!   │            (payload_gate: room for large payloads before `tasks/get` reads them)
 //!   └─ backend   TaskStore: the narrow interface (model: its records; StoreError)
-//!        └─ sqlite   the SQLite store: connection, migrations, writer, checkpoint, sql/
+//!        ├─ sqlite   the SQLite store: connection, migrations, writer, checkpoint, sql/
+//!        └─ postgres the PostgreSQL store (several nodes, one database): connection,
+//!                    migrations, listener (LISTEN/NOTIFY, health), leader, sql/
 //! workers    claim jobs (lease + fencing token), run tools, commit outcomes (via TaskStore)
 //! upkeep     outbox relay → notifications; janitor (leases, TTL, outbox, log); recovery
 //! ```
 //!
 //! Dependencies point one way: `model` ← `backend` ← `sqlite`; `service`, `workers` and
-//! `upkeep` use the trait only (`server.rs` alone opens the SQLite store).
+//! `upkeep` use the trait only (`server.rs` alone opens a store).
 //!
 //! # Durability guarantees, and where each is kept
 //!
@@ -30,6 +32,7 @@
 pub mod backend;
 pub mod model;
 mod payload_gate;
+pub mod postgres;
 mod service;
 pub mod sqlite;
 pub mod upkeep;

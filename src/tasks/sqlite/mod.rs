@@ -89,7 +89,7 @@ use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::config::{Checkpoints, StoreConfig};
 use crate::later::Later;
-use crate::tasks::backend::{ClaimRequest, Finished, StoreError, TaskStore};
+use crate::tasks::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
 use crate::tasks::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
     TaskDetail, TaskFilter, TaskRow, TaskSummary, UpdateEffect,
@@ -392,7 +392,8 @@ impl TaskStore for Store {
         })
     }
 
-    fn renew_leases(&self, leases: Vec<Lease>, expires: i64) -> Result<Vec<bool>, StoreError> {
+    fn renew_leases(&self, leases: Vec<Lease>, lease_ms: i64) -> Result<Vec<bool>, StoreError> {
+        let expires = now_ms().saturating_add(lease_ms);
         self.write(move |conn| {
             leases
                 .iter()
@@ -409,10 +410,16 @@ impl TaskStore for Store {
 
     fn reclaim_leases(
         &self,
-        before: Option<i64>,
+        leases: Reclaim,
         limit: usize,
         reason: String,
     ) -> Result<usize, StoreError> {
+        // The data dir's lock: every lease is this process's, so at start-up all of them
+        // are orphans of its previous run.
+        let before = match leases {
+            Reclaim::Expired => Some(now_ms()),
+            Reclaim::Orphaned => None,
+        };
         let leases = {
             let conn = self.read()?;
             upkeep::expired_leases(&conn, before, limit).map_err(classify)?

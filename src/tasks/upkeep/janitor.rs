@@ -1,6 +1,8 @@
 //! The janitor: every `workers.janitor_interval_ms`, in bounded batches, reclaims expired
 //! leases (retry, or fail after the last attempt), deletes tasks past their TTL, prunes
-//! delivered outbox rows, and now and then lets the store shrink its log.
+//! delivered outbox rows, and now and then lets the store shrink its log. When several
+//! nodes share the store, only the upkeep leader (see [`TaskStore::upkeep_leader`]) does
+//! that store-wide work; every node still moves its own relay's cursor.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
@@ -8,9 +10,8 @@ use std::time::{Duration, Instant};
 use super::recovery::reclaim;
 use super::relay::skip_unheard;
 use super::{UpkeepCounters, BATCH};
-use crate::clock::now_ms;
 use crate::notifications::Hub;
-use crate::tasks::backend::TaskStore;
+use crate::tasks::backend::{Reclaim, TaskStore};
 use crate::tasks::workers::{Inflight, Stop};
 
 /// Delivered outbox rows deleted per janitor write (small rows, one range).
@@ -32,7 +33,14 @@ pub(super) fn janitor(
     let mut last_checkpoint = Instant::now();
     while !stopping.load(Ordering::Acquire) {
         std::thread::sleep(interval);
-        let reclaimed = reclaim(store, Some(now_ms()));
+        if !store.upkeep_leader() {
+            skip_unheard(store, hub, delivered);
+            continue;
+        }
+        if let Err(error) = store.fold_counts() {
+            log::log!(error.log_level(), "folding counts: {error}");
+        }
+        let reclaimed = reclaim(store, Reclaim::Expired);
         counters.reclaimed(reclaimed);
         if reclaimed > 0 {
             log::warn!("reclaimed {reclaimed} job(s) whose lease expired");

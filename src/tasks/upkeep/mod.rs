@@ -9,6 +9,8 @@
 //!   batches: reclaims jobs whose leases expired (retry with backoff, or fail after the
 //!   last attempt — so nothing stays `working` forever), deletes tasks past their TTL,
 //!   prunes delivered outbox rows, and checkpoints the WAL so it stays bounded.
+//! - When other nodes share the store, a third thread hands their cancellations of
+//!   running attempts to [`Inflight`]: the attempt may be running here.
 //! - At start-up, before workers start, [`recover`] reclaims every job still leased.
 
 mod janitor;
@@ -77,6 +79,22 @@ impl Upkeep {
                 .spawn(move || relay::relay(store.as_ref(), &hub, &delivered, &commits, &stopping))
                 .map_err(StartError::Thread)?
         };
+        let mut threads = vec![relay];
+        if let Some(cancellations) = store.remote_cancellations() {
+            let (inflight, stopping) = (Arc::clone(&inflight), Arc::clone(&stopping));
+            let thread = std::thread::Builder::new()
+                .name("remote-cancel".into())
+                .spawn(move || {
+                    while !stopping.load(Ordering::Acquire) {
+                        if let Ok(task_id) = cancellations.recv_timeout(Duration::from_millis(500))
+                        {
+                            inflight.cancel(&task_id);
+                        }
+                    }
+                })
+                .map_err(StartError::Thread)?;
+            threads.push(thread);
+        }
         let janitor = {
             let stopping = Arc::clone(&stopping);
             std::thread::Builder::new()
@@ -94,10 +112,8 @@ impl Upkeep {
                 })
                 .map_err(StartError::Thread)?
         };
-        Ok(Upkeep {
-            stopping,
-            threads: vec![relay, janitor],
-        })
+        threads.push(janitor);
+        Ok(Upkeep { stopping, threads })
     }
 
     pub fn stop(self) {

@@ -1,12 +1,14 @@
 //! Lease reclaiming, at start-up and by the janitor. At start-up, before workers start,
 //! [`recover`] reclaims every job still leased: the data-dir lock guarantees no other
 //! process holds those leases, so each one is an attempt that died with the previous one.
+//! (A store shared by several nodes cannot tell those from other nodes' live leases:
+//! it reclaims the expired ones only, see [`Reclaim::Orphaned`].)
 
 use super::BATCH;
-use crate::tasks::backend::TaskStore;
+use crate::tasks::backend::{Reclaim, TaskStore};
 
-fn reclaim_reason(restart: bool) -> String {
-    if restart {
+fn reclaim_reason(leases: Reclaim) -> String {
+    if leases == Reclaim::Orphaned {
         "the server stopped while the attempt was running".into()
     } else {
         "the attempt's lease expired (it crashed, hung past its deadline or lost its worker)".into()
@@ -14,9 +16,9 @@ fn reclaim_reason(restart: bool) -> String {
 }
 
 /// Reclaims leased jobs (all of them at start-up, expired ones later). Returns how many.
-pub(super) fn reclaim(store: &dyn TaskStore, before: Option<i64>) -> usize {
-    let reason = reclaim_reason(before.is_none());
-    match store.reclaim_leases(before, BATCH, reason) {
+pub(super) fn reclaim(store: &dyn TaskStore, leases: Reclaim) -> usize {
+    let reason = reclaim_reason(leases);
+    match store.reclaim_leases(leases, BATCH, reason) {
         Ok(count) => count,
         Err(error) => {
             log::log!(error.log_level(), "reclaiming leases: {error}");
@@ -29,7 +31,7 @@ pub(super) fn reclaim(store: &dyn TaskStore, before: Option<i64>) -> usize {
 pub fn recover(store: &dyn TaskStore) {
     let mut total = 0;
     loop {
-        let reclaimed = reclaim(store, None);
+        let reclaimed = reclaim(store, Reclaim::Orphaned);
         total += reclaimed;
         if reclaimed < BATCH {
             break;
