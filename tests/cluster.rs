@@ -530,6 +530,16 @@ fn a_database_restart_under_load_answers_503_then_recovers_and_loses_nothing() {
     all_complete(&b, &acknowledged, Duration::from_secs(60));
 }
 
+/// Bob's task once `ready` says so (within 10 s).
+fn bobs_task_once(server: &Server, id: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let bob = format!("Bearer {BOB}");
+    poll_until(Duration::from_secs(10), || {
+        let task = tasks::get_raw(server, id, &[("Authorization", bob.as_str())]).result();
+        ready(&task).then_some(task)
+    })
+    .unwrap_or_else(|| panic!("bob's task {id} did not get there"))
+}
+
 #[test]
 fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same() {
     let Some(url) = shared_database(
@@ -560,7 +570,7 @@ fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same
         })
         .collect();
     for id in &ids {
-        wait_terminal(&sqlite, id, Duration::from_secs(10));
+        bobs_task_once(&sqlite, id, tasks::is_terminal);
     }
     let asking = tasks::create(
         &sqlite,
@@ -568,8 +578,7 @@ fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same
         json!({"prepare_seconds": 0, "work_seconds": 0}),
         &as_bob,
     );
-    let waiting = tasks::wait_for(&sqlite, &asking, "input_required", Duration::from_secs(10));
-    assert_eq!(waiting["status"], "input_required", "{waiting}");
+    bobs_task_once(&sqlite, &asking, |task| task["status"] == "input_required");
     ids.push(asking.clone());
     let before: Vec<Value> = ids
         .iter()
@@ -618,11 +627,7 @@ fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same
         &as_bob,
     )
     .result();
-    let done = poll_until(Duration::from_secs(10), || {
-        let task = tasks::get_raw(&node, &asking, &as_bob).result();
-        tasks::is_terminal(&task).then_some(task)
-    })
-    .expect("the copied waiting task resumes on PostgreSQL");
+    let done = bobs_task_once(&node, &asking, tasks::is_terminal);
     assert_eq!(done["status"], "completed", "{done}");
 
     // A second copy would mix two stores: refused, nothing written.
