@@ -161,7 +161,7 @@ pub fn finish(
     // Locks in the order every writer takes them, task then job: no deadlock with a
     // `tasks/cancel` or `tasks/update` of the same task on another node.
     let Some(task) = tx.query_opt(
-        "SELECT cancel_requested FROM tasks WHERE id = $1 FOR UPDATE",
+        "SELECT cancel_requested FROM tasks WHERE id = $1 FOR NO KEY UPDATE",
         &[&task_id],
     )?
     else {
