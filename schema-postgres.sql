@@ -75,6 +75,7 @@ CREATE TABLE jobs (
     timeout_ms    bigint NOT NULL,
     run_after     bigint NOT NULL,               -- database clock
     lease_token   text,                          -- fencing token of the current claim
+    lease_node    text,                          -- the node that claimed it (its data dir's id)
     lease_expires bigint,                        -- database clock
     deadline      bigint,                        -- database clock
     last_error    text
@@ -101,6 +102,15 @@ CREATE TABLE outbox (
     seq        bigserial PRIMARY KEY,
     task_id    text NOT NULL,
     created_at bigint NOT NULL                   -- database clock
+);
+
+-- How far each node's relay has delivered the outbox, as its janitor last said
+-- (every tick): rows are pruned up to the slowest node seen in the last 30 s, so no
+-- live node's relay loses a row it has not read. A node gone for longer is left out.
+CREATE TABLE relay_cursors (
+    node      text PRIMARY KEY,
+    delivered bigint NOT NULL,
+    seen_at   bigint NOT NULL                    -- database clock
 );
 
 -- Appends the outbox row of a task change and wakes every node's relay (NOTIFY is

@@ -93,6 +93,8 @@ pub struct Engine {
     pub operator: Arc<Admin>,
     writer: JoinHandle<()>,
     shutdown_grace: Duration,
+    /// The data dir's lock, when the store does not hold it (PostgreSQL).
+    _data_dir_lock: Option<std::fs::File>,
 }
 
 impl Engine {
@@ -112,6 +114,7 @@ impl Engine {
         if !command::become_subreaper() {
             log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
         }
+        let mut data_dir_lock = None;
         // The engine sees the store through its interface only.
         let (store, writer): (Arc<dyn TaskStore>, JoinHandle<()>) = match config.store.backend {
             Backend::Sqlite => {
@@ -119,7 +122,11 @@ impl Engine {
                 (store, writer)
             }
             Backend::Postgres => {
-                let postgres::Opened { store, listener } = postgres::Store::open(&config.store)?;
+                // One server per data dir still (its admin socket, its request-state
+                // key file); the tasks are the database's.
+                data_dir_lock = Some(lock_data_dir(data_dir)?);
+                let postgres::Opened { store, listener } =
+                    postgres::Store::open(&config.store, data_dir)?;
                 (store, listener)
             }
         };
@@ -206,6 +213,7 @@ impl Engine {
             operator,
             writer,
             shutdown_grace: Duration::from_millis(config.workers.shutdown_grace_ms),
+            _data_dir_lock: data_dir_lock,
         })
     }
 
@@ -239,6 +247,19 @@ impl Engine {
         }
         log::info!("stopped");
     }
+}
+
+/// Takes `data_dir/lock` for the process lifetime, as the SQLite store does.
+fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, OpenError> {
+    let path = data_dir.join("lock");
+    let lock = std::fs::File::create(&path).map_err(|e| OpenError::File {
+        path: path.clone(),
+        source: Box::new(e),
+    })?;
+    lock.try_lock().map_err(|_| OpenError::InUse {
+        data_dir: data_dir.to_owned(),
+    })?;
+    Ok(lock)
 }
 
 /// The dashboard, when this configuration serves one.

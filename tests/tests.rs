@@ -52,6 +52,7 @@ mod litestream;
 mod metrics;
 mod notifications;
 mod operator;
+mod postgres;
 mod reaping;
 mod robustness;
 mod smoke;

@@ -331,7 +331,8 @@ fn offline(
         crate::registration::build_catalog(&config, &hub).map_err(|e| e.to_string())?;
     let (store, writer): (Arc<dyn TaskStore>, _) = if postgres {
         let crate::tasks::postgres::Opened { store, listener } =
-            crate::tasks::postgres::Store::open(&config.store).map_err(|e| e.to_string())?;
+            crate::tasks::postgres::Store::open(&config.store, &data_dir)
+                .map_err(|e| e.to_string())?;
         (store, listener)
     } else {
         let Opened { store, writer } =

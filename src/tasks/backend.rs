@@ -91,9 +91,9 @@ pub struct ClaimRequest {
 pub enum Reclaim {
     /// Those whose lease has expired by the store's clock.
     Expired,
-    /// Every leased job, at start-up: those of the previous run of this process. A
-    /// store that other processes share cannot tell them from live leases of other
-    /// nodes, and reclaims the expired ones only.
+    /// At start-up, the jobs the previous run of this process left leased (and the
+    /// expired ones): on a store this process has alone, every leased job; on a store
+    /// several nodes share, those leased by this node, never another's live lease.
     Orphaned,
 }
 
@@ -179,6 +179,12 @@ pub trait TaskStore: Send + Sync {
     fn outbox_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, String)>, StoreError>;
     /// The newest outbox sequence (0 when empty).
     fn outbox_newest(&self) -> Result<i64, StoreError>;
+    /// Records that this process's relay has delivered every row up to `delivered`
+    /// (every janitor round): a store several nodes share prunes only what every live
+    /// node has delivered.
+    fn note_delivered(&self, _delivered: i64) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Deletes up to `limit` delivered rows (`seq <= upto`), always keeping the newest.
     fn prune_outbox(&self, upto: i64, limit: usize) -> Result<usize, StoreError>;
     /// Counts for the metrics page.

@@ -20,6 +20,10 @@ use crate::config::{ConfigError, StoreConfig};
 pub const PASSWORD_ENV: &str = "MCP_TASKD_PG_PASSWORD";
 /// Longest wait for a pooled connection (or a new one) before a 503.
 pub const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Session settings unless the URL gives its own `options`: no statement runs (or waits
+/// on a lock) longer than 30 s, no transaction stays open and idle longer than 60 s.
+const SESSION_OPTIONS: &str =
+    "-c statement_timeout=30000 -c idle_in_transaction_session_timeout=60000";
 /// Longest wait for the database to accept a new connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -30,6 +34,11 @@ pub enum OpenError {
     Config(#[from] ConfigError),
     #[error("store.password_file {}: {source}", path.display())]
     PasswordFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("node id {}: {source}", path.display())]
+    NodeId {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -61,10 +70,18 @@ pub fn settings(config: &StoreConfig) -> Result<postgres::Config, OpenError> {
     if settings.get_application_name().is_none() {
         settings.application_name("mcp-taskd");
     }
+    // Nothing waits forever: a database host that vanishes is noticed by TCP within
+    // half a minute, a statement stuck on a lock ends, and a node that stops halfway
+    // through a transaction (SIGSTOP, a hung VM) does not hold its row locks for long.
     settings
         .connect_timeout(CONNECT_TIMEOUT)
         .keepalives(true)
-        .keepalives_idle(Duration::from_secs(30));
+        .keepalives_idle(Duration::from_secs(30))
+        .keepalives_interval(Duration::from_secs(5))
+        .tcp_user_timeout(Duration::from_secs(30));
+    if settings.get_options().is_none() {
+        settings.options(SESSION_OPTIONS);
+    }
     Ok(settings)
 }
 
@@ -120,5 +137,17 @@ pub fn pool(settings: postgres::Config, size: u32, epoch: Arc<AtomicU64>) -> r2d
         .max_size(size)
         .min_idle(Some(0))
         .connection_timeout(CHECKOUT_TIMEOUT)
+        .error_handler(Box::new(QuietErrors))
         .build_unchecked(Manager { settings, epoch })
+}
+
+/// The pool's failures to connect, at debug level: while the database is down they
+/// come several times a second, and the listener reports the outage once.
+#[derive(Debug)]
+struct QuietErrors;
+
+impl r2d2::HandleError<postgres::Error> for QuietErrors {
+    fn handle_error(&self, error: postgres::Error) {
+        log::debug!("opening a pooled connection: {error}");
+    }
 }

@@ -88,6 +88,8 @@ impl Listener {
                 }
             }
             client.is_valid(RETRY)?;
+            // Reachable: a failure a request noted (see `Store::failed`) is over.
+            self.health.set(None);
         }
         Ok(())
     }

@@ -168,10 +168,15 @@ pub fn connect_migrated(config: &StoreConfig) -> Result<postgres::Client, OpenEr
     Ok(client)
 }
 
+/// Longest wait for a connection while the database is known to be unreachable.
+const OUTAGE_CHECKOUT: Duration = Duration::from_millis(200);
+
 /// How many times a transaction runs at most when its failures are retryable.
 const TRIES: usize = 3;
 
 pub struct Store {
+    /// This node's id (see [`node_id`]): its claims carry it.
+    node: String,
     settings: postgres::Config,
     pool: r2d2::Pool<Manager>,
     health: Arc<Health>,
@@ -193,7 +198,8 @@ impl Store {
     /// Connects, migrates the schema (once across nodes), and starts the listener.
     /// Fails when the database cannot be reached now (at start-up, a clear error beats
     /// a node that serves nothing but 503s).
-    pub fn open(config: &StoreConfig) -> Result<Opened, OpenError> {
+    pub fn open(config: &StoreConfig, data_dir: &Path) -> Result<Opened, OpenError> {
+        let node = node_id(data_dir)?;
         let settings = connection::settings(config)?;
         let mut first =
             connection::connect(&settings).map_err(|e| OpenError::Connect(e.to_string()))?;
@@ -220,6 +226,7 @@ impl Store {
             .map_err(|e| OpenError::Start(format!("starting the listener: {e}")))?;
         Ok(Opened {
             store: Arc::new(Store {
+                node,
                 settings,
                 pool,
                 health,
@@ -233,11 +240,17 @@ impl Store {
     }
 
     fn connection(&self) -> Result<r2d2::PooledConnection<Manager>, StoreError> {
-        self.pool.get().map_err(|e| {
-            self.health
-                .set(Some(format!("no database connection: {e}")));
-            StoreError::Unavailable(Box::new(e))
-        })
+        // No health mark here: under load the pool may simply be busy; the listener
+        // tells whether the database is reachable. While it is not, callers are told
+        // at once instead of each waiting out the checkout timeout.
+        let checkout = if self.health.problem().is_some() {
+            OUTAGE_CHECKOUT
+        } else {
+            connection::CHECKOUT_TIMEOUT
+        };
+        self.pool
+            .get_timeout(checkout)
+            .map_err(|e| StoreError::Unavailable(Box::new(e)))
     }
 
     /// Notes what a failure says about the database, and sorts it.
@@ -340,14 +353,44 @@ impl Drop for Store {
     }
 }
 
-/// Runs a [`ClaimRequest`] inside a transaction.
-fn claim(tx: &mut Transaction<'_>, request: ClaimRequest) -> Result<Vec<Claim>, Failure> {
+/// Runs a [`ClaimRequest`] inside a transaction, for `node`.
+fn claim(
+    tx: &mut Transaction<'_>,
+    node: &str,
+    request: ClaimRequest,
+) -> Result<Vec<Claim>, Failure> {
     let ClaimRequest {
         limit,
         lease_ms,
         mut claimant,
     } = request;
-    attempts::claim(tx, limit, lease_ms, claimant.as_mut())
+    attempts::claim(tx, node, limit, lease_ms, claimant.as_mut())
+}
+
+/// This node's id: 128 random bits kept in `data_dir/node-id`, created on first start.
+/// One server per data dir (its lock), so the leases claimed under this id that are
+/// still held at start-up are the previous run's orphans.
+fn node_id(data_dir: &Path) -> Result<String, OpenError> {
+    let path = data_dir.join("node-id");
+    let failed = |source| OpenError::NodeId {
+        path: path.clone(),
+        source,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
+        Ok(_) => Err(failed(std::io::Error::other("empty file"))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            let staged = data_dir.join("node-id.new");
+            std::fs::write(&staged, format!("{id}\n")).map_err(failed)?;
+            std::fs::File::open(&staged)
+                .and_then(|file| file.sync_all())
+                .map_err(failed)?;
+            std::fs::rename(&staged, &path).map_err(failed)?;
+            Ok(id)
+        }
+        Err(error) => Err(failed(error)),
+    }
 }
 
 impl TaskStore for Store {
@@ -396,7 +439,7 @@ impl TaskStore for Store {
     }
 
     fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError> {
-        self.transaction_once(move |tx| claim(tx, request))
+        self.transaction_once(move |tx| claim(tx, &self.node, request))
     }
 
     fn finish(
@@ -408,7 +451,7 @@ impl TaskStore for Store {
         self.transaction_once(move |tx| {
             let applied = attempts::finish(tx, &lease.task_id, &lease.token, outcome)?;
             let next = match then_claim {
-                Some(next) => claim(tx, next)?,
+                Some(next) => claim(tx, &self.node, next)?,
                 None => Vec::new(),
             };
             Ok(Finished { applied, next })
@@ -429,16 +472,19 @@ impl TaskStore for Store {
         })
     }
 
-    /// [`Reclaim::Orphaned`] reclaims the expired leases only: any other lease may be a
-    /// live one of another node. The attempts a restart interrupted are retried once
-    /// their lease runs out (`workers.lease_ms`).
+    /// [`Reclaim::Orphaned`]: the leases claimed under this node's id (its previous
+    /// run's), and the expired ones; never another node's live lease.
     fn reclaim_leases(
         &self,
-        _leases: Reclaim,
+        leases: Reclaim,
         limit: usize,
         reason: String,
     ) -> Result<usize, StoreError> {
-        self.transaction(|tx| upkeep::reclaim_expired(tx, limit, &reason))
+        let orphans_of = match leases {
+            Reclaim::Orphaned => Some(self.node.as_str()),
+            Reclaim::Expired => None,
+        };
+        self.transaction(|tx| upkeep::reclaim_expired(tx, orphans_of, limit, &reason))
     }
 
     fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError> {
@@ -451,6 +497,10 @@ impl TaskStore for Store {
 
     fn outbox_newest(&self) -> Result<i64, StoreError> {
         self.read(upkeep::max_outbox_seq)
+    }
+
+    fn note_delivered(&self, delivered: i64) -> Result<(), StoreError> {
+        self.transaction(|tx| upkeep::note_delivered(tx, &self.node, delivered))
     }
 
     fn prune_outbox(&self, upto: i64, limit: usize) -> Result<usize, StoreError> {

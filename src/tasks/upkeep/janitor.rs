@@ -33,8 +33,11 @@ pub(super) fn janitor(
     let mut last_checkpoint = Instant::now();
     while !stopping.load(Ordering::Acquire) {
         std::thread::sleep(interval);
+        skip_unheard(store, hub, delivered);
+        if let Err(error) = store.note_delivered(delivered.load(Ordering::Acquire)) {
+            log::log!(error.log_level(), "noting the relay's position: {error}");
+        }
         if !store.upkeep_leader() {
-            skip_unheard(store, hub, delivered);
             continue;
         }
         if let Err(error) = store.fold_counts() {
@@ -70,7 +73,6 @@ pub(super) fn janitor(
                 }
             }
         }
-        skip_unheard(store, hub, delivered);
         let upto = delivered.load(Ordering::Acquire);
         loop {
             match store.prune_outbox(upto, OUTBOX_BATCH) {

@@ -1,8 +1,8 @@
 //! Lease reclaiming, at start-up and by the janitor. At start-up, before workers start,
 //! [`recover`] reclaims every job still leased: the data-dir lock guarantees no other
 //! process holds those leases, so each one is an attempt that died with the previous one.
-//! (A store shared by several nodes cannot tell those from other nodes' live leases:
-//! it reclaims the expired ones only, see [`Reclaim::Orphaned`].)
+//! (A store shared by several nodes reclaims those this node claimed, by its id: see
+//! [`Reclaim::Orphaned`].)
 
 use super::BATCH;
 use crate::tasks::backend::{Reclaim, TaskStore};

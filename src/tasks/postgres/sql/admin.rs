@@ -133,7 +133,7 @@ pub fn task_detail(
 /// `tasks/cancel` without the identity check: the same effects on any task.
 pub fn cancel(tx: &mut Transaction<'_>, task_id: &str) -> Result<CancelEffect, Failure> {
     let Some(row) = tx.query_opt(
-        "SELECT status FROM tasks WHERE id = $1 FOR UPDATE",
+        "SELECT status FROM tasks WHERE id = $1 FOR NO KEY UPDATE",
         &[&task_id],
     )?
     else {

@@ -15,13 +15,14 @@ use crate::tasks::model::{Claim, Finish};
 /// Claims up to `$1` ready jobs, oldest first, of tools not in `$2`, in ONE statement:
 /// `FOR UPDATE SKIP LOCKED` passes over the jobs another node is claiming at this very
 /// moment instead of waiting for them, so nodes claim side by side. Each job gets a
-/// fresh fencing token (122 random bits) and a lease of `$3` ms from the database's now.
+/// fresh fencing token (122 random bits), a lease of `$3` ms from the database's now,
+/// and the claiming node's id `$4` (so that its next start knows its orphans).
 const CLAIM_BATCH: &str = "WITH picked AS ( \
        SELECT task_id FROM jobs \
        WHERE state = 'queued' AND run_after <= taskd_now_ms() AND NOT (tool = ANY($2)) \
        ORDER BY run_after LIMIT $1 FOR UPDATE SKIP LOCKED) \
      UPDATE jobs SET state = 'running', attempt = jobs.attempt + 1, \
-       lease_token = replace(gen_random_uuid()::text, '-', ''), \
+       lease_token = replace(gen_random_uuid()::text, '-', ''), lease_node = $4, \
        lease_expires = taskd_after_ms($3), deadline = taskd_after_ms(jobs.timeout_ms) \
      FROM picked, tasks \
      WHERE jobs.task_id = picked.task_id AND tasks.id = jobs.task_id \
@@ -38,6 +39,7 @@ const CLAIM_ROUNDS: usize = 4;
 /// commits; one it refuses is put back as it was.
 pub fn claim(
     tx: &mut Transaction<'_>,
+    node: &str,
     limit: usize,
     lease_ms: i64,
     claimant: &mut dyn Claimant,
@@ -57,6 +59,7 @@ pub fn claim(
                 &i64::try_from(wanted).unwrap_or(i64::MAX),
                 &passed_over,
                 &lease_ms,
+                &node,
             ],
         )?;
         let got = rows.len();
@@ -81,7 +84,8 @@ pub fn claim(
         if !refused.is_empty() {
             tx.execute(
                 "UPDATE jobs SET state = 'queued', attempt = attempt - 1, lease_token = NULL, \
-                 lease_expires = NULL, deadline = NULL WHERE task_id = ANY($1)",
+                 lease_node = NULL, lease_expires = NULL, deadline = NULL \
+                 WHERE task_id = ANY($1)",
                 &[&refused],
             )?;
         }
@@ -157,7 +161,7 @@ pub fn finish(
     // Locks in the order every writer takes them, task then job: no deadlock with a
     // `tasks/cancel` or `tasks/update` of the same task on another node.
     let Some(task) = tx.query_opt(
-        "SELECT cancel_requested FROM tasks WHERE id = $1 FOR UPDATE",
+        "SELECT cancel_requested FROM tasks WHERE id = $1 FOR NO KEY UPDATE",
         &[&task_id],
     )?
     else {

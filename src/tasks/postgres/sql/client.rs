@@ -56,7 +56,7 @@ fn lock_authorized(
             task_columns!(),
             " FROM tasks WHERE ",
             authorized!(),
-            " FOR UPDATE"
+            " FOR NO KEY UPDATE"
         ),
         &[
             &task_id,

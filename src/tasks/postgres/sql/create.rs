@@ -18,7 +18,7 @@ pub fn create_task(tx: &mut Transaction<'_>, task: &NewTask) -> Result<Created, 
     if let Some(key) = &task.idempotency_key {
         tx.execute(
             "SELECT pg_advisory_xact_lock(1801812339, \
-             hashtext($1 || chr(0) || $2 || chr(0) || $3 || chr(0) || $4))",
+             hashtext(concat_ws(chr(31), $1::text, $2::text, $3::text, $4::text)))",
             &[
                 &task.identity.endpoint,
                 &task.identity.tenant,

@@ -1,9 +1,12 @@
 //! Every SQL statement of the PostgreSQL store, as small typed functions, one file per
 //! caller (as `sqlite::sql`). Each change runs in one transaction that ends with the
 //! task's outbox row (`taskd_append_outbox`, schema-postgres.sql); worker writes are
-//! fenced by the job's `lease_token`; every mutation locks the rows it reads first
-//! (`FOR UPDATE`), so two nodes changing one task take turns. Times that are compared
-//! come from the database clock (`taskd_now_ms()`).
+//! fenced by the job's `lease_token`; every mutation locks the rows it reads first, the
+//! task row before the job row, so two nodes changing one task take turns without
+//! deadlocking. Task rows are locked `FOR NO KEY UPDATE`: the `FOR KEY SHARE` lock that
+//! a claim's `attempts` insert takes on its task (the foreign key) does not wait for
+//! it, so a claim holding its job never waits on a `tasks/cancel` that waits on the job.
+//! Times that are compared come from the database clock (`taskd_now_ms()`).
 
 /// The `WHERE` condition of a task that is not terminal yet.
 macro_rules! live {

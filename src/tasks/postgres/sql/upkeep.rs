@@ -12,23 +12,28 @@ use crate::tasks::model::{Finish, Stats, ToolTotals};
 /// Every state a job can be in (the CHECK of `jobs.state`).
 const JOB_STATES: [&str; 3] = ["queued", "running", "waiting"];
 
-/// How long outbox rows stay. Each node's relay follows the outbox with its own
-/// cursor, which the upkeep leader cannot see: a row is pruned once it is older than
-/// any live relay can lag (a relay reads within a second of each commit).
-const OUTBOX_RETENTION_MS: i64 = 60_000;
+/// How long a node's relay cursor counts after its janitor last wrote it: a node
+/// silent for longer is gone (or cut off), and the outbox is pruned without it.
+const CURSOR_LIFETIME_MS: i64 = 30_000;
 
 /// Ends up to `limit` attempts whose lease expired by the database clock, as retries;
 /// returns how many. Each goes through the fenced [`finish`], which locks task then job
 /// like every writer: an attempt its holder is finishing right now keeps its outcome.
+///
+/// With `orphans_of`, the leases that node holds go too, expired or not: at its
+/// start-up, they are the attempts its previous run left (one process per data dir,
+/// hence per node id), and another node's live leases are never among them.
 pub fn reclaim_expired(
     tx: &mut Transaction<'_>,
+    orphans_of: Option<&str>,
     limit: usize,
     reason: &str,
 ) -> Result<usize, Failure> {
     let leases = tx.query(
         "SELECT task_id, lease_token FROM jobs WHERE state = 'running' \
-         AND lease_expires < taskd_now_ms() ORDER BY lease_expires LIMIT $1",
-        &[&i64::try_from(limit).unwrap_or(i64::MAX)],
+         AND (lease_expires < taskd_now_ms() OR lease_node = $2) \
+         ORDER BY lease_expires LIMIT $1",
+        &[&i64::try_from(limit).unwrap_or(i64::MAX), &orphans_of],
     )?;
     let mut reclaimed = 0;
     for lease in &leases {
@@ -78,21 +83,41 @@ pub fn max_outbox_seq(conn: &mut impl GenericClient) -> Result<i64, Failure> {
         .try_get(0)?)
 }
 
-/// Deletes up to `limit` delivered rows older than [`OUTBOX_RETENTION_MS`]; the newest
-/// row always stays (so that [`max_outbox_seq`] never goes back).
+/// Records how far `node`'s relay has delivered.
+pub fn note_delivered(
+    conn: &mut impl GenericClient,
+    node: &str,
+    delivered: i64,
+) -> Result<(), Failure> {
+    conn.execute(
+        "INSERT INTO relay_cursors (node, delivered, seen_at) VALUES ($1, $2, taskd_now_ms()) \
+         ON CONFLICT (node) DO UPDATE SET delivered = excluded.delivered, \
+         seen_at = excluded.seen_at",
+        &[&node, &delivered],
+    )?;
+    Ok(())
+}
+
+/// Deletes up to `limit` rows every live node's relay has delivered (and this one's,
+/// `upto`); the newest row always stays (so that [`max_outbox_seq`] never goes back).
 pub fn prune_outbox(
     conn: &mut impl GenericClient,
     upto: i64,
     limit: usize,
 ) -> Result<usize, Failure> {
+    conn.execute(
+        "DELETE FROM relay_cursors WHERE seen_at < taskd_now_ms() - 3600000",
+        &[],
+    )?;
     let pruned = conn.execute(
         "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox \
-         WHERE seq <= $1 AND seq < (SELECT MAX(seq) FROM outbox) \
-         AND created_at < taskd_now_ms() - $3 ORDER BY seq LIMIT $2)",
+         WHERE seq <= LEAST($1, (SELECT MIN(delivered) FROM relay_cursors \
+                                 WHERE seen_at >= taskd_now_ms() - $3)) \
+         AND seq < (SELECT MAX(seq) FROM outbox) ORDER BY seq LIMIT $2)",
         &[
             &upto,
             &i64::try_from(limit).unwrap_or(i64::MAX),
-            &OUTBOX_RETENTION_MS,
+            &CURSOR_LIFETIME_MS,
         ],
     )?;
     Ok(usize::try_from(pruned).unwrap_or(usize::MAX))
