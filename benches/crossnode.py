@@ -19,7 +19,8 @@ import sys
 import time
 
 VERSION = "2026-07-28"
-CAPS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+# approval_then_work asks for input with a form: the client must declare form elicitation.
+CAPS = {"elicitation": {"form": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
 
 
 def request(host, method, params, name=None):

@@ -6,6 +6,9 @@
 #   get     tasks/get of one existing (completed) task, oha              req/s
 #   e2e     taskload: create E2E_N noop tasks, poll each until completed tasks/s
 #
+# After each creating step the script waits until the workers have drained the backlog,
+# so that no step's tasks queue behind another's.
+#
 # On two nodes each step runs one load client per node at once, each with half the
 # concurrency (and half of E2E_N): req/s add up; e2e is E2E_N over the slower client's
 # time. Ratios to SQLite are taken within each round, then the median over rounds.
@@ -18,6 +21,7 @@
 #
 #   benches/postgres.sh                             # 3 rounds of 8 s steps at c=64
 #   ROUNDS=5 DURATION=5 benches/postgres.sh
+#   ROUNDS=0 benches/postgres.sh                    # the cross-node latency only
 #
 # Environment: DURATION (8), ROUNDS (3), CONC (64), E2E_N (10000), POLL_MS (50),
 # LATENCY_N (300), PORT (8110; uses PORT..PORT+4), OUT (results folder), CARGO_TARGET_DIR,
@@ -145,6 +149,19 @@ json.dump({"rps": rps, "p99_ms": p99, "codes": codes}, open(sys.argv[1] + ".sum"
 print("%.0f req/s, p99 %.2f ms, codes %s" % (rps, p99, codes))
 EOF
 }
+# Jobs not yet done on the setup (its first node's /metrics: on PostgreSQL every node
+# counts the whole database). Waits until the workers have drained what a step left, so
+# that the next step's tasks do not queue behind it; records how long that took.
+settle() { # out-file setup
+  local port=${NODES[$2]%% *} start jobs
+  start=$(date +%s%N)
+  for _ in $(seq 1200); do
+    jobs=$(curl -sS "http://127.0.0.1:$port/metrics" | awk '/^mcp_taskd_jobs\{/ {n += $NF} END {print n + 0}')
+    [ "$jobs" = 0 ] && break
+    sleep 0.25
+  done
+  echo "settle_ms=$(( ($(date +%s%N) - start) / 1000000 )) jobs_left=$jobs" >"$1"
+}
 e2e_step() { # out-prefix setup
   local ports i=0
   read -ra ports <<<"${NODES[$2]}"
@@ -175,13 +192,17 @@ for r in $(seq "$ROUNDS"); do
   for setup in sqlite pg1 pg2; do
     f="$OUT/r$r-$setup"
     echo "round $r $setup create: $(oha_step "$f-create" "$setup" "$OUT/create.json" tools/call noop_task)" | tee -a "$OUT/run.log"
+    settle "$f-create.settle" "$setup"
+    echo "round $r $setup settle: $(cat "$f-create.settle")" | tee -a "$OUT/run.log"
     echo "round $r $setup get:    $(oha_step "$f-get" "$setup" "$OUT/get-$setup.json" tasks/get "$(cat "$OUT/get-$setup.id")")" | tee -a "$OUT/run.log"
     echo "round $r $setup e2e:    $(e2e_step "$f-e2e" "$setup" || cat "$f-e2e".*.err)" | tee -a "$OUT/run.log"
+    settle "$f-e2e.settle" "$setup"
   done
 done
 
 echo "cross-node latency: $(python3 "$HERE/crossnode.py" "127.0.0.1:$((PORT + 2))" "127.0.0.1:$((PORT + 3))" "$LATENCY_N" | tee "$OUT/crossnode.json")" | tee -a "$OUT/run.log"
 
+[ "$ROUNDS" -gt 0 ] || { echo "results: $OUT (run.log, crossnode.json)"; exit 0; }
 python3 - "$OUT" "$ROUNDS" <<'EOF' | tee "$OUT/summary.txt"
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
