@@ -529,3 +529,110 @@ fn a_database_restart_under_load_answers_503_then_recovers_and_loses_nothing() {
     assert!(unexpected.is_empty(), "only 200 or 503: {unexpected:?}");
     all_complete(&b, &acknowledged, Duration::from_secs(60));
 }
+
+/// Bob's task once `ready` says so (within 10 s).
+fn bobs_task_once(server: &Server, id: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let bob = format!("Bearer {BOB}");
+    poll_until(Duration::from_secs(10), || {
+        let task = tasks::get_raw(server, id, &[("Authorization", bob.as_str())]).result();
+        ready(&task).then_some(task)
+    })
+    .unwrap_or_else(|| panic!("bob's task {id} did not get there"))
+}
+
+#[test]
+fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same() {
+    let Some(url) = shared_database(
+        "copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same",
+    ) else {
+        return;
+    };
+    let bob = format!("Bearer {BOB}");
+    let as_bob = [("Authorization", bob.as_str())];
+    let alice = format!("Bearer {ALICE}");
+    let as_alice = [("Authorization", alice.as_str())];
+    let sqlite_dir = tempfile::tempdir().unwrap();
+    let sqlite_config = format!(
+        "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
+         [workers]\nthreads = 2\nshutdown_grace_ms = 200\n\
+         [store]\nbackend = \"sqlite\"\n{TENANTS}"
+    );
+    let mut sqlite = Server::start_in(sqlite_dir.path(), &sqlite_config);
+    let mut ids: Vec<String> = (0..5)
+        .map(|i| {
+            let label = format!("copied {i}");
+            tasks::create(
+                &sqlite,
+                "slow_compute",
+                json!({"seconds": 0, "label": label}),
+                &as_bob,
+            )
+        })
+        .collect();
+    for id in &ids {
+        bobs_task_once(&sqlite, id, tasks::is_terminal);
+    }
+    let asking = tasks::create(
+        &sqlite,
+        "approval_then_work",
+        json!({"prepare_seconds": 0, "work_seconds": 0}),
+        &as_bob,
+    );
+    bobs_task_once(&sqlite, &asking, |task| task["status"] == "input_required");
+    ids.push(asking.clone());
+    let before: Vec<Value> = ids
+        .iter()
+        .map(|id| tasks::get_raw(&sqlite, id, &as_bob).result())
+        .collect();
+    assert!(
+        sqlite.terminate(Duration::from_secs(10)),
+        "the SQLite server stops"
+    );
+
+    let target_dir = tempfile::tempdir().unwrap();
+    let target_config = target_dir.path().join("postgres.toml");
+    std::fs::write(&target_config, node_config(&url, 2, TENANTS)).unwrap();
+    let copy = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+            .arg("copy-store")
+            .arg("--config")
+            .arg(sqlite_dir.path().join("config.toml"))
+            .arg("--data-dir")
+            .arg(sqlite_dir.path().join("data"))
+            .arg("--to-config")
+            .arg(&target_config)
+            .output()
+            .expect("run mcp-taskd copy-store")
+    };
+    let copied = copy();
+    assert!(
+        copied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&copied.stderr)
+    );
+    let said = String::from_utf8_lossy(&copied.stdout);
+    assert!(said.contains("6 tasks"), "{said}");
+
+    let node = Server::start_in(target_dir.path(), &node_config(&url, 2, TENANTS));
+    for (id, was) in ids.iter().zip(&before) {
+        assert_eq!(&tasks::get_raw(&node, id, &as_bob).result(), was, "{id}");
+        // Still bound to bob: alice's answer is the unknown one.
+        let foreign = tasks::get_raw(&node, id, &as_alice);
+        foreign.expect_error(400, -32602);
+    }
+    tasks::update(
+        &node,
+        &asking,
+        json!({"approval": {"action": "accept", "content": {"approved": true}}}),
+        &as_bob,
+    )
+    .result();
+    let done = bobs_task_once(&node, &asking, tasks::is_terminal);
+    assert_eq!(done["status"], "completed", "{done}");
+
+    // A second copy would mix two stores: refused, nothing written.
+    let again = copy();
+    assert!(!again.status.success(), "a second copy was accepted");
+    let refusal = String::from_utf8_lossy(&again.stderr);
+    assert!(refusal.contains("already holds 6 task"), "{refusal}");
+}

@@ -13,9 +13,15 @@
 //! counts behind `/metrics` (PostgreSQL's own triggers count the copied rows).
 
 use std::collections::HashSet;
+use std::fs::File;
+use std::path::Path;
 
 use postgres::types::ToSql;
 use rusqlite::types::ValueRef;
+
+use super::cli::Location;
+use crate::config::{Backend, Config};
+use crate::tasks::{postgres as pg, sqlite};
 
 /// The tables that hold tasks, parents before children (foreign keys).
 const TABLES: [&str; 4] = ["tasks", "input_keys", "jobs", "attempts"];
@@ -23,7 +29,11 @@ const TABLES: [&str; 4] = ["tasks", "input_keys", "jobs", "attempts"];
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
     #[error("{0}")]
+    Config(String),
+    #[error("{0}")]
     Source(String),
+    #[error("{0}")]
+    Target(#[from] pg::OpenError),
     #[error(
         "the PostgreSQL database already holds {0} task(s); copy-store fills an empty one \
          (a fresh database, or one whose tasks you mean to drop first)"
@@ -41,6 +51,87 @@ pub enum CopyError {
     Sqlite(#[from] rusqlite::Error),
     #[error("PostgreSQL: {0}")]
     Postgres(#[from] postgres::Error),
+}
+
+/// `mcp-taskd copy-store`: the SQLite store of `from` (its configuration and data dir,
+/// as `serve` takes them) into the PostgreSQL database of `to_config`. Returns what was
+/// copied, for the operator.
+pub fn run(from: &Location, to_config: &Path) -> Result<String, CopyError> {
+    let mut source_config =
+        Config::load(from.config.as_deref()).map_err(|e| CopyError::Config(e.to_string()))?;
+    if let Some(data_dir) = &from.data_dir {
+        source_config.server.data_dir = data_dir.clone();
+    }
+    if source_config.store.backend != Backend::Sqlite {
+        return Err(CopyError::Config(
+            "--config names a PostgreSQL store: copy-store copies from SQLite".into(),
+        ));
+    }
+    let target_config = Config::load(Some(to_config))
+        .map_err(|e| CopyError::Config(format!("--to-config: {e}")))?;
+    if target_config.store.backend != Backend::Postgres {
+        return Err(CopyError::Config(format!(
+            "{} does not set store.backend = \"postgres\"",
+            to_config.display()
+        )));
+    }
+    let data_dir = &source_config.server.data_dir;
+    let (_lock, source) = open_source(data_dir, &source_config)?;
+    let mut target = pg::connect_migrated(&target_config.store)?;
+    let copied = copy_tables(&source, &mut target, &mut |_, _| {})?;
+    let tasks = copied.first().map_or(0, |table| table.rows);
+    let tables: Vec<String> = copied
+        .iter()
+        .map(|table| format!("{} {}", table.rows, table.table))
+        .collect();
+    Ok(format!(
+        "copied {tasks} tasks from {} into PostgreSQL ({})",
+        data_dir.join("tasks.db").display(),
+        tables.join(", ")
+    ))
+}
+
+/// The SQLite store of `data_dir`, migrated to this build's schema, and its data dir's
+/// lock held (so that no server starts on it during the copy).
+fn open_source(
+    data_dir: &Path,
+    config: &Config,
+) -> Result<(File, rusqlite::Connection), CopyError> {
+    let database = data_dir.join("tasks.db");
+    if !database.is_file() {
+        return Err(CopyError::Source(format!(
+            "no task store in {}",
+            data_dir.display()
+        )));
+    }
+    // Opening it the way a server does migrates it (a store of an older build) and
+    // refuses one a server holds; then it is closed again, for a plain connection.
+    let sqlite::Opened { store, writer } =
+        sqlite::Store::open(data_dir, &config.store).map_err(|e| match e {
+            sqlite::OpenError::InUse { .. } => CopyError::Source(format!(
+                "a server is running on {}: stop it first (the copy is of a stopped store)",
+                data_dir.display()
+            )),
+            other => CopyError::Source(other.to_string()),
+        })?;
+    drop(store);
+    let _ = writer.join();
+    let lock_path = data_dir.join("lock");
+    let lock = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| CopyError::Source(format!("{}: {e}", lock_path.display())))?;
+    lock.try_lock().map_err(|_| {
+        CopyError::Source(format!(
+            "a server started on {} meanwhile: stop it, then copy again",
+            data_dir.display()
+        ))
+    })?;
+    let connection = rusqlite::Connection::open(&database)?;
+    Ok((lock, connection))
 }
 
 /// Rows copied into one table.

@@ -158,6 +158,16 @@ impl Health {
     }
 }
 
+/// A connection of its own to the configured database, migrated to the newest schema,
+/// for one-off operator work outside any pool (`mcp-taskd copy-store`).
+pub fn connect_migrated(config: &StoreConfig) -> Result<postgres::Client, OpenError> {
+    let settings = connection::settings(config)?;
+    let mut client =
+        connection::connect(&settings).map_err(|e| OpenError::Connect(e.to_string()))?;
+    migrations::migrate(&mut client)?;
+    Ok(client)
+}
+
 /// Longest wait for a connection while the database is known to be unreachable.
 const OUTAGE_CHECKOUT: Duration = Duration::from_millis(200);
 
