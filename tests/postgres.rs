@@ -201,3 +201,77 @@ fn a_password_in_the_url_is_refused_and_a_missing_password_file_named() {
         "{message}"
     );
 }
+
+/// libfaketime, which makes a process see another wall clock; `None` (SKIPPED) without it
+/// (Debian: `apt-get install libfaketime`).
+fn faketime_library() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("MCP_TASKD_FAKETIME_LIB")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            [
+                "/usr/lib/x86_64-linux-gnu",
+                "/usr/lib/aarch64-linux-gnu",
+                "/usr/lib",
+            ]
+            .iter()
+            .map(|dir| std::path::Path::new(dir).join("faketime/libfaketime.so.1"))
+            .find(|path| path.is_file())
+        });
+    if found.is_none() {
+        eprintln!("SKIPPED: no libfaketime (apt-get install libfaketime)");
+    }
+    found
+}
+
+/// A node whose clock is an hour behind the database's writes leases, expiry and
+/// backoff in the database's time: its running attempt is not reclaimed as if its lease
+/// had ended an hour ago, and its task is not expired on a node with the right time.
+#[test]
+fn a_node_with_a_skewed_clock_keeps_its_leases_and_its_tasks() {
+    let Some((cluster, name)) =
+        database("a_node_with_a_skewed_clock_keeps_its_leases_and_its_tasks")
+    else {
+        return;
+    };
+    let Some(faketime) = faketime_library() else {
+        return;
+    };
+    let config = node_config(&cluster.url(&name));
+    let skewed_dir = tempfile::tempdir().unwrap();
+    let skewed = Server::start_in_with_env(
+        skewed_dir.path(),
+        &config,
+        &[
+            ("LD_PRELOAD", faketime.as_os_str()),
+            ("FAKETIME", "-3600s".as_ref()),
+            // Timers and sleeps keep the real pace; only the wall clock is an hour off.
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".as_ref()),
+        ],
+    );
+    // Runs longer than three leases (1 s each), so the lease is renewed and checked.
+    let id = tasks::create(&skewed, "slow_compute", json!({"seconds": 3.5}), &[]);
+    crate::common::poll_until(Duration::from_secs(10), || {
+        (tasks::get(&skewed, &id)["statusMessage"] == "computing").then_some(())
+    })
+    .expect("the skewed node runs the attempt");
+    // A node on the right time joins while the attempt runs on the skewed one.
+    let (_dir, on_time) = node(&config);
+    let seen = tasks::get(&on_time, &id);
+    assert_eq!(
+        seen["status"], "working",
+        "not expired on the other node: {seen}"
+    );
+    let done = wait_terminal(&on_time, &id, Duration::from_secs(15));
+    assert_eq!(done["status"], "completed", "{done}");
+    let attempts = cluster
+        .sql(
+            &name,
+            &format!("SELECT attempt, outcome FROM attempts WHERE task_id = '{id}'"),
+        )
+        .unwrap();
+    assert_eq!(
+        attempts.trim(),
+        "1|completed",
+        "one attempt, never reclaimed"
+    );
+}

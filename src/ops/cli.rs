@@ -277,6 +277,15 @@ pub fn backup(at: &Location, file: &Path) -> Outcome {
 /// `mcp-taskd restore FILE`
 pub fn restore_file(at: &Location, file: &Path, force: bool) -> Outcome {
     let config = load(at)?;
+    if config.store.backend == crate::config::Backend::Postgres {
+        return Err(
+            "restore puts a SQLite backup in the data dir; this configuration stores \
+             tasks in PostgreSQL: restore the database with its own tools (pg_restore), or \
+             copy a SQLite store into it with `mcp-taskd copy-store`"
+                .to_owned()
+                .into(),
+        );
+    }
     let data_dir = &config.server.data_dir;
     let mut progress = Progress::new("restore");
     let restored = restore(file, data_dir, force, &mut |d, t| progress.show(d, t));

@@ -14,8 +14,9 @@
 //! upkeep     outbox relay → notifications; janitor (leases, TTL, outbox, log); recovery
 //! ```
 //!
-//! Dependencies point one way: `model` ← `backend` ← `sqlite`; `service`, `workers` and
-//! `upkeep` use the trait only (`server.rs` alone opens a store).
+//! Dependencies point one way: `model` ← `backend` ← `sqlite` / `postgres`; `service`,
+//! `workers` and `upkeep` use the trait only (`server.rs` alone opens a store, and the
+//! offline operator commands of `ops::cli`).
 //!
 //! # Durability guarantees, and where each is kept
 //!
@@ -25,7 +26,11 @@
 //! - The WAL stays bounded and checkpoints stay off the commit path: [`sqlite`]'s
 //!   `checkpoint`, and the janitor ([`upkeep`]).
 //! - Every task mutation appends to the outbox in its transaction, and worker writes are
-//!   fenced by the claim's token: [`TaskStore`], kept in [`sqlite`]'s `sql/`.
+//!   fenced by the claim's token: [`TaskStore`], kept in [`sqlite`]'s `sql/` and
+//!   [`postgres`]'s `sql/`.
+//! - On PostgreSQL, several nodes share one database: outbox `seq` in commit order and
+//!   `LISTEN/NOTIFY` to every node, leases on the database clock, one upkeep leader at a
+//!   time, bounded waits when the database is gone: [`postgres`] (its module docs).
 //! - At-least-once execution, prompt cancellation, and a shutdown that never fails or
 //!   cancels a task: [`workers`]. Nothing stays `working` forever: [`upkeep`].
 
