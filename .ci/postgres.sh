@@ -12,7 +12,7 @@ bin_dir() {
     echo "$dir"
     return
   fi
-  for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+  for dir in $(printf "%s\n" /usr/lib/postgresql/*/bin | sort -V -r); do
     if [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ]; then
       echo "$dir"
       return
