@@ -14,7 +14,7 @@
 -- arguments, results, input) are sensitive: stored here, returned to their owner,
 -- never logged.
 --
--- Advisory locks: class 1952542059 ('task'), object 1 = outbox order, 2 = migrations,
+-- Advisory locks: class 1952542059 ('task'), object 2 = migrations,
 -- 3 = upkeep leader; class 1801812339 ('keys') = idempotency keys, by hash.
 
 -- migration 1
@@ -93,16 +93,22 @@ CREATE TABLE attempts (
     PRIMARY KEY (task_id, attempt)
 );
 
--- Task changes, written in the same transaction as the change. `seq` is the commit
--- order of the rows: taskd_append_outbox takes a transaction advisory lock before it
--- draws the sequence value, and holds it until commit, so a row with a larger `seq`
--- always commits after every smaller one (plain sequence values commit out of order,
--- and a relay reading `seq > last` could skip a row that commits late).
+-- Task changes, written in the same transaction as the change. A row's position in
+-- the outbox is the id of the transaction that wrote it (`xid`), not `seq`: sequence
+-- values commit out of order, and a relay reading `seq > last` could skip a row whose
+-- transaction commits late. Instead a relay reads the rows of transactions older than
+-- the oldest one still running (`pg_snapshot_xmin`): every such transaction has ended,
+-- so its rows are all visible, and a transaction that commits later has a larger id
+-- than that horizon. Nothing is skipped, and no lock orders the commits (holding one
+-- through every commit would serialize them and give up PostgreSQL's group commit).
+-- `seq` orders the rows of one transaction.
 CREATE TABLE outbox (
     seq        bigserial PRIMARY KEY,
+    xid        xid8 NOT NULL DEFAULT pg_current_xact_id(),
     task_id    text NOT NULL,
     created_at bigint NOT NULL                   -- database clock
 );
+CREATE INDEX outbox_by_xid ON outbox (xid);
 
 -- How far each node's relay has delivered the outbox, as its janitor last said
 -- (every tick): rows are pruned up to the slowest node seen in the last 30 s, so no
@@ -113,15 +119,13 @@ CREATE TABLE relay_cursors (
     seen_at   bigint NOT NULL                    -- database clock
 );
 
--- Appends the outbox row of a task change and wakes every node's relay (NOTIFY is
--- delivered at commit, and not at all on rollback). Call it last in a transaction:
--- from here to the commit, outbox writers take turns.
-CREATE FUNCTION taskd_append_outbox(changed text) RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock(1952542059, 1);
+-- Appends the outbox row of a task change. The node that committed it then sends
+-- `NOTIFY mcp_taskd_outbox` (after its commit, in a transaction of its own: a NOTIFY
+-- inside the change's transaction would take PostgreSQL's notification-queue lock
+-- through the commit's WAL flush, and serialize every change of every node).
+CREATE FUNCTION taskd_append_outbox(changed text) RETURNS void LANGUAGE sql AS $$
     INSERT INTO outbox (task_id, created_at) VALUES (changed, taskd_now_ms());
-    PERFORM pg_notify('mcp_taskd_outbox', '');
-END $$;
+$$;
 
 -- Counts for /metrics without scanning. A trigger-kept counter row would be updated by
 -- every transaction and serialize them all on its row lock; instead triggers append

@@ -1,20 +1,21 @@
 //! The listener: one dedicated connection per node that `LISTEN`s to every node's
 //! commits, and that watches the database.
 //!
-//! - `mcp_taskd_outbox` (sent by `taskd_append_outbox` in the transaction of every task
-//!   change, delivered at its commit) pings the relay, which reads the outbox by `seq`.
+//! - `mcp_taskd_outbox` (sent by the node that committed a task change, right after its
+//!   commit) pings the relay, which reads the outbox by position (see
+//!   schema-postgres.sql, `outbox`).
 //! - `mcp_taskd_cancel` (sent by `tasks/cancel` of a running attempt, payload: the task
 //!   id) goes to the engine, which stops the attempt if it runs here: a cancellation
 //!   reaches another node's attempt within a round trip of its commit.
 //! - Losing the connection marks the store unhealthy (`/healthz` 503), starts a new
 //!   pool epoch (pooled connections opened before are dropped), and reconnects every
 //!   [`RETRY`]. Once back, the relay is pinged: it reads whatever committed meanwhile,
-//!   by `seq`, so no change is missed; cancellations sent while the node was cut off
+//!   by position, so no change is missed; cancellations sent while the node was cut off
 //!   are lost, and the attempt ends at its next fenced write or lease renewal instead.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use postgres::fallible_iterator::FallibleIterator;
@@ -25,6 +26,10 @@ use super::Health;
 /// How often the connection is checked while no notification arrives, and how often a
 /// lost database is tried again.
 const RETRY: Duration = Duration::from_millis(500);
+/// How soon the relay is woken again after a notification (see [`Listener::follow`]),
+/// and for how long.
+const ECHO: Duration = Duration::from_millis(5);
+const ECHO_WINDOW: Duration = Duration::from_millis(100);
 
 pub(super) struct Listener {
     pub settings: postgres::Config,
@@ -69,11 +74,20 @@ impl Listener {
     }
 
     /// Hands on notifications until the connection fails or the store stops.
+    ///
+    /// A relay woken by a commit reads only the rows of transactions older than the
+    /// oldest one still running (see `sql::upkeep::outbox_after`): a row whose reading
+    /// waits for an older transaction, which may commit without a notification (a
+    /// claim, a lease renewal), would wait for the next one. So for [`ECHO_WINDOW`]
+    /// after a notification the relay is woken again every [`ECHO`] of silence.
     fn follow(&self, client: &mut postgres::Client) -> Result<(), postgres::Error> {
+        let mut echo_until: Option<Instant> = None;
         while !self.stopping.load(Ordering::Acquire) {
+            let echoing = echo_until.is_some_and(|until| Instant::now() < until);
+            let mut woken = false;
             {
                 let mut notifications = client.notifications();
-                let mut arriving = notifications.timeout_iter(RETRY);
+                let mut arriving = notifications.timeout_iter(if echoing { ECHO } else { RETRY });
                 while let Some(notification) = arriving.next()? {
                     match notification.channel() {
                         "mcp_taskd_cancel" => {
@@ -83,13 +97,20 @@ impl Listener {
                         }
                         _ => {
                             let _ = self.commits.try_send(());
+                            woken = true;
                         }
                     }
                 }
             }
-            client.is_valid(RETRY)?;
-            // Reachable: a failure a request noted (see `Store::failed`) is over.
-            self.health.set(None);
+            if woken {
+                echo_until = Some(Instant::now() + ECHO_WINDOW);
+            } else if echoing {
+                let _ = self.commits.try_send(());
+            } else {
+                client.is_valid(RETRY)?;
+                // Reachable: a failure a request noted (see `Store::failed`) is over.
+                self.health.set(None);
+            }
         }
         Ok(())
     }

@@ -8,10 +8,12 @@
 //!   pooled connection; its answer (a task handle included) is given after `COMMIT`
 //!   returned, with PostgreSQL's own durability (`synchronous_commit`, `fsync`: the
 //!   server's settings; the defaults flush the WAL before a commit returns).
-//! - **Every task change appends its outbox row in the same transaction**, last, through
-//!   `taskd_append_outbox` (schema-postgres.sql), which also `NOTIFY`s every node. The
-//!   outbox `seq` is the commit order (an advisory lock from the insert to the commit),
-//!   so each node's relay reads `seq > last` and misses nothing ([`listener`]).
+//! - **Every task change appends its outbox row in the same transaction**
+//!   (`taskd_append_outbox`, schema-postgres.sql); once it has committed, the node sends
+//!   `NOTIFY mcp_taskd_outbox`, which wakes every node's relay ([`listener`]). A row's
+//!   position is its transaction's id, and relays read only past the oldest running
+//!   transaction (`sql/upkeep.rs`, `outbox_after`): a row committing late is read late,
+//!   never skipped, and no lock serializes the commits of the nodes.
 //! - **Worker writes are fenced** by the claim's token, as in SQLite, and every writer
 //!   locks the task row, then the job row (`sql/`): two nodes acting on one task take
 //!   turns and never deadlock on each other. Claims take a batch in one statement with
@@ -168,6 +170,14 @@ pub fn connect_migrated(config: &StoreConfig) -> Result<postgres::Client, OpenEr
     Ok(client)
 }
 
+/// How one run of a transaction failed.
+enum Attempt {
+    /// At `COMMIT`: it may have committed; not to be run again.
+    Committing(StoreError),
+    /// Before: nothing committed; `ran` says whether `op` ran.
+    Failed { failure: Failure, ran: bool },
+}
+
 /// Longest wait for a connection while the database is known to be unreachable.
 const OUTAGE_CHECKOUT: Duration = Duration::from_millis(200);
 
@@ -269,17 +279,28 @@ impl Store {
         &self,
         mut op: impl FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        self.run(true, &mut op)
+        self.run(true, false, &mut op)
     }
 
-    /// [`Store::transaction`] for an `op` that hands claims to a claimant, which must
-    /// not see a job twice: retried only when it failed before `op` ran.
-    fn transaction_once<T>(
+    /// [`Store::transaction`] for a task change: once it has committed, every node's
+    /// relay is woken ([`Store::wake_relays`]).
+    fn change<T>(
         &self,
+        mut op: impl FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+    ) -> Result<T, StoreError> {
+        self.run(true, true, &mut op)
+    }
+
+    /// [`Store::transaction`] (or [`Store::change`], with `wake`) for an `op` that
+    /// hands claims to a claimant, which must not see a job twice: retried only when it
+    /// failed before `op` ran.
+    fn once<T>(
+        &self,
+        wake: bool,
         op: impl FnOnce(&mut Transaction<'_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut op = Some(op);
-        self.run(false, &mut |tx| match op.take() {
+        self.run(false, wake, &mut |tx| match op.take() {
             Some(op) => op(tx),
             None => Err(Failure::Data("a claim would run twice".into())),
         })
@@ -288,27 +309,43 @@ impl Store {
     fn run<T>(
         &self,
         repeatable: bool,
+        wake: bool,
         op: &mut dyn FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut tries = 0;
         loop {
             tries += 1;
             let mut conn = self.connection()?;
-            let mut ran = false;
-            let failure = match conn.client.transaction() {
-                Ok(mut tx) => {
-                    ran = true;
-                    match op(&mut tx) {
-                        Ok(value) => return self.commit(tx, value),
-                        Err(failure) => failure,
+            let (failure, ran) = match self.attempt(&mut conn.client, op) {
+                Ok(value) => {
+                    if wake {
+                        wake_relays(&mut conn.client);
                     }
+                    return Ok(value);
                 }
-                Err(error) => Failure::Db(error),
+                Err(Attempt::Committing(error)) => return Err(error),
+                Err(Attempt::Failed { failure, ran }) => (failure, ran),
             };
             if failure.retryable() && tries < TRIES && (repeatable || !ran) {
                 continue;
             }
             return Err(self.failed(failure));
+        }
+    }
+
+    /// One run of `op` in a transaction on `client`, committed.
+    fn attempt<T>(
+        &self,
+        client: &mut postgres::Client,
+        op: &mut dyn FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+    ) -> Result<T, Attempt> {
+        let mut tx = client.transaction().map_err(|error| Attempt::Failed {
+            failure: Failure::Db(error),
+            ran: false,
+        })?;
+        match op(&mut tx) {
+            Ok(value) => self.commit(tx, value).map_err(Attempt::Committing),
+            Err(failure) => Err(Attempt::Failed { failure, ran: true }),
         }
     }
 
@@ -344,6 +381,17 @@ impl Store {
                 Err(failure) => return Err(self.failed(failure)),
             }
         }
+    }
+}
+
+/// Wakes every node's relay after a committed change: `NOTIFY mcp_taskd_outbox` in a
+/// transaction of its own, which writes nothing and flushes nothing (see
+/// `taskd_append_outbox` in schema-postgres.sql for why not in the change's own). If it
+/// is lost (the connection fails right after the commit), the relays still read the
+/// change at their next wake-up or within half a second.
+fn wake_relays(client: &mut postgres::Client) {
+    if let Err(error) = client.batch_execute("NOTIFY mcp_taskd_outbox") {
+        log::debug!("waking the relays: {error}");
     }
 }
 
@@ -397,7 +445,7 @@ impl TaskStore for Store {
     fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
         // Answered on the caller's thread, after commit: each node commits its own
         // creations concurrently (PostgreSQL groups the WAL flushes).
-        Later::ready(self.transaction(|tx| create::create_task(tx, &task)))
+        Later::ready(self.change(|tx| create::create_task(tx, &task)))
     }
 
     fn find_authorized(
@@ -431,15 +479,15 @@ impl TaskStore for Store {
         task_id: &str,
         responses: Map<String, Value>,
     ) -> Result<UpdateEffect, StoreError> {
-        self.transaction(|tx| client::update(tx, identity, task_id, &responses))
+        self.change(|tx| client::update(tx, identity, task_id, &responses))
     }
 
     fn cancel(&self, identity: &Identity, task_id: &str) -> Result<CancelEffect, StoreError> {
-        self.transaction(|tx| client::cancel(tx, identity, task_id))
+        self.change(|tx| client::cancel(tx, identity, task_id))
     }
 
     fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError> {
-        self.transaction_once(move |tx| claim(tx, &self.node, request))
+        self.once(false, move |tx| claim(tx, &self.node, request))
     }
 
     fn finish(
@@ -448,7 +496,7 @@ impl TaskStore for Store {
         outcome: Finish,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError> {
-        self.transaction_once(move |tx| {
+        self.once(true, move |tx| {
             let applied = attempts::finish(tx, &lease.task_id, &lease.token, outcome)?;
             let next = match then_claim {
                 Some(next) => claim(tx, &self.node, next)?,
@@ -467,9 +515,7 @@ impl TaskStore for Store {
     }
 
     fn set_status_message(&self, lease: Lease, message: String) -> Result<bool, StoreError> {
-        self.transaction(|tx| {
-            attempts::set_status_message(tx, &lease.task_id, &lease.token, &message)
-        })
+        self.change(|tx| attempts::set_status_message(tx, &lease.task_id, &lease.token, &message))
     }
 
     /// [`Reclaim::Orphaned`]: the leases claimed under this node's id (its previous
@@ -484,7 +530,7 @@ impl TaskStore for Store {
             Reclaim::Orphaned => Some(self.node.as_str()),
             Reclaim::Expired => None,
         };
-        self.transaction(|tx| upkeep::reclaim_expired(tx, orphans_of, limit, &reason))
+        self.change(|tx| upkeep::reclaim_expired(tx, orphans_of, limit, &reason))
     }
 
     fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError> {
@@ -496,7 +542,7 @@ impl TaskStore for Store {
     }
 
     fn outbox_newest(&self) -> Result<i64, StoreError> {
-        self.read(upkeep::max_outbox_seq)
+        self.read(upkeep::newest_position)
     }
 
     fn note_delivered(&self, delivered: i64) -> Result<(), StoreError> {
@@ -582,7 +628,7 @@ impl TaskStore for Store {
     }
 
     fn admin_cancel(&self, task_id: &str) -> Result<CancelEffect, StoreError> {
-        self.transaction(|tx| admin::cancel(tx, task_id))
+        self.change(|tx| admin::cancel(tx, task_id))
     }
 
     fn rerun_source(&self, task_id: &str) -> Result<Option<RerunSource>, StoreError> {

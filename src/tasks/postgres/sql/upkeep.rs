@@ -2,6 +2,8 @@
 //! outbox, and the counts for `GET /metrics` (folded totals plus the few deltas not
 //! folded yet: no scan of `tasks` or `jobs`).
 
+use std::time::{Duration, Instant};
+
 use postgres::{GenericClient, Transaction};
 
 use super::attempts::finish;
@@ -60,27 +62,60 @@ pub fn delete_expired(tx: &mut Transaction<'_>, limit: usize) -> Result<Vec<Stri
         .collect()
 }
 
-/// Outbox rows after `after`, oldest first. `seq` is the commit order (see
-/// `taskd_append_outbox`): a row committed later never has a smaller `seq`, so reading
-/// past the last one seen skips nothing.
+/// Outbox rows of the transactions after position `after` that have all ended, oldest
+/// first, as (position, task id); a position is the id of the transaction that wrote
+/// the row (schema-postgres.sql, `outbox`). Rows of transactions at or past the oldest
+/// one still running wait for it: once it ends, every row below the new horizon is
+/// visible, and a transaction that commits later has a larger id. Reading past the last
+/// position seen therefore skips nothing. `limit` counts transactions (their rows come
+/// whole, so that no position is left half read).
 pub fn outbox_after(
     conn: &mut impl GenericClient,
     after: i64,
     limit: usize,
 ) -> Result<Vec<(i64, String)>, Failure> {
     let rows = conn.query(
-        "SELECT seq, task_id FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2",
-        &[&after, &i64::try_from(limit).unwrap_or(i64::MAX)],
+        "WITH ended AS ( \
+           SELECT DISTINCT xid FROM outbox \
+           WHERE xid > $1::text::xid8 AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
+           ORDER BY xid LIMIT $2) \
+         SELECT outbox.xid::text::bigint, outbox.task_id FROM outbox JOIN ended USING (xid) \
+         ORDER BY outbox.xid, outbox.seq",
+        &[
+            &after.to_string(),
+            &i64::try_from(limit).unwrap_or(i64::MAX),
+        ],
     )?;
     rows.iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
         .collect()
 }
 
-pub fn max_outbox_seq(conn: &mut impl GenericClient) -> Result<i64, Failure> {
-    Ok(conn
-        .query_one("SELECT COALESCE(MAX(seq), 0) FROM outbox", &[])?
-        .try_get(0)?)
+/// How long [`newest_position`] waits for transactions older than the newest committed
+/// row to end.
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// The outbox position that separates what committed before from what commits after:
+/// every row committed now is at or below it, every row committed later above. It is
+/// the horizon below the oldest running transaction, once that horizon has passed the
+/// newest committed row (exact); while a transaction older than that row still runs
+/// (under load, for up to [`SETTLE`]), the horizon alone: then rows committed just
+/// before may also count as after (a listen stream then hears of such a task once, with
+/// its current state), but none committed after is ever counted before.
+pub fn newest_position(conn: &mut impl GenericClient) -> Result<i64, Failure> {
+    let started = Instant::now();
+    loop {
+        let row = conn.query_one(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint - 1, \
+             COALESCE((SELECT xid::text::bigint FROM outbox ORDER BY xid DESC LIMIT 1), 0)",
+            &[],
+        )?;
+        let (horizon, newest): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+        if horizon >= newest || started.elapsed() >= SETTLE {
+            return Ok(horizon);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Records how far `node`'s relay has delivered.
@@ -99,7 +134,7 @@ pub fn note_delivered(
 }
 
 /// Deletes up to `limit` rows every live node's relay has delivered (and this one's,
-/// `upto`); the newest row always stays (so that [`max_outbox_seq`] never goes back).
+/// `upto`).
 pub fn prune_outbox(
     conn: &mut impl GenericClient,
     upto: i64,
@@ -111,9 +146,9 @@ pub fn prune_outbox(
     )?;
     let pruned = conn.execute(
         "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox \
-         WHERE seq <= LEAST($1, (SELECT MIN(delivered) FROM relay_cursors \
-                                 WHERE seen_at >= taskd_now_ms() - $3)) \
-         AND seq < (SELECT MAX(seq) FROM outbox) ORDER BY seq LIMIT $2)",
+         WHERE xid <= (LEAST($1, (SELECT MIN(delivered) FROM relay_cursors \
+                                  WHERE seen_at >= taskd_now_ms() - $3)))::text::xid8 \
+         ORDER BY xid LIMIT $2)",
         &[
             &upto,
             &i64::try_from(limit).unwrap_or(i64::MAX),
