@@ -16,6 +16,9 @@ use postgres::{Client, NoTls};
 
 use crate::config::{ConfigError, StoreConfig};
 
+/// The `application_name` of the sessions, unless the URL names one (the store adds
+/// the node id and process id to it).
+pub const APPLICATION: &str = "mcp-taskd";
 /// The environment variable read for the password when `store.password_file` is unset.
 pub const PASSWORD_ENV: &str = "MCP_TASKD_PG_PASSWORD";
 /// Longest wait for a pooled connection (or a new one) before a 503.
@@ -68,7 +71,7 @@ pub fn settings(config: &StoreConfig) -> Result<postgres::Config, OpenError> {
         settings.password(password);
     }
     if settings.get_application_name().is_none() {
-        settings.application_name("mcp-taskd");
+        settings.application_name(APPLICATION);
     }
     // Nothing waits forever: a database host that vanishes is noticed by TCP within
     // half a minute, a statement stuck on a lock ends, and a node that stops halfway

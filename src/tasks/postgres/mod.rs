@@ -210,10 +210,19 @@ impl Store {
     /// a node that serves nothing but 503s).
     pub fn open(config: &StoreConfig, data_dir: &Path) -> Result<Opened, OpenError> {
         let node = node_id(data_dir)?;
-        let settings = connection::settings(config)?;
+        let mut settings = connection::settings(config)?;
+        // Names this run's sessions, so that the next run of this node can tell when
+        // this one's are gone (see `await_predecessor`).
+        let named = settings.get_application_name() == Some(connection::APPLICATION);
+        if named {
+            settings.application_name(&session_name(&node, std::process::id()));
+        }
         let mut first =
             connection::connect(&settings).map_err(|e| OpenError::Connect(e.to_string()))?;
         let version = migrations::migrate(&mut first)?;
+        if named {
+            await_predecessor(&mut first, &node);
+        }
         drop(first);
         log::info!("PostgreSQL task store at schema version {version}");
         let epoch = Arc::new(AtomicU64::new(0));
@@ -413,6 +422,37 @@ fn claim(
         mut claimant,
     } = request;
     attempts::claim(tx, node, limit, lease_ms, claimant.as_mut())
+}
+
+/// The `application_name` of a node's sessions: its id and process.
+fn session_name(node: &str, pid: u32) -> String {
+    format!("{} {node} {pid}", connection::APPLICATION)
+}
+
+/// How long a start waits for the sessions of this node's previous run to end.
+const PREDECESSOR_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits (up to [`PREDECESSOR_WAIT`]) until no session of an earlier run of this node
+/// is left. A run killed in the middle of a claim leaves its session to finish that
+/// transaction: if it commits after start-up recovery has looked for this node's
+/// leases, those attempts would wait for their lease to expire instead of running
+/// again at once.
+fn await_predecessor(client: &mut postgres::Client, node: &str) {
+    let mine = session_name(node, std::process::id());
+    let pattern = format!("{} {node} %", connection::APPLICATION);
+    let started = std::time::Instant::now();
+    while started.elapsed() < PREDECESSOR_WAIT {
+        let left = client.query_one(
+            "SELECT COUNT(*) FROM pg_stat_activity \
+             WHERE application_name LIKE $1 AND application_name <> $2",
+            &[&pattern, &mine],
+        );
+        match left.and_then(|row| row.try_get::<_, i64>(0)) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    log::warn!("sessions of this node's previous run are still open: its attempts run again once their lease expires");
 }
 
 /// This node's id: 128 random bits kept in `data_dir/node-id`, created on first start.
