@@ -159,10 +159,22 @@ impl Default for Limits {
     }
 }
 
-/// SQLite durability knobs.
+/// The task store: which backend, and its knobs (the SQLite ones apply to SQLite only).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
+    /// `sqlite` (default: `tasks.db` in the data dir) or `postgres` (several nodes may
+    /// share one database; see `src/tasks/postgres/`).
+    pub backend: Backend,
+    /// PostgreSQL: `postgresql://USER@HOST:PORT/DBNAME` (or `key=value` form). A password
+    /// in it is refused ([`StoreConfig::check_postgres`]): use `password_file` or the
+    /// `MCP_TASKD_PG_PASSWORD` environment variable.
+    pub url: Option<String>,
+    /// PostgreSQL: a file holding the password (trailing newline ignored); relative to
+    /// the configuration file's directory.
+    pub password_file: Option<PathBuf>,
+    /// PostgreSQL: connections in the bounded pool.
+    pub pool_size: u32,
     /// `full` (default: every acknowledged write survives power loss) or `normal`.
     pub synchronous: Synchronous,
     /// How long a connection waits on a lock before giving up.
@@ -189,6 +201,10 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
+            backend: Backend::Sqlite,
+            url: None,
+            password_file: None,
+            pool_size: 16,
             synchronous: Synchronous::Full,
             busy_timeout_ms: 5000,
             read_connections: 8,
@@ -197,6 +213,37 @@ impl Default for StoreConfig {
             locking: Locking::Exclusive,
             checkpoints: Checkpoints::Internal,
         }
+    }
+}
+
+/// Where tasks are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// One SQLite file in the data dir: one node.
+    Sqlite,
+    /// A PostgreSQL database, which several nodes may share.
+    Postgres,
+}
+
+impl StoreConfig {
+    /// The PostgreSQL settings, checked: a URL that parses and names no password, and a
+    /// pool of at least one connection. Returns the parsed URL.
+    pub fn check_postgres(&self) -> Result<postgres::Config, ConfigError> {
+        let url = self.url.as_deref().ok_or(ConfigError::PostgresUrlMissing)?;
+        let parsed: postgres::Config = url.parse().map_err(|e: postgres::Error| {
+            // The parser's message never repeats the URL (which may hold a password).
+            ConfigError::PostgresUrl {
+                detail: e.to_string(),
+            }
+        })?;
+        if parsed.get_password().is_some() {
+            return Err(ConfigError::PostgresPasswordInUrl);
+        }
+        if self.pool_size == 0 {
+            return Err(ConfigError::PoolSize);
+        }
+        Ok(parsed)
     }
 }
 
@@ -486,6 +533,9 @@ impl Config {
             dir: base_dir.to_path_buf(),
             source,
         })?;
+        if let Some(file) = &config.store.password_file {
+            config.store.password_file = Some(config.base_dir.join(file));
+        }
         let mut declared = Vec::new();
         for (index, table) in std::mem::take(&mut config.raw_tools)
             .into_iter()
@@ -593,6 +643,9 @@ impl Config {
         }
         if self.workers.janitor_interval_ms == 0 {
             return Err(ConfigError::JanitorInterval);
+        }
+        if self.store.backend == Backend::Postgres {
+            self.store.check_postgres()?;
         }
         let bounds = &self.sessions;
         if bounds.max_sessions == 0

@@ -82,6 +82,16 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Copy a stopped SQLite task store into an empty PostgreSQL database (to move a
+    /// node to `store.backend = "postgres"`).
+    CopyStore {
+        /// Where the SQLite store is: its configuration and data dir, as for `serve`.
+        #[command(flatten)]
+        from: Location,
+        /// The configuration naming the PostgreSQL store (`store.backend = "postgres"`).
+        #[arg(long, value_name = "FILE")]
+        to_config: PathBuf,
+    },
     /// Check a configuration file and exit (0 when valid).
     ///
     /// The file is named either way: `check-config FILE` or `check-config --config FILE`.
@@ -124,6 +134,11 @@ fn main() -> ExitCode {
             }
             None => stdio(config.as_deref(), data_dir),
         },
+        Command::CopyStore { from, to_config } => {
+            mcp_taskd::ops::copy_store::run(&from, &to_config)
+                .map(|copied| println!("{copied}"))
+                .map_err(Into::into)
+        }
         Command::CheckConfig { config, file } => check_config(config.or(file).as_deref()),
         Command::Tasks { command } => cli::tasks(command).map_err(Into::into),
         Command::Stats { at, json } => cli::stats(&at, json).map_err(Into::into),

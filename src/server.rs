@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::auth::Authenticator;
+use crate::config::Backend;
 use crate::config::Config;
 use crate::handlers::bridge::Bridge;
 use crate::handlers::request_state::StateSigner;
@@ -24,6 +25,7 @@ use crate::notifications::Hub;
 use crate::ops::admin::{Admin, AdminSocket};
 use crate::ops::systemd::{Notifier, Serving};
 use crate::registration::build_catalog;
+use crate::tasks::postgres;
 use crate::tasks::sqlite::{OpenError, Opened, Store};
 use crate::tasks::upkeep::{StartError, Upkeep, UpkeepCounters};
 use crate::tasks::workers::{AttemptObserver, Inflight, WorkerPool};
@@ -34,6 +36,9 @@ use crate::transport::{Frontend, OriginPolicy};
 /// How long a drain waits for requests being handled (inline tool runs included) to
 /// answer; past it the drain goes on, and the process exits under them.
 const HANDLER_DRAIN: Duration = Duration::from_secs(30);
+
+/// The name of the key that seals MRTR `requestState` in a shared store.
+const REQUEST_STATE_KEY: &str = "request-state";
 
 /// Why the server could not start (or wait for its termination signal).
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +57,10 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Store(#[from] OpenError),
+    #[error(transparent)]
+    Postgres(#[from] crate::tasks::postgres::OpenError),
+    #[error("request-state key from the task store: {0}")]
+    SharedKey(crate::tasks::StoreError),
     #[error(transparent)]
     Upkeep(#[from] StartError),
     #[error("admin socket in {}: {source}", data_dir.display())]
@@ -84,6 +93,8 @@ pub struct Engine {
     pub operator: Arc<Admin>,
     writer: JoinHandle<()>,
     shutdown_grace: Duration,
+    /// The data dir's lock, when the store does not hold it (PostgreSQL).
+    _data_dir_lock: Option<std::fs::File>,
 }
 
 impl Engine {
@@ -104,17 +115,35 @@ impl Engine {
         if !command::become_subreaper() {
             log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
         }
-        let signer =
-            StateSigner::open(data_dir, config.limits.request_state_ttl_ms).map_err(|source| {
-                ServeError::RequestState {
+        let mut data_dir_lock = None;
+        // The engine sees the store through its interface only.
+        let (store, writer): (Arc<dyn TaskStore>, JoinHandle<()>) = match config.store.backend {
+            Backend::Sqlite => {
+                let Opened { store, writer } = Store::open(data_dir, &config.store)?;
+                (store, writer)
+            }
+            Backend::Postgres => {
+                // One server per data dir still (its admin socket, its request-state
+                // key file); the tasks are the database's.
+                data_dir_lock = Some(lock_data_dir(data_dir)?);
+                let postgres::Opened { store, listener } =
+                    postgres::Store::open(&config.store, data_dir)?;
+                (store, listener)
+            }
+        };
+        let ttl_ms = config.limits.request_state_ttl_ms;
+        // Nodes sharing a store share the key, so that any node opens a requestState
+        // another sealed; a store of one node leaves it in the data dir.
+        let signer = match store.shared_key(REQUEST_STATE_KEY) {
+            Ok(Some(key)) => StateSigner::with_key(key, ttl_ms),
+            Ok(None) => {
+                StateSigner::open(data_dir, ttl_ms).map_err(|source| ServeError::RequestState {
                     data_dir: data_dir.clone(),
                     source,
-                }
-            })?;
-
-        let Opened { store, writer } = Store::open(data_dir, &config.store)?;
-        // The engine sees the store through its interface only.
-        let store: Arc<dyn TaskStore> = store;
+                })?
+            }
+            Err(error) => return Err(ServeError::SharedKey(error)),
+        };
         let inflight = Arc::new(Inflight::default());
         let (wake, woken) = crossbeam_channel::bounded(1);
         let tasks = Arc::new(TaskService::new(
@@ -184,6 +213,7 @@ impl Engine {
             operator,
             writer,
             shutdown_grace: Duration::from_millis(config.workers.shutdown_grace_ms),
+            _data_dir_lock: data_dir_lock,
         })
     }
 
@@ -217,6 +247,19 @@ impl Engine {
         }
         log::info!("stopped");
     }
+}
+
+/// Takes `data_dir/lock` for the process lifetime, as the SQLite store does.
+fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, OpenError> {
+    let path = data_dir.join("lock");
+    let lock = std::fs::File::create(&path).map_err(|e| OpenError::File {
+        path: path.clone(),
+        source: Box::new(e),
+    })?;
+    lock.try_lock().map_err(|_| OpenError::InUse {
+        data_dir: data_dir.to_owned(),
+    })?;
+    Ok(lock)
 }
 
 /// The dashboard, when this configuration serves one.

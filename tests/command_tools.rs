@@ -424,12 +424,17 @@ fn max_concurrency_runs_one_at_a_time() {
 fn a_server_crash_mid_run_reruns_the_attempt_after_restart() {
     let (_temp, work) = temp();
     let (_data, dir) = temp();
-    let tools = config(&shell_tool(
-        "durable",
-        "restart.sh",
-        &work,
-        "max_attempts = 3",
-    ));
+    // A short lease: SQLite reclaims the dead run's job at start-up, PostgreSQL (whose
+    // other nodes' leases look the same) once its lease has expired.
+    let tools = format!(
+        "[workers]\nlease_ms = 3000\njanitor_interval_ms = 100\n\n{}",
+        config(&shell_tool(
+            "durable",
+            "restart.sh",
+            &work,
+            "max_attempts = 3",
+        ))
+    );
     let mut server = Server::start_in(&dir, &tools);
     let task = start_task(&server, "durable", json!({}));
     let pid = poll_until(LIMIT, || {

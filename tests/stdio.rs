@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::common::stdio::{run_to_end, stdio_command, Stdio};
-use crate::common::{poll_until, tasks, tasks_caps, Server};
+use crate::common::{poll_until, postgres, tasks, tasks_caps, Server};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -248,6 +248,11 @@ fn sigterm_sigint_and_sighup_stop_it_gracefully_while_stdin_is_open() {
 
 #[test]
 fn a_data_dir_held_by_a_running_server_is_refused_in_one_line_suggesting_connect() {
+    if postgres::sqlite_only(
+        "the exclusive lock is on tasks.db; PostgreSQL nodes share their database",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let _server = Server::start_in(dir.path(), TESTING);
     let output = run_to_end(stdio_command(dir.path(), TESTING));

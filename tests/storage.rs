@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::common::tasks::{self, wait_terminal};
-use crate::common::{poll_until, tasks_caps, HttpResponse, Server, CONFORMANCE};
+use crate::common::{poll_until, postgres, tasks_caps, HttpResponse, Server, CONFORMANCE};
 
 /// Short leases and a brisk janitor: an attempt whose outcome could not be committed
 /// runs again within seconds.
@@ -122,6 +122,9 @@ fn assert_unavailable(response: &HttpResponse, cause: &str) {
 
 #[test]
 fn a_full_disk_answers_503_and_writes_resume_within_seconds_once_space_returns() {
+    if postgres::sqlite_only("a full disk under the data dir is a full tasks.db") {
+        return;
+    }
     let temp = tempfile::tempdir().unwrap();
     let Some(disk) = Tmpfs::mount(&temp.path().join("data"), "24m") else {
         return;
@@ -187,6 +190,9 @@ fn a_full_disk_answers_503_and_writes_resume_within_seconds_once_space_returns()
 
 #[test]
 fn tasks_admitted_before_space_ran_low_complete_without_freeing_any() {
+    if postgres::sqlite_only("free space is measured on the data dir, where tasks.db is") {
+        return;
+    }
     let temp = tempfile::tempdir().unwrap();
     let Some(disk) = Tmpfs::mount(&temp.path().join("data"), "24m") else {
         return;
@@ -282,6 +288,9 @@ fn refusal_line(stderr: &str) -> String {
 
 #[test]
 fn a_damaged_database_is_refused_at_start_up_with_one_clear_line() {
+    if postgres::sqlite_only("the damage is done to the tasks.db file") {
+        return;
+    }
     let temp = tempfile::tempdir().unwrap();
     let database = stopped_database(temp.path(), 300);
     let pristine = std::fs::read(&database).unwrap();
@@ -313,6 +322,9 @@ fn a_damaged_database_is_refused_at_start_up_with_one_clear_line() {
 
 #[test]
 fn a_read_only_data_dir_is_refused_clearly_and_served_again_once_writable() {
+    if postgres::sqlite_only("a read-only data dir is a read-only tasks.db") {
+        return;
+    }
     let temp = tempfile::tempdir().unwrap();
     let Some(disk) = Tmpfs::mount(&temp.path().join("data"), "16m") else {
         return;
@@ -333,6 +345,9 @@ fn a_read_only_data_dir_is_refused_clearly_and_served_again_once_writable() {
 
 #[test]
 fn a_vanished_data_dir_turns_writes_into_503_and_healthz_unhealthy() {
+    if postgres::sqlite_only("a vanished data dir is a vanished tasks.db") {
+        return;
+    }
     let server = Server::start(CONFORMANCE);
     let before = tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
     wait_terminal(&server, &before, Duration::from_secs(10));

@@ -26,7 +26,9 @@
 //! - [`litestream`]: Litestream mode, replicated under load and restored (real binary);
 //! - [`dashboard`]: the dashboard's API: admin-only access, CSRF, actions, paging;
 //! - [`metrics`]: `GET /metrics` counts through tasks' lives, restarts and `kill -9`;
-//! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`.
+//! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`;
+//! - [`cluster`]: PostgreSQL: the harness's throwaway cluster, several nodes on one
+//!   database.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
 //! files here (`autotests = false`): a new area is a module declared below.
@@ -36,6 +38,7 @@
 mod common;
 
 mod bridge;
+mod cluster;
 mod command_tools;
 mod dashboard;
 mod demo_tools;
@@ -49,6 +52,7 @@ mod litestream;
 mod metrics;
 mod notifications;
 mod operator;
+mod postgres;
 mod reaping;
 mod robustness;
 mod smoke;

@@ -65,6 +65,17 @@ pub enum ConfigError {
     NotificationLimits,
     #[error("workers.janitor_interval_ms must be positive")]
     JanitorInterval,
+    #[error("store.backend = \"postgres\" needs store.url (postgresql://USER@HOST:PORT/DBNAME)")]
+    PostgresUrlMissing,
+    #[error("store.url: {detail}")]
+    PostgresUrl { detail: String },
+    #[error(
+        "store.url must not contain a password: put it in store.password_file or the \
+         MCP_TASKD_PG_PASSWORD environment variable"
+    )]
+    PostgresPasswordInUrl,
+    #[error("store.pool_size must be at least 1")]
+    PoolSize,
     #[error("[sessions] limits must be positive")]
     SessionLimits,
     #[error("auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)")]

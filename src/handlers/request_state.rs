@@ -1,7 +1,8 @@
 //! MRTR `requestState`: the server's state between rounds, carried by the client.
 //!
 //! The client is untrusted, so the state is signed with HMAC-SHA-256 under a 256-bit key
-//! kept in the data dir (`request-state.key`, created on first start, mode 0600). The
+//! kept in the data dir (`request-state.key`, created on first start, mode 0600), or,
+//! on a store several nodes share (PostgreSQL), in the store, so every node opens it. The
 //! signed payload binds the state to the caller's identity, the method and target name,
 //! a digest of the arguments, and an expiry; any mismatch is `-32602`. Integrity, not
 //! secrecy: tools must not put secrets in their state.
@@ -63,6 +64,11 @@ impl StateSigner {
             Err(error) => return Err(error),
         };
         Ok(StateSigner { key, ttl_ms })
+    }
+
+    /// A signer with a key from elsewhere (a store shared by several nodes).
+    pub fn with_key(key: [u8; 32], ttl_ms: u64) -> StateSigner {
+        StateSigner { key, ttl_ms }
     }
 
     fn mac(&self) -> HmacSha256 {

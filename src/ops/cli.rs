@@ -277,6 +277,15 @@ pub fn backup(at: &Location, file: &Path) -> Outcome {
 /// `mcp-taskd restore FILE`
 pub fn restore_file(at: &Location, file: &Path, force: bool) -> Outcome {
     let config = load(at)?;
+    if config.store.backend == crate::config::Backend::Postgres {
+        return Err(
+            "restore puts a SQLite backup in the data dir; this configuration stores \
+             tasks in PostgreSQL: restore the database with its own tools (pg_restore), or \
+             copy a SQLite store into it with `mcp-taskd copy-store`"
+                .to_owned()
+                .into(),
+        );
+    }
     let data_dir = &config.server.data_dir;
     let mut progress = Progress::new("restore");
     let restored = restore(file, data_dir, force, &mut |d, t| progress.show(d, t));
@@ -319,7 +328,8 @@ fn offline(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Value, String> {
     let data_dir = config.server.data_dir.clone();
-    if !data_dir.join("tasks.db").is_file() {
+    let postgres = config.store.backend == crate::config::Backend::Postgres;
+    if !postgres && !data_dir.join("tasks.db").is_file() {
         return Err(format!(
             "no task store in {} (and no server running there)",
             data_dir.display()
@@ -328,14 +338,22 @@ fn offline(
     let hub = Arc::new(Hub::new(config.notifications.clone()));
     let (tools, _) =
         crate::registration::build_catalog(&config, &hub).map_err(|e| e.to_string())?;
-    let Opened { store, writer } = Store::open(&data_dir, &config.store).map_err(|e| match e {
-        OpenError::InUse { .. } => format!(
-            "a server started on {} meanwhile; run the command again",
-            data_dir.display()
-        ),
-        other => other.to_string(),
-    })?;
-    let store: Arc<dyn TaskStore> = store;
+    let (store, writer): (Arc<dyn TaskStore>, _) = if postgres {
+        let crate::tasks::postgres::Opened { store, listener } =
+            crate::tasks::postgres::Store::open(&config.store, &data_dir)
+                .map_err(|e| e.to_string())?;
+        (store, listener)
+    } else {
+        let Opened { store, writer } =
+            Store::open(&data_dir, &config.store).map_err(|e| match e {
+                OpenError::InUse { .. } => format!(
+                    "a server started on {} meanwhile; run the command again",
+                    data_dir.display()
+                ),
+                other => other.to_string(),
+            })?;
+        (store, writer)
+    };
     let (wake, _) = crossbeam_channel::bounded(1);
     let tasks = Arc::new(TaskService::new(
         config.tasks.clone(),
@@ -354,7 +372,9 @@ fn offline(
     // Every store handle gone: the writer commits what is queued and ends.
     drop(admin);
     let _ = writer.join();
-    return_store_files(&data_dir).map_err(|e| e.to_string())?;
+    if !postgres {
+        return_store_files(&data_dir).map_err(|e| e.to_string())?;
+    }
     result
 }
 

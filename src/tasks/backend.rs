@@ -10,7 +10,7 @@ use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
 
 use super::model::{
-    CancelEffect, Claim, Created, Finish, Lease, NewTask, Orphans, RerunSource, Stats, StatsDetail,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
     TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
 use crate::auth::Identity;
@@ -86,6 +86,19 @@ pub struct ClaimRequest {
     pub claimant: Box<dyn Claimant>,
 }
 
+/// Which leased jobs [`TaskStore::reclaim_leases`] ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Those whose lease has expired by the store's clock.
+    Expired,
+    /// At start-up, the jobs the previous run of this process left leased (and the
+    /// expired ones): on a store this process has alone, every job leased before the
+    /// store was opened; on a store several nodes share, those leased by this node's
+    /// previous run, never another's live lease. Attempts this run starts are never
+    /// among them, so recovery can run while workers claim.
+    Orphaned,
+}
+
 /// What a fenced [`TaskStore::finish`] did.
 pub struct Finished {
     /// `false` when the lease was no longer the caller's: nothing was written.
@@ -149,15 +162,16 @@ pub trait TaskStore: Send + Sync {
         outcome: Finish,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError>;
-    /// Extends leases to `expires`; `false` for each one no longer held.
-    fn renew_leases(&self, leases: Vec<Lease>, expires: i64) -> Result<Vec<bool>, StoreError>;
+    /// Extends leases to `lease_ms` from now by the store's clock (so that nodes with
+    /// skewed clocks agree on when a lease ends); `false` for each one no longer held.
+    fn renew_leases(&self, leases: Vec<Lease>, lease_ms: i64) -> Result<Vec<bool>, StoreError>;
     /// A fenced status-message update from a running attempt.
     fn set_status_message(&self, lease: Lease, message: String) -> Result<bool, StoreError>;
-    /// Ends (as a retry, for `reason`) up to `limit` leased attempts chosen by `which`.
-    /// Returns how many.
+    /// Ends (as a retry, for `reason`) up to `limit` attempts of `leases`. Returns how
+    /// many.
     fn reclaim_leases(
         &self,
-        which: Orphans,
+        leases: Reclaim,
         limit: usize,
         reason: String,
     ) -> Result<usize, StoreError>;
@@ -167,6 +181,12 @@ pub trait TaskStore: Send + Sync {
     fn outbox_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, String)>, StoreError>;
     /// The newest outbox sequence (0 when empty).
     fn outbox_newest(&self) -> Result<i64, StoreError>;
+    /// Records that this process's relay has delivered every row up to `delivered`
+    /// (every janitor round): a store several nodes share prunes only what every live
+    /// node has delivered.
+    fn note_delivered(&self, _delivered: i64) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Deletes up to `limit` delivered rows (`seq <= upto`), always keeping the newest.
     fn prune_outbox(&self, upto: i64, limit: usize) -> Result<usize, StoreError>;
     /// Counts for the metrics page.
@@ -180,8 +200,30 @@ pub trait TaskStore: Send + Sync {
     /// Whether the store can write, as its last write found (cheap: no I/O). `/healthz`
     /// reports the error.
     fn health(&self) -> Result<(), StoreError>;
-    /// Pinged after commits (one ping may stand for many).
+    /// Pinged after commits (one ping may stand for many), the commits of every node
+    /// sharing the store included.
     fn subscribe(&self) -> Receiver<()>;
+    /// Task ids whose cancellation another node recorded while an attempt of theirs was
+    /// running (it may be running here); `None` for a store only this process uses.
+    fn remote_cancellations(&self) -> Option<Receiver<String>> {
+        None
+    }
+    /// Whether this process runs the store-wide upkeep now (lease reclaim, TTL expiry,
+    /// outbox pruning): one node at a time when several share the store. Asked before
+    /// every janitor round.
+    fn upkeep_leader(&self) -> bool {
+        true
+    }
+    /// Folds bookkeeping that keeps [`TaskStore::stats`] cheap (every janitor round of
+    /// the upkeep leader).
+    fn fold_counts(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// The 32-byte key `name` that every node sharing the store uses (created on first
+    /// use); `None` when the store is this process's alone and the data dir keeps keys.
+    fn shared_key(&self, _name: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        Ok(None)
+    }
     /// Operators: up to `limit` tasks matching `filter`, newest first, below the id
     /// `before` (a keyset page: the next page starts below the last id seen). A page
     /// examines a bounded number of tasks: a sparse filter may get a short page with

@@ -7,13 +7,16 @@
 //!   │            (and tells a running attempt it was cancelled, through workers::Inflight)
 //!   │            (payload_gate: room for large payloads before `tasks/get` reads them)
 //!   └─ backend   TaskStore: the narrow interface (model: its records; StoreError)
-//!        └─ sqlite   the SQLite store: connection, migrations, writer, checkpoint, sql/
+//!        ├─ sqlite   the SQLite store: connection, migrations, writer, checkpoint, sql/
+//!        └─ postgres the PostgreSQL store (several nodes, one database): connection,
+//!                    migrations, listener (LISTEN/NOTIFY, health), leader, sql/
 //! workers    claim jobs (lease + fencing token), run tools, commit outcomes (via TaskStore)
 //! upkeep     outbox relay → notifications; janitor (leases, TTL, outbox, log); recovery
 //! ```
 //!
-//! Dependencies point one way: `model` ← `backend` ← `sqlite`; `service`, `workers` and
-//! `upkeep` use the trait only (`server.rs` alone opens the SQLite store).
+//! Dependencies point one way: `model` ← `backend` ← `sqlite` / `postgres`; `service`,
+//! `workers` and `upkeep` use the trait only (`server.rs` alone opens a store, and the
+//! offline operator commands of `ops::cli`).
 //!
 //! # Durability guarantees, and where each is kept
 //!
@@ -23,13 +26,18 @@
 //! - The WAL stays bounded and checkpoints stay off the commit path: [`sqlite`]'s
 //!   `checkpoint`, and the janitor ([`upkeep`]).
 //! - Every task mutation appends to the outbox in its transaction, and worker writes are
-//!   fenced by the claim's token: [`TaskStore`], kept in [`sqlite`]'s `sql/`.
+//!   fenced by the claim's token: [`TaskStore`], kept in [`sqlite`]'s `sql/` and
+//!   [`postgres`]'s `sql/`.
+//! - On PostgreSQL, several nodes share one database: outbox `seq` in commit order and
+//!   `LISTEN/NOTIFY` to every node, leases on the database clock, one upkeep leader at a
+//!   time, bounded waits when the database is gone: [`postgres`] (its module docs).
 //! - At-least-once execution, prompt cancellation, and a shutdown that never fails or
 //!   cancels a task: [`workers`]. Nothing stays `working` forever: [`upkeep`].
 
 pub mod backend;
 pub mod model;
 mod payload_gate;
+pub mod postgres;
 mod service;
 pub mod sqlite;
 pub mod upkeep;

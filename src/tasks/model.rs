@@ -381,6 +381,12 @@ pub struct StatsDetail {
     pub ended_last_hour: Vec<(String, u64)>,
 }
 
+/// The smallest task id created at or after `ms`: ids start with the creation time in
+/// 12 hex digits, so a time bound is a primary-key range.
+pub fn id_floor(ms: i64) -> String {
+    format!("{:012x}", (ms.max(0) as u64) & 0xffff_ffff_ffff)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,10 +3,12 @@
 //!
 //! One file per job: the process ([`server`]), `mcp-taskd stdio` with piped stdin and
 //! stdout ([`stdio`]), the raw HTTP client ([`http`]), JSON-RPC
-//! request builders ([`rpc`]), task helpers ([`tasks`]) and listen streams ([`listen`]).
+//! request builders ([`rpc`]), task helpers ([`tasks`]), listen streams ([`listen`]) and
+//! throwaway PostgreSQL clusters ([`postgres`]: the second backend the suite runs on).
 
 mod http;
 mod listen;
+pub mod postgres;
 mod rpc;
 mod server;
 pub mod stdio;

@@ -5,6 +5,9 @@
 //! purpose (a panicking tool, a full disk, a killed server), and their log lines in the
 //! `cargo test` output looked like failures. The log is printed when the test fails
 //! (the harness is dropped while the test panics), where it helps.
+//!
+//! On the postgres test backend (`MCP_TASKD_TEST_BACKEND=postgres`) each data dir
+//! gets a database of its own on the shared cluster (see [`super::postgres`]).
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
@@ -13,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use super::postgres;
 
 pub struct Server {
     child: Child,
@@ -62,7 +67,7 @@ impl Server {
     fn start_command(dir: &Path, config: &str, mut command: Command) -> Server {
         std::fs::create_dir_all(dir).expect("data dir");
         let config_path = dir.join("config.toml");
-        std::fs::write(&config_path, config).expect("write config");
+        std::fs::write(&config_path, postgres::server_config(dir, config)).expect("write config");
         // Quiet by default; a test that reads info lines passes its own RUST_LOG.
         if !command.get_envs().any(|(name, _)| name == "RUST_LOG") {
             command.env("RUST_LOG", "warn");

@@ -29,7 +29,8 @@ pub struct Stdio {
 pub fn stdio_command(dir: &Path, config: &str) -> Command {
     std::fs::create_dir_all(dir).expect("data dir");
     let config_path = dir.join("config.toml");
-    std::fs::write(&config_path, config).expect("write config");
+    std::fs::write(&config_path, super::postgres::server_config(dir, config))
+        .expect("write config");
     let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"));
     command
         .arg("stdio")

@@ -89,7 +89,7 @@ use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::config::{Checkpoints, StoreConfig};
 use crate::later::Later;
-use crate::tasks::backend::{ClaimRequest, Finished, StoreError, TaskStore};
+use crate::tasks::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
 use crate::tasks::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, Orphans, RerunSource, Stats, StatsDetail,
     TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
@@ -145,6 +145,9 @@ pub struct Store {
     long_snapshots: Arc<AtomicUsize>,
     /// Whether the janitor's TRUNCATE checkpoints run (`internal`) or not (`external`).
     checkpoints: Checkpoints,
+    /// When this run opened the store (Unix ms): attempts started before it belong to
+    /// the previous run ([`Reclaim::Orphaned`]).
+    opened_at: i64,
     /// Dropped with the store: the checkpointer stops.
     _checkpointer: Sender<()>,
     _lock: File,
@@ -168,6 +171,8 @@ impl Store {
         lock.try_lock().map_err(|_| OpenError::InUse {
             data_dir: data_dir.to_owned(),
         })?;
+        // Taken with the lock: no attempt of this run can have started before it.
+        let opened_at = now_ms();
         let path = data_dir.join("tasks.db");
         let uri = database_uri(&path, config.locking)?;
         let opening = |e: rusqlite::Error| OpenError::File {
@@ -235,6 +240,7 @@ impl Store {
                 health,
                 long_snapshots,
                 checkpoints: config.checkpoints,
+                opened_at,
                 _checkpointer: checkpointer,
                 _lock: lock,
             }),
@@ -392,7 +398,8 @@ impl TaskStore for Store {
         })
     }
 
-    fn renew_leases(&self, leases: Vec<Lease>, expires: i64) -> Result<Vec<bool>, StoreError> {
+    fn renew_leases(&self, leases: Vec<Lease>, lease_ms: i64) -> Result<Vec<bool>, StoreError> {
+        let expires = now_ms().saturating_add(lease_ms);
         self.write(move |conn| {
             leases
                 .iter()
@@ -409,10 +416,16 @@ impl TaskStore for Store {
 
     fn reclaim_leases(
         &self,
-        which: Orphans,
+        leases: Reclaim,
         limit: usize,
         reason: String,
     ) -> Result<usize, StoreError> {
+        // The data dir's lock: every lease is this process's, so those taken before the
+        // store opened are orphans of its previous run.
+        let which = match leases {
+            Reclaim::Expired => Orphans::ExpiredBefore(now_ms()),
+            Reclaim::Orphaned => Orphans::StartedBefore(self.opened_at),
+        };
         let leases = {
             let conn = self.read()?;
             upkeep::orphaned_leases(&conn, which, limit).map_err(classify)?

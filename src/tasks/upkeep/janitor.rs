@@ -1,7 +1,9 @@
 //! The janitor: every `workers.janitor_interval_ms` (after start-up recovery, on the
-//! same thread), in bounded batches, reclaims expired leases (retry, or fail after the
-//! last attempt), deletes tasks past their TTL, prunes delivered outbox rows, and now
-//! and then lets the store shrink its log.
+//! same thread), in bounded batches, reclaims expired
+//! leases (retry, or fail after the last attempt), deletes tasks past their TTL, prunes
+//! delivered outbox rows, and now and then lets the store shrink its log. When several
+//! nodes share the store, only the upkeep leader (see [`TaskStore::upkeep_leader`]) does
+//! that store-wide work; every node still moves its own relay's cursor.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
@@ -9,10 +11,8 @@ use std::time::{Duration, Instant};
 use super::recovery::reclaim;
 use super::relay::skip_unheard;
 use super::{UpkeepCounters, BATCH};
-use crate::clock::now_ms;
 use crate::notifications::Hub;
-use crate::tasks::backend::TaskStore;
-use crate::tasks::model::Orphans;
+use crate::tasks::backend::{Reclaim, TaskStore};
 use crate::tasks::workers::{Inflight, Stop};
 
 /// Delivered outbox rows deleted per janitor write (small rows, one range).
@@ -34,7 +34,17 @@ pub(super) fn janitor(
     let mut last_checkpoint = Instant::now();
     while !stopping.load(Ordering::Acquire) {
         std::thread::sleep(interval);
-        let reclaimed = reclaim(store, Orphans::ExpiredBefore(now_ms()));
+        skip_unheard(store, hub, delivered);
+        if let Err(error) = store.note_delivered(delivered.load(Ordering::Acquire)) {
+            log::log!(error.log_level(), "noting the relay's position: {error}");
+        }
+        if !store.upkeep_leader() {
+            continue;
+        }
+        if let Err(error) = store.fold_counts() {
+            log::log!(error.log_level(), "folding counts: {error}");
+        }
+        let reclaimed = reclaim(store, Reclaim::Expired);
         counters.reclaimed(reclaimed);
         if reclaimed > 0 {
             log::warn!("reclaimed {reclaimed} job(s) whose lease expired");
@@ -64,7 +74,6 @@ pub(super) fn janitor(
                 }
             }
         }
-        skip_unheard(store, hub, delivered);
         let upto = delivered.load(Ordering::Acquire);
         loop {
             match store.prune_outbox(upto, OUTBOX_BATCH) {

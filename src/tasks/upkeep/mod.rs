@@ -9,8 +9,10 @@
 //!   batches: reclaims jobs whose leases expired (retry with backoff, or fail after the
 //!   last attempt — so nothing stays `working` forever), deletes tasks past their TTL,
 //!   prunes delivered outbox rows, and checkpoints the WAL so it stays bounded.
+//! - When other nodes share the store, a third thread hands their cancellations of
+//!   running attempts to [`Inflight`]: the attempt may be running here.
 //! - At start-up, the janitor first reclaims every job still leased by an attempt of the
-//!   previous process (`recovery::recover`), while the server serves.
+//!   previous run (`recovery::recover`), while the server serves.
 
 mod janitor;
 mod recovery;
@@ -21,7 +23,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::clock::now_ms;
 use crate::notifications::Hub;
 use crate::tasks::backend::{StoreError, TaskStore};
 use crate::tasks::workers::Inflight;
@@ -53,9 +54,7 @@ pub struct Upkeep {
 }
 
 impl Upkeep {
-    /// Starts the relay and the janitor (every `interval`). Call it before the workers
-    /// start: the janitor's start-up recovery reclaims the attempts that started before
-    /// this call.
+    /// Starts the relay and the janitor (every `interval`).
     pub fn start(
         store: Arc<dyn TaskStore>,
         hub: Arc<Hub>,
@@ -63,7 +62,6 @@ impl Upkeep {
         counters: Arc<dyn UpkeepCounters>,
         interval: Duration,
     ) -> Result<Upkeep, StartError> {
-        let started = now_ms();
         let stopping = Arc::new(AtomicBool::new(false));
         let start = store.outbox_newest().map_err(StartError::Outbox)?;
         let commits = store.subscribe();
@@ -81,12 +79,28 @@ impl Upkeep {
                 .spawn(move || relay::relay(store.as_ref(), &hub, &delivered, &commits, &stopping))
                 .map_err(StartError::Thread)?
         };
+        let mut threads = vec![relay];
+        if let Some(cancellations) = store.remote_cancellations() {
+            let (inflight, stopping) = (Arc::clone(&inflight), Arc::clone(&stopping));
+            let thread = std::thread::Builder::new()
+                .name("remote-cancel".into())
+                .spawn(move || {
+                    while !stopping.load(Ordering::Acquire) {
+                        if let Ok(task_id) = cancellations.recv_timeout(Duration::from_millis(500))
+                        {
+                            inflight.cancel(&task_id);
+                        }
+                    }
+                })
+                .map_err(StartError::Thread)?;
+            threads.push(thread);
+        }
         let janitor = {
             let stopping = Arc::clone(&stopping);
             std::thread::Builder::new()
                 .name("janitor".into())
                 .spawn(move || {
-                    recovery::recover(store.as_ref(), started, &stopping);
+                    recovery::recover(store.as_ref(), &stopping);
                     janitor::janitor(
                         store.as_ref(),
                         &hub,
@@ -99,10 +113,8 @@ impl Upkeep {
                 })
                 .map_err(StartError::Thread)?
         };
-        Ok(Upkeep {
-            stopping,
-            threads: vec![relay, janitor],
-        })
+        threads.push(janitor);
+        Ok(Upkeep { stopping, threads })
     }
 
     pub fn stop(self) {

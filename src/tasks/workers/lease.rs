@@ -34,9 +34,7 @@ pub(super) fn keep_leases(shared: &Shared) {
                 token: control.token.clone(),
             })
             .collect();
-        let held = shared
-            .store
-            .renew_leases(leases, now.saturating_add(shared.lease_ms));
+        let held = shared.store.renew_leases(leases, shared.lease_ms);
         match held {
             Ok(held) => {
                 for ((_, control), still_held) in renew.iter().zip(held) {

@@ -29,11 +29,7 @@ fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskSummary> {
     })
 }
 
-/// The smallest task id created at or after `ms`: ids start with the creation time in
-/// 12 hex digits, so a time bound is a primary-key range.
-pub fn id_floor(ms: i64) -> String {
-    format!("{:012x}", (ms.max(0) as u64) & 0xffff_ffff_ffff)
-}
+pub use crate::tasks::model::id_floor;
 
 /// Rows one page examines at most. A filter that matches few of millions of tasks would
 /// otherwise walk all of them for one page; past this many rows the page ends early

@@ -1,0 +1,226 @@
+-- mcp-taskd PostgreSQL schema (`store.backend = "postgres"`): the single source of truth
+-- for the PostgreSQL store, as schema.sql is for SQLite. Same tables and meaning.
+--
+-- src/tasks/postgres/migrations.rs embeds this file and applies it at start-up. Each
+-- block headed `-- migration N` runs once, in order, in its own transaction, while the
+-- node holds a session advisory lock (so two nodes starting together migrate once);
+-- `taskd_migrations` records the blocks applied. Never change the SQL of a block that
+-- has shipped: add a new one.
+--
+-- Times are Unix milliseconds. Every time a node compares (leases, run_after, expiry)
+-- comes from the DATABASE clock (`taskd_now_ms()`), never from a node's own clock, so
+-- nodes with skewed clocks cannot steal each other's live leases. `created_at` and
+-- `updated_at` are what the creating node told its client. Task contents (origin,
+-- arguments, results, input) are sensitive: stored here, returned to their owner,
+-- never logged.
+--
+-- Advisory locks: class 1952542059 ('task'), object 2 = migrations,
+-- 3 = upkeep leader; class 1801812339 ('keys') = idempotency keys, by hash.
+
+-- migration 1
+CREATE FUNCTION taskd_now_ms() RETURNS bigint LANGUAGE sql STABLE AS
+    $$ SELECT (extract(epoch FROM now()) * 1000)::bigint $$;
+-- `ms` after the database's now, saturating (a TTL may be as long as bigint allows).
+CREATE FUNCTION taskd_after_ms(ms bigint) RETURNS bigint LANGUAGE sql STABLE AS
+    $$ SELECT LEAST(taskd_now_ms()::numeric + ms, 9223372036854775807)::bigint $$;
+
+CREATE TABLE tasks (
+    id               text PRIMARY KEY,            -- ms time prefix + 128 CSPRNG bits
+    -- Authorization binding: every lookup and mutation matches all three.
+    endpoint         text NOT NULL,
+    tenant           text NOT NULL,
+    principal        text NOT NULL,
+    tool             text NOT NULL,
+    -- Opaque origin, written once at creation, read back byte for byte by workers.
+    origin           bytea NOT NULL,
+    status           text NOT NULL
+                     CHECK (status IN ('working', 'input_required', 'completed', 'failed', 'cancelled')),
+    status_message   text,
+    created_at       bigint NOT NULL,
+    updated_at       bigint NOT NULL,
+    ttl_ms           bigint,                      -- NULL: unlimited
+    expires_at       bigint,                      -- database clock at creation + ttl_ms
+    poll_interval_ms bigint NOT NULL,
+    result           text,
+    error            text,
+    input_requests   text,
+    input_responses  text NOT NULL DEFAULT '{}',
+    tool_state       text,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    idempotency_key  text,
+    arguments_digest bytea,
+    version          bigint NOT NULL DEFAULT 1
+);
+-- Not UNIQUE, as in SQLite: creations with a key serialize on an advisory lock of the
+-- key (src/tasks/postgres/sql/create.rs), which keeps keys unique among live tasks.
+CREATE INDEX tasks_by_idempotency_key
+    ON tasks (endpoint, tenant, principal, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX tasks_by_expiry ON tasks (expires_at) WHERE expires_at IS NOT NULL;
+
+CREATE TABLE input_keys (
+    task_id text NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    key     text NOT NULL,
+    PRIMARY KEY (task_id, key)
+);
+
+-- The dispatch record of a non-terminal task. Deleted when the task ends.
+CREATE TABLE jobs (
+    task_id       text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    tool          text NOT NULL,
+    state         text NOT NULL CHECK (state IN ('queued', 'running', 'waiting')),
+    attempt       bigint NOT NULL DEFAULT 0,
+    max_attempts  bigint NOT NULL,
+    backoff_ms    bigint NOT NULL,
+    timeout_ms    bigint NOT NULL,
+    run_after     bigint NOT NULL,               -- database clock
+    lease_token   text,                          -- fencing token of the current claim
+    lease_node    text,                          -- the node that claimed it (its data dir's id)
+    lease_expires bigint,                        -- database clock
+    deadline      bigint,                        -- database clock
+    last_error    text
+);
+CREATE INDEX jobs_ready ON jobs (run_after) WHERE state = 'queued';
+CREATE INDEX jobs_queued_by_tool ON jobs (tool, run_after) WHERE state = 'queued';
+CREATE INDEX jobs_leased ON jobs (lease_expires) WHERE state = 'running';
+
+CREATE TABLE attempts (
+    task_id    text NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    attempt    bigint NOT NULL,
+    started_at bigint NOT NULL,
+    ended_at   bigint,
+    outcome    text,
+    PRIMARY KEY (task_id, attempt)
+);
+
+-- Task changes, written in the same transaction as the change. A row's position in
+-- the outbox is the id of the transaction that wrote it (`xid`), not `seq`: sequence
+-- values commit out of order, and a relay reading `seq > last` could skip a row whose
+-- transaction commits late. Instead a relay reads the rows of transactions older than
+-- the oldest one still running (`pg_snapshot_xmin`): every such transaction has ended,
+-- so its rows are all visible, and a transaction that commits later has a larger id
+-- than that horizon. Nothing is skipped, and no lock orders the commits (holding one
+-- through every commit would serialize them and give up PostgreSQL's group commit).
+-- `seq` orders the rows of one transaction.
+CREATE TABLE outbox (
+    seq        bigserial PRIMARY KEY,
+    xid        xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    task_id    text NOT NULL,
+    created_at bigint NOT NULL                   -- database clock
+);
+CREATE INDEX outbox_by_xid ON outbox (xid);
+
+-- How far each node's relay has delivered the outbox, as its janitor last said
+-- (every tick): rows are pruned up to the slowest node seen in the last 30 s, so no
+-- live node's relay loses a row it has not read. A node gone for longer is left out.
+CREATE TABLE relay_cursors (
+    node      text PRIMARY KEY,
+    delivered bigint NOT NULL,
+    seen_at   bigint NOT NULL                    -- database clock
+);
+
+-- Appends the outbox row of a task change. The node that committed it then sends
+-- `NOTIFY mcp_taskd_outbox` (after its commit, in a transaction of its own: a NOTIFY
+-- inside the change's transaction would take PostgreSQL's notification-queue lock
+-- through the commit's WAL flush, and serialize every change of every node).
+CREATE FUNCTION taskd_append_outbox(changed text) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO outbox (task_id, created_at) VALUES (changed, taskd_now_ms());
+$$;
+
+-- Counts for /metrics without scanning. A trigger-kept counter row would be updated by
+-- every transaction and serialize them all on its row lock; instead triggers append
+-- +1/-1 rows to *_deltas (inserts never contend), the upkeep leader folds them into
+-- the totals every janitor tick, and a read adds the few unfolded deltas. The deltas
+-- are written in the transaction that changes the row: as durable as the rows.
+CREATE TABLE task_counts (
+    tool   text NOT NULL,
+    status text NOT NULL,
+    n      bigint NOT NULL,
+    PRIMARY KEY (tool, status)
+);
+CREATE TABLE task_count_deltas (tool text NOT NULL, status text NOT NULL, n bigint NOT NULL);
+-- Tasks created, and tasks that reached each terminal status, by tool (counters).
+CREATE TABLE task_totals (
+    tool      text PRIMARY KEY,
+    created   bigint NOT NULL DEFAULT 0,
+    completed bigint NOT NULL DEFAULT 0,
+    failed    bigint NOT NULL DEFAULT 0,
+    cancelled bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE task_total_deltas (
+    tool      text NOT NULL,
+    created   bigint NOT NULL,
+    completed bigint NOT NULL,
+    failed    bigint NOT NULL,
+    cancelled bigint NOT NULL
+);
+CREATE TABLE job_counts (state text PRIMARY KEY, n bigint NOT NULL);
+CREATE TABLE job_count_deltas (state text NOT NULL, n bigint NOT NULL);
+
+CREATE FUNCTION taskd_count_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO task_count_deltas VALUES (NEW.tool, NEW.status, 1);
+        INSERT INTO task_total_deltas VALUES (NEW.tool, 1,
+            (NEW.status = 'completed')::int, (NEW.status = 'failed')::int,
+            (NEW.status = 'cancelled')::int);
+    ELSIF TG_OP = 'UPDATE' THEN
+        IF OLD.status IS DISTINCT FROM NEW.status THEN
+            INSERT INTO task_count_deltas VALUES (OLD.tool, OLD.status, -1), (NEW.tool, NEW.status, 1);
+            IF NEW.status IN ('completed', 'failed', 'cancelled') THEN
+                INSERT INTO task_total_deltas VALUES (NEW.tool, 0,
+                    (NEW.status = 'completed')::int, (NEW.status = 'failed')::int,
+                    (NEW.status = 'cancelled')::int);
+            END IF;
+        END IF;
+    ELSE
+        INSERT INTO task_count_deltas VALUES (OLD.tool, OLD.status, -1);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER tasks_counted AFTER INSERT OR UPDATE OF status OR DELETE ON tasks
+    FOR EACH ROW EXECUTE FUNCTION taskd_count_tasks();
+
+CREATE FUNCTION taskd_count_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO job_count_deltas VALUES (NEW.state, 1);
+    ELSIF TG_OP = 'UPDATE' THEN
+        IF OLD.state IS DISTINCT FROM NEW.state THEN
+            INSERT INTO job_count_deltas VALUES (OLD.state, -1), (NEW.state, 1);
+        END IF;
+    ELSE
+        INSERT INTO job_count_deltas VALUES (OLD.state, -1);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_counted AFTER INSERT OR UPDATE OF state OR DELETE ON jobs
+    FOR EACH ROW EXECUTE FUNCTION taskd_count_jobs();
+
+-- Folds the deltas into the counts (the upkeep leader, every janitor tick). Each delta
+-- row is deleted and added in the same transaction: counted exactly once.
+CREATE FUNCTION taskd_fold_counts() RETURNS void LANGUAGE sql AS $$
+    WITH d AS (DELETE FROM task_count_deltas RETURNING tool, status, n)
+    INSERT INTO task_counts (tool, status, n)
+        SELECT tool, status, SUM(n) FROM d GROUP BY tool, status
+        ON CONFLICT (tool, status) DO UPDATE SET n = task_counts.n + excluded.n;
+    WITH d AS (DELETE FROM task_total_deltas RETURNING *)
+    INSERT INTO task_totals (tool, created, completed, failed, cancelled)
+        SELECT tool, SUM(created), SUM(completed), SUM(failed), SUM(cancelled)
+        FROM d GROUP BY tool
+        ON CONFLICT (tool) DO UPDATE SET created = task_totals.created + excluded.created,
+            completed = task_totals.completed + excluded.completed,
+            failed = task_totals.failed + excluded.failed,
+            cancelled = task_totals.cancelled + excluded.cancelled;
+    WITH d AS (DELETE FROM job_count_deltas RETURNING state, n)
+    INSERT INTO job_counts (state, n)
+        SELECT state, SUM(n) FROM d GROUP BY state
+        ON CONFLICT (state) DO UPDATE SET n = job_counts.n + excluded.n;
+$$;
+
+-- Node-independent secrets (the key that seals MRTR requestState), so that a state
+-- sealed by one node opens on every other.
+CREATE TABLE secrets (
+    name  text PRIMARY KEY,
+    value bytea NOT NULL
+);

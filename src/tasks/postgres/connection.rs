@@ -1,0 +1,156 @@
+//! Connections to PostgreSQL: the settings from `[store]` (the password from a file or
+//! the environment, never from the configuration text), and the bounded pool.
+//!
+//! The pool never blocks forever: a caller waits at most [`CHECKOUT_TIMEOUT`] for a
+//! connection, then gets `StoreError::Unavailable` (503 with `Retry-After`). Pooled
+//! connections carry the *epoch* they were opened in; the listener (see
+//! [`super::listener`]) starts a new epoch whenever it loses the database, so after the
+//! database comes back no caller is handed a connection that died with it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::{Client, NoTls};
+
+use crate::config::{ConfigError, StoreConfig};
+
+/// The `application_name` of the sessions, unless the URL names one (the store adds
+/// the node id and process id to it).
+pub const APPLICATION: &str = "mcp-taskd";
+/// The environment variable read for the password when `store.password_file` is unset.
+pub const PASSWORD_ENV: &str = "MCP_TASKD_PG_PASSWORD";
+/// Longest wait for a pooled connection (or a new one) before a 503.
+pub const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Session settings unless the URL gives its own `options`: no statement runs (or waits
+/// on a lock) longer than 30 s, no transaction stays open and idle longer than 60 s.
+const SESSION_OPTIONS: &str =
+    "-c statement_timeout=30000 -c idle_in_transaction_session_timeout=60000";
+/// Longest wait for the database to accept a new connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Why the PostgreSQL store could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("store.password_file {}: {source}", path.display())]
+    PasswordFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("node id {}: {source}", path.display())]
+    NodeId {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to PostgreSQL: {0}")]
+    Connect(String),
+    #[error("migrating the PostgreSQL schema: {0}")]
+    Migration(String),
+    #[error("{0}")]
+    Start(String),
+}
+
+/// The connection settings of `[store]`, with the password (if any) filled in.
+pub fn settings(config: &StoreConfig) -> Result<postgres::Config, OpenError> {
+    let mut settings = config.check_postgres()?;
+    let password = match &config.password_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map(|text| text.trim_end_matches(['\n', '\r']).to_owned())
+                .map_err(|source| OpenError::PasswordFile {
+                    path: path.clone(),
+                    source,
+                })?,
+        ),
+        None => std::env::var(PASSWORD_ENV).ok(),
+    };
+    if let Some(password) = password {
+        settings.password(password);
+    }
+    if settings.get_application_name().is_none() {
+        settings.application_name(APPLICATION);
+    }
+    // Nothing waits forever: a database host that vanishes is noticed by TCP within
+    // half a minute, a statement stuck on a lock ends, and a node that stops halfway
+    // through a transaction (SIGSTOP, a hung VM) does not hold its row locks for long.
+    settings
+        .connect_timeout(CONNECT_TIMEOUT)
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30))
+        .keepalives_interval(Duration::from_secs(5))
+        .tcp_user_timeout(Duration::from_secs(30));
+    if settings.get_options().is_none() {
+        settings.options(SESSION_OPTIONS);
+    }
+    Ok(settings)
+}
+
+/// A new connection outside the pool (the listener, the upkeep leader, migrations).
+pub fn connect(settings: &postgres::Config) -> Result<Client, postgres::Error> {
+    settings.connect(NoTls)
+}
+
+/// A pooled connection and the epoch it was opened in.
+pub struct Pooled {
+    pub client: Client,
+    epoch: u64,
+}
+
+/// Opens pooled connections, and drops those of an earlier epoch or closed ones.
+pub struct Manager {
+    pub settings: postgres::Config,
+    pub epoch: Arc<AtomicU64>,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Pooled;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Pooled, postgres::Error> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        Ok(Pooled {
+            client: connect(&self.settings)?,
+            epoch,
+        })
+    }
+
+    /// Cheap: no round trip. A connection of the current epoch is taken as valid; a
+    /// query on one that died since fails, is retried on a fresh one (see
+    /// `Store::transaction`), and the pool drops it.
+    fn is_valid(&self, conn: &mut Pooled) -> Result<(), postgres::Error> {
+        if conn.epoch == self.epoch.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        conn.client.simple_query("")?;
+        conn.epoch = self.epoch.load(Ordering::Acquire);
+        Ok(())
+    }
+
+    fn has_broken(&self, conn: &mut Pooled) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+/// The bounded pool.
+pub fn pool(settings: postgres::Config, size: u32, epoch: Arc<AtomicU64>) -> r2d2::Pool<Manager> {
+    r2d2::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(0))
+        .connection_timeout(CHECKOUT_TIMEOUT)
+        .error_handler(Box::new(QuietErrors))
+        .build_unchecked(Manager { settings, epoch })
+}
+
+/// The pool's failures to connect, at debug level: while the database is down they
+/// come several times a second, and the listener reports the outage once.
+#[derive(Debug)]
+struct QuietErrors;
+
+impl r2d2::HandleError<postgres::Error> for QuietErrors {
+    fn handle_error(&self, error: postgres::Error) {
+        log::debug!("opening a pooled connection: {error}");
+    }
+}

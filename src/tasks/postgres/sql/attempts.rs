@@ -1,0 +1,315 @@
+//! The attempt lifecycle on PostgreSQL: claim, finish, renew the lease, set the status
+//! message. Every write after the claim is fenced by its token; lease and deadline times
+//! are on the database clock, so a node whose clock runs fast cannot find a live lease
+//! expired and steal it.
+
+use postgres::{GenericClient, Row, Transaction};
+use serde_json::{Map, Value};
+
+use super::{append_outbox, set_terminal, Failure};
+use crate::clock::now_ms;
+use crate::protocol::TaskStatus;
+use crate::tasks::backend::Claimant;
+use crate::tasks::model::{Claim, Finish};
+
+/// Claims up to `$1` ready jobs, oldest first, of tools not in `$2`, in ONE statement:
+/// `FOR UPDATE SKIP LOCKED` passes over the jobs another node is claiming at this very
+/// moment instead of waiting for them, so nodes claim side by side. Each job gets a
+/// fresh fencing token (122 random bits), a lease of `$3` ms from the database's now,
+/// and the claiming node's id `$4` (so that its next start knows its orphans).
+const CLAIM_BATCH: &str = "WITH picked AS ( \
+       SELECT task_id FROM jobs \
+       WHERE state = 'queued' AND run_after <= taskd_now_ms() AND NOT (tool = ANY($2)) \
+       ORDER BY run_after LIMIT $1 FOR UPDATE SKIP LOCKED) \
+     UPDATE jobs SET state = 'running', attempt = jobs.attempt + 1, \
+       lease_token = replace(gen_random_uuid()::text, '-', ''), lease_node = $4, \
+       lease_expires = taskd_after_ms($3), deadline = taskd_after_ms(jobs.timeout_ms) \
+     FROM picked, tasks \
+     WHERE jobs.task_id = picked.task_id AND tasks.id = jobs.task_id \
+     RETURNING jobs.task_id, jobs.lease_token, jobs.attempt, \
+       jobs.deadline - taskd_now_ms(), taskd_now_ms() - jobs.run_after, jobs.run_after, \
+       tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state";
+
+/// Most claim statements per claim: a round whose jobs the claimant partly refuses
+/// (its tool filled up meanwhile) is followed by one that passes over that tool.
+const CLAIM_ROUNDS: usize = 4;
+
+/// Claims up to `limit` ready jobs, oldest first, passing over the jobs of the tools
+/// `claimant` says are saturated. Each job goes to `claimant` before the transaction
+/// commits; one it refuses is put back as it was.
+pub fn claim(
+    tx: &mut Transaction<'_>,
+    node: &str,
+    limit: usize,
+    lease_ms: i64,
+    claimant: &mut dyn Claimant,
+) -> Result<Vec<Claim>, Failure> {
+    let mut claims = Vec::new();
+    let mut refused_tools: Vec<String> = Vec::new();
+    for _ in 0..CLAIM_ROUNDS {
+        let wanted = limit - claims.len();
+        if wanted == 0 {
+            break;
+        }
+        let mut passed_over = claimant.saturated();
+        passed_over.extend(refused_tools.iter().cloned());
+        let rows = tx.query(
+            CLAIM_BATCH,
+            &[
+                &i64::try_from(wanted).unwrap_or(i64::MAX),
+                &passed_over,
+                &lease_ms,
+                &node,
+            ],
+        )?;
+        let got = rows.len();
+        let mut batch = rows
+            .iter()
+            .map(claimed_job)
+            .collect::<Result<Vec<_>, Failure>>()?;
+        batch.sort_by_key(|(run_after, _)| *run_after);
+        let mut refused: Vec<String> = Vec::new();
+        let mut started: Vec<(String, i64)> = Vec::new();
+        for (_, claim) in batch {
+            if refused_tools.contains(&claim.tool) || !claimant.take(&claim) {
+                if !refused_tools.contains(&claim.tool) {
+                    refused_tools.push(claim.tool.clone());
+                }
+                refused.push(claim.task_id);
+                continue;
+            }
+            started.push((claim.task_id.clone(), claim.attempt));
+            claims.push(claim);
+        }
+        if !refused.is_empty() {
+            tx.execute(
+                "UPDATE jobs SET state = 'queued', attempt = attempt - 1, lease_token = NULL, \
+                 lease_node = NULL, lease_expires = NULL, deadline = NULL \
+                 WHERE task_id = ANY($1)",
+                &[&refused],
+            )?;
+        }
+        if !started.is_empty() {
+            let (ids, numbers): (Vec<String>, Vec<i64>) = started.into_iter().unzip();
+            tx.execute(
+                "INSERT INTO attempts (task_id, attempt, started_at) \
+                 SELECT id, n, taskd_now_ms() FROM unnest($1::text[], $2::bigint[]) AS a(id, n) \
+                 ON CONFLICT (task_id, attempt) DO UPDATE \
+                 SET started_at = excluded.started_at, ended_at = NULL, outcome = NULL",
+                &[&ids, &numbers],
+            )?;
+        }
+        if got < wanted || refused.is_empty() {
+            break;
+        }
+    }
+    Ok(claims)
+}
+
+/// A claimed job's row, with its `run_after` to sort by. The deadline is handed to the
+/// worker on this node's clock (the time left, from now), for its own timer.
+fn claimed_job(row: &Row) -> Result<(i64, Claim), Failure> {
+    let remaining: i64 = row.try_get(3)?;
+    Ok((
+        row.try_get(5)?,
+        Claim {
+            task_id: row.try_get(0)?,
+            token: row.try_get(1)?,
+            attempt: row.try_get(2)?,
+            deadline: now_ms().saturating_add(remaining),
+            queue_wait_ms: row.try_get::<_, i64>(4)?.max(0),
+            tool: row.try_get(6)?,
+            origin: row.try_get(7)?,
+            input_responses: row.try_get(8)?,
+            tool_state: row.try_get(9)?,
+        },
+    ))
+}
+
+/// The job as its lease holder left it, for [`finish`].
+struct Held {
+    attempt: i64,
+    max_attempts: i64,
+    backoff_ms: i64,
+}
+
+/// The job still leased with `token`, locked, if it is.
+fn held(tx: &mut Transaction<'_>, task_id: &str, token: &str) -> Result<Option<Held>, Failure> {
+    let row = tx.query_opt(
+        "SELECT attempt, max_attempts, backoff_ms FROM jobs \
+         WHERE task_id = $1 AND lease_token = $2 AND state = 'running' FOR UPDATE",
+        &[&task_id, &token],
+    )?;
+    Ok(match row {
+        Some(row) => Some(Held {
+            attempt: row.try_get(0)?,
+            max_attempts: row.try_get(1)?,
+            backoff_ms: row.try_get(2)?,
+        }),
+        None => None,
+    })
+}
+
+/// The fenced end of an attempt. Returns `false` (and writes nothing) when the lease is
+/// no longer this worker's.
+pub fn finish(
+    tx: &mut Transaction<'_>,
+    task_id: &str,
+    token: &str,
+    outcome: Finish,
+) -> Result<bool, Failure> {
+    // Locks in the order every writer takes them, task then job: no deadlock with a
+    // `tasks/cancel` or `tasks/update` of the same task on another node.
+    let Some(task) = tx.query_opt(
+        "SELECT cancel_requested FROM tasks WHERE id = $1 FOR NO KEY UPDATE",
+        &[&task_id],
+    )?
+    else {
+        return Ok(false);
+    };
+    let cancel_requested: bool = task.try_get(0)?;
+    let Some(job) = held(tx, task_id, token)? else {
+        return Ok(false);
+    };
+    let outcome = outcome.resolve(job.attempt, job.max_attempts, cancel_requested);
+    tx.execute(
+        "UPDATE attempts SET ended_at = taskd_now_ms(), outcome = $3 \
+         WHERE task_id = $1 AND attempt = $2",
+        &[&task_id, &job.attempt, &outcome.label()],
+    )?;
+    let now = now_ms();
+    match outcome {
+        Finish::Completed { result } => {
+            set_terminal(tx, task_id, TaskStatus::Completed, Some(&result), None, now)?;
+        }
+        Finish::Failed { error } => {
+            set_terminal(tx, task_id, TaskStatus::Failed, None, Some(&error), now)?;
+        }
+        Finish::Cancelled => {
+            set_terminal(tx, task_id, TaskStatus::Cancelled, None, None, now)?;
+        }
+        Finish::InputRequired { requests, state } => {
+            ask_for_input(tx, task_id, requests, state, now)?;
+        }
+        Finish::Retry { reason } => schedule_retry(tx, task_id, &job, &reason, now)?,
+        Finish::Release => release(tx, task_id)?,
+    }
+    Ok(true)
+}
+
+/// Parks the task until the client answers `requests`. A key the tool used before in
+/// this task fails it instead.
+fn ask_for_input(
+    tx: &mut Transaction<'_>,
+    task_id: &str,
+    requests: Map<String, Value>,
+    state: Option<String>,
+    now: i64,
+) -> Result<(), Failure> {
+    for key in requests.keys() {
+        let fresh = tx.execute(
+            "INSERT INTO input_keys (task_id, key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[&task_id, key],
+        )?;
+        if fresh == 0 {
+            let error = Finish::reused_input_key_error();
+            set_terminal(tx, task_id, TaskStatus::Failed, None, Some(&error), now)?;
+            return Ok(());
+        }
+    }
+    tx.execute(
+        concat!(
+            "UPDATE tasks SET status = 'input_required', input_requests = $2, tool_state = $3, \
+             updated_at = $4, version = version + 1 WHERE id = $1 AND ",
+            live!()
+        ),
+        &[&task_id, &Value::Object(requests).to_string(), &state, &now],
+    )?;
+    tx.execute(
+        "UPDATE jobs SET state = 'waiting', lease_token = NULL, lease_expires = NULL, \
+         deadline = NULL WHERE task_id = $1",
+        &[&task_id],
+    )?;
+    append_outbox(tx, task_id)
+}
+
+/// Queues the job again after an exponential backoff, and says so in the status message.
+fn schedule_retry(
+    tx: &mut Transaction<'_>,
+    task_id: &str,
+    job: &Held,
+    reason: &str,
+    now: i64,
+) -> Result<(), Failure> {
+    let exponent = (job.attempt - 1).clamp(0, 20) as u32;
+    let delay = job.backoff_ms.saturating_mul(1 << exponent).min(600_000);
+    tx.execute(
+        "UPDATE jobs SET state = 'queued', run_after = taskd_after_ms($2), lease_token = NULL, \
+         lease_expires = NULL, deadline = NULL, last_error = $3 WHERE task_id = $1",
+        &[&task_id, &delay, &reason],
+    )?;
+    let message = format!(
+        "Attempt {} of {} failed; retrying",
+        job.attempt, job.max_attempts
+    );
+    tx.execute(
+        concat!(
+            "UPDATE tasks SET status_message = $2, updated_at = $3, version = version + 1 \
+             WHERE id = $1 AND ",
+            live!()
+        ),
+        &[&task_id, &message, &now],
+    )?;
+    append_outbox(tx, task_id)
+}
+
+/// Hands the job back to the queue with its attempt uncounted (graceful shutdown).
+fn release(tx: &mut Transaction<'_>, task_id: &str) -> Result<(), Failure> {
+    tx.execute(
+        "UPDATE jobs SET state = 'queued', attempt = attempt - 1, run_after = taskd_now_ms(), \
+         lease_token = NULL, lease_expires = NULL, deadline = NULL WHERE task_id = $1",
+        &[&task_id],
+    )?;
+    Ok(())
+}
+
+/// A fenced status-message update from a running attempt.
+pub fn set_status_message(
+    tx: &mut Transaction<'_>,
+    task_id: &str,
+    token: &str,
+    message: &str,
+) -> Result<bool, Failure> {
+    let changed = tx.execute(
+        "UPDATE tasks SET status_message = $3, updated_at = $4, version = version + 1 \
+         WHERE id = $1 AND status = 'working' AND EXISTS (SELECT 1 FROM jobs \
+         WHERE task_id = $1 AND lease_token = $2 AND state = 'running')",
+        &[&task_id, &token, &message, &now_ms()],
+    )?;
+    if changed > 0 {
+        append_outbox(tx, task_id)?;
+    }
+    Ok(changed > 0)
+}
+
+/// Extends the leases still held with their tokens to `lease_ms` from the database's
+/// now, in one statement; `true` for each one still held, in order.
+pub fn renew_leases(
+    conn: &mut impl GenericClient,
+    leases: &[(String, String)],
+    lease_ms: i64,
+) -> Result<Vec<bool>, Failure> {
+    let (ids, tokens): (Vec<String>, Vec<String>) = leases.iter().cloned().unzip();
+    let renewed = conn.query(
+        "UPDATE jobs SET lease_expires = taskd_after_ms($3) \
+         FROM unnest($1::text[], $2::text[]) AS held(id, token) \
+         WHERE jobs.task_id = held.id AND jobs.lease_token = held.token \
+         AND jobs.state = 'running' RETURNING jobs.task_id",
+        &[&ids, &tokens, &lease_ms],
+    )?;
+    let renewed: Vec<String> = renewed
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    Ok(ids.iter().map(|id| renewed.contains(id)).collect())
+}

@@ -1,0 +1,239 @@
+//! What clients do to their tasks: find and size (authorized in the `WHERE`, so unknown,
+//! expired and foreign tasks look the same from every node), `tasks/update` and
+//! `tasks/cancel` (each locks the task row first: two nodes take turns).
+
+use postgres::{GenericClient, Transaction};
+use serde_json::{Map, Value};
+
+use super::{append_outbox, set_terminal, task_row, Failure};
+use crate::auth::Identity;
+use crate::clock::now_ms;
+use crate::protocol::input::response_matches;
+use crate::protocol::TaskStatus;
+use crate::tasks::model::{CancelEffect, TaskRow, UpdateEffect};
+
+/// The `WHERE` condition that finds a task only for its own identity and only while it
+/// has not expired (by the database clock); parameters `$1`-`$4`: id and identity.
+macro_rules! authorized {
+    () => {
+        "id = $1 AND endpoint = $2 AND tenant = $3 AND principal = $4 \
+         AND (expires_at IS NULL OR expires_at > taskd_now_ms())"
+    };
+}
+
+/// The task, if it exists, has not expired, and is bound to `identity`.
+pub fn find_authorized(
+    conn: &mut impl GenericClient,
+    identity: &Identity,
+    task_id: &str,
+) -> Result<Option<TaskRow>, Failure> {
+    let row = conn.query_opt(
+        concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE ",
+            authorized!()
+        ),
+        &[
+            &task_id,
+            &identity.endpoint,
+            &identity.tenant,
+            &identity.principal,
+        ],
+    )?;
+    row.as_ref().map(task_row).transpose()
+}
+
+/// [`find_authorized`], locking the row until the transaction ends.
+fn lock_authorized(
+    tx: &mut Transaction<'_>,
+    identity: &Identity,
+    task_id: &str,
+) -> Result<Option<TaskRow>, Failure> {
+    let row = tx.query_opt(
+        concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE ",
+            authorized!(),
+            " FOR NO KEY UPDATE"
+        ),
+        &[
+            &task_id,
+            &identity.endpoint,
+            &identity.tenant,
+            &identity.principal,
+        ],
+    )?;
+    row.as_ref().map(task_row).transpose()
+}
+
+/// Up to `limit` unexpired tasks bound to `identity` after the task id `after`, in id
+/// order.
+pub fn list_authorized(
+    conn: &mut impl GenericClient,
+    identity: &Identity,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<TaskRow>, Failure> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = conn.query(
+        concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE id > $1 AND endpoint = $2 AND tenant = $3 \
+             AND principal = $4 AND (expires_at IS NULL OR expires_at > taskd_now_ms()) \
+             ORDER BY id LIMIT $5"
+        ),
+        &[
+            &after,
+            &identity.endpoint,
+            &identity.tenant,
+            &identity.principal,
+            &limit,
+        ],
+    )?;
+    rows.iter().map(task_row).collect()
+}
+
+/// Bytes of an authorized task's stored payloads (result, error, input requests).
+pub fn payload_bytes_authorized(
+    conn: &mut impl GenericClient,
+    identity: &Identity,
+    task_id: &str,
+) -> Result<Option<usize>, Failure> {
+    let row = conn.query_opt(
+        concat!(
+            "SELECT (coalesce(octet_length(result), 0) + coalesce(octet_length(error), 0) \
+             + coalesce(octet_length(input_requests), 0))::bigint FROM tasks WHERE ",
+            authorized!()
+        ),
+        &[
+            &task_id,
+            &identity.endpoint,
+            &identity.tenant,
+            &identity.principal,
+        ],
+    )?;
+    Ok(match row {
+        Some(row) => Some(usize::try_from(row.try_get::<_, i64>(0)?).unwrap_or(usize::MAX)),
+        None => None,
+    })
+}
+
+pub fn cancel(
+    tx: &mut Transaction<'_>,
+    identity: &Identity,
+    task_id: &str,
+) -> Result<CancelEffect, Failure> {
+    let Some(task) = lock_authorized(tx, identity, task_id)? else {
+        return Ok(CancelEffect::NotFound);
+    };
+    cancel_found(tx, task_id, task.status)
+}
+
+/// Cancels a task already found and locked in `status`: nothing for a terminal one,
+/// intent for a running attempt (and a `mcp_taskd_cancel` notification at commit, so
+/// the node running it stops it within a round trip), at once otherwise.
+pub(super) fn cancel_found(
+    tx: &mut Transaction<'_>,
+    task_id: &str,
+    status: TaskStatus,
+) -> Result<CancelEffect, Failure> {
+    if status.is_terminal() {
+        return Ok(CancelEffect::Done);
+    }
+    // Locked: a claim of this job in flight commits first, and is seen running.
+    let job_state: Option<String> = tx
+        .query_opt(
+            "SELECT state FROM jobs WHERE task_id = $1 FOR UPDATE",
+            &[&task_id],
+        )?
+        .map(|row| row.try_get(0))
+        .transpose()?;
+    if job_state.as_deref() == Some("running") {
+        tx.execute(
+            "UPDATE tasks SET cancel_requested = true, updated_at = $2 WHERE id = $1",
+            &[&task_id, &now_ms()],
+        )?;
+        tx.execute("SELECT pg_notify('mcp_taskd_cancel', $1)", &[&task_id])?;
+        return Ok(CancelEffect::SignalRunning);
+    }
+    set_terminal(tx, task_id, TaskStatus::Cancelled, None, None, now_ms())?;
+    Ok(CancelEffect::Done)
+}
+
+/// Accepts the responses that answer outstanding requests of the right kind; ignores
+/// the rest (unknown, answered, superseded or mismatched keys).
+pub fn update(
+    tx: &mut Transaction<'_>,
+    identity: &Identity,
+    task_id: &str,
+    responses: &Map<String, Value>,
+) -> Result<UpdateEffect, Failure> {
+    let Some(task) = lock_authorized(tx, identity, task_id)? else {
+        return Ok(UpdateEffect::NotFound);
+    };
+    if task.status != TaskStatus::InputRequired {
+        return Ok(UpdateEffect::Accepted { requeued: false });
+    }
+    let mut outstanding: Map<String, Value> = task
+        .input_requests
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    let accepted: Map<String, Value> = responses
+        .iter()
+        .filter(|(key, response)| {
+            outstanding
+                .get(key.as_str())
+                .is_some_and(|request| response_matches(request, response))
+        })
+        .map(|(key, response)| (key.clone(), response.clone()))
+        .collect();
+    if accepted.is_empty() {
+        return Ok(UpdateEffect::Accepted { requeued: false });
+    }
+    let stored: String = tx
+        .query_one(
+            "SELECT input_responses FROM tasks WHERE id = $1",
+            &[&task_id],
+        )?
+        .try_get(0)?;
+    let mut all: Map<String, Value> = serde_json::from_str(&stored).unwrap_or_default();
+    for (key, response) in accepted {
+        outstanding.remove(&key);
+        all.insert(key, response);
+    }
+    let round_done = outstanding.is_empty();
+    let (status, requests) = if round_done {
+        (TaskStatus::Working, None)
+    } else {
+        (
+            TaskStatus::InputRequired,
+            Some(Value::Object(outstanding).to_string()),
+        )
+    };
+    tx.execute(
+        "UPDATE tasks SET status = $2, input_requests = $3, input_responses = $4, \
+         updated_at = $5, version = version + 1 WHERE id = $1 AND status = 'input_required'",
+        &[
+            &task_id,
+            &status.as_str(),
+            &requests,
+            &Value::Object(all).to_string(),
+            &now_ms(),
+        ],
+    )?;
+    if round_done {
+        tx.execute(
+            "UPDATE jobs SET state = 'queued', run_after = taskd_now_ms() \
+             WHERE task_id = $1 AND state = 'waiting'",
+            &[&task_id],
+        )?;
+    }
+    append_outbox(tx, task_id)?;
+    Ok(UpdateEffect::Accepted {
+        requeued: round_done,
+    })
+}

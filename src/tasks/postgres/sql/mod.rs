@@ -1,0 +1,97 @@
+//! Every SQL statement of the PostgreSQL store, as small typed functions, one file per
+//! caller (as `sqlite::sql`). Each change runs in one transaction that ends with the
+//! task's outbox row (`taskd_append_outbox`, schema-postgres.sql); worker writes are
+//! fenced by the job's `lease_token`; every mutation locks the rows it reads first, the
+//! task row before the job row, so two nodes changing one task take turns without
+//! deadlocking. Task rows are locked `FOR NO KEY UPDATE`: the `FOR KEY SHARE` lock that
+//! a claim's `attempts` insert takes on its task (the foreign key) does not wait for
+//! it, so a claim holding its job never waits on a `tasks/cancel` that waits on the job.
+//! Times that are compared come from the database clock (`taskd_now_ms()`).
+
+/// The `WHERE` condition of a task that is not terminal yet.
+macro_rules! live {
+    () => {
+        "status IN ('working', 'input_required')"
+    };
+}
+
+/// The columns [`task_row`] reads, in its order.
+macro_rules! task_columns {
+    () => {
+        "id, tool, status, status_message, created_at, updated_at, ttl_ms, \
+         poll_interval_ms, result, error, input_requests, version"
+    };
+}
+
+pub mod admin;
+pub mod attempts;
+pub mod client;
+pub mod create;
+pub mod upkeep;
+
+use postgres::{GenericClient, Row};
+
+use super::Failure;
+use crate::protocol::TaskStatus;
+use crate::tasks::model::TaskRow;
+
+/// A `status` column as a [`TaskStatus`] (the schema's CHECK admits no other value).
+fn status_column(row: &Row, index: usize) -> Result<TaskStatus, Failure> {
+    let name: String = row.try_get(index)?;
+    TaskStatus::parse(&name).ok_or_else(|| Failure::Data(format!("unknown task status {name:?}")))
+}
+
+fn task_row(row: &Row) -> Result<TaskRow, Failure> {
+    task_row_at(row, 0)
+}
+
+/// A [`TaskRow`] from the [`task_columns`] that start at column `first`.
+fn task_row_at(row: &Row, first: usize) -> Result<TaskRow, Failure> {
+    Ok(TaskRow {
+        id: row.try_get(first)?,
+        tool: row.try_get(first + 1)?,
+        status: status_column(row, first + 2)?,
+        status_message: row.try_get(first + 3)?,
+        created_at: row.try_get(first + 4)?,
+        updated_at: row.try_get(first + 5)?,
+        ttl_ms: row.try_get(first + 6)?,
+        poll_interval_ms: row.try_get(first + 7)?,
+        result: row.try_get(first + 8)?,
+        error: row.try_get(first + 9)?,
+        input_requests: row.try_get(first + 10)?,
+        version: row.try_get(first + 11)?,
+    })
+}
+
+/// Appends the task's outbox row and wakes every node's relay at commit. Call it last
+/// in the transaction: it takes the outbox-order lock until commit (schema-postgres.sql).
+fn append_outbox(tx: &mut impl GenericClient, task_id: &str) -> Result<(), Failure> {
+    tx.execute("SELECT taskd_append_outbox($1)", &[&task_id])?;
+    Ok(())
+}
+
+/// Moves a live task to a terminal status and drops its job. A completed task keeps
+/// its last status message; a failed or cancelled one drops it.
+fn set_terminal(
+    tx: &mut impl GenericClient,
+    task_id: &str,
+    status: TaskStatus,
+    result: Option<&str>,
+    error: Option<&str>,
+    now: i64,
+) -> Result<bool, Failure> {
+    let changed = tx.execute(
+        concat!(
+            "UPDATE tasks SET status = $2, result = $3, error = $4, input_requests = NULL, \
+             status_message = CASE WHEN $2 = 'completed' THEN status_message END, \
+             updated_at = $5, version = version + 1 WHERE id = $1 AND ",
+            live!()
+        ),
+        &[&task_id, &status.as_str(), &result, &error, &now],
+    )?;
+    tx.execute("DELETE FROM jobs WHERE task_id = $1", &[&task_id])?;
+    if changed > 0 {
+        append_outbox(tx, task_id)?;
+    }
+    Ok(changed > 0)
+}
