@@ -88,9 +88,23 @@ pub fn settings(config: &StoreConfig) -> Result<postgres::Config, OpenError> {
     Ok(settings)
 }
 
+/// Why a connection did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Postgres(#[from] postgres::Error),
+    /// The client library panics, rather than failing, when it cannot build the
+    /// runtime a connection runs on: with no file descriptor left, say. A hostile
+    /// client exhausting descriptors must cost a failed connection, not a thread.
+    #[error("the PostgreSQL client could not start a connection (out of file descriptors?)")]
+    ClientPanicked,
+}
+
 /// A new connection outside the pool (the listener, the upkeep leader, migrations).
-pub fn connect(settings: &postgres::Config) -> Result<Client, postgres::Error> {
-    settings.connect(NoTls)
+pub fn connect(settings: &postgres::Config) -> Result<Client, ConnectError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| settings.connect(NoTls)))
+        .map_err(|_| ConnectError::ClientPanicked)?
+        .map_err(ConnectError::from)
 }
 
 /// A pooled connection and the epoch it was opened in.
@@ -107,9 +121,9 @@ pub struct Manager {
 
 impl r2d2::ManageConnection for Manager {
     type Connection = Pooled;
-    type Error = postgres::Error;
+    type Error = ConnectError;
 
-    fn connect(&self) -> Result<Pooled, postgres::Error> {
+    fn connect(&self) -> Result<Pooled, ConnectError> {
         let epoch = self.epoch.load(Ordering::Acquire);
         Ok(Pooled {
             client: connect(&self.settings)?,
@@ -120,7 +134,7 @@ impl r2d2::ManageConnection for Manager {
     /// Cheap: no round trip. A connection of the current epoch is taken as valid; a
     /// query on one that died since fails, is retried on a fresh one (see
     /// `Store::transaction`), and the pool drops it.
-    fn is_valid(&self, conn: &mut Pooled) -> Result<(), postgres::Error> {
+    fn is_valid(&self, conn: &mut Pooled) -> Result<(), ConnectError> {
         if conn.epoch == self.epoch.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -149,8 +163,8 @@ pub fn pool(settings: postgres::Config, size: u32, epoch: Arc<AtomicU64>) -> r2d
 #[derive(Debug)]
 struct QuietErrors;
 
-impl r2d2::HandleError<postgres::Error> for QuietErrors {
-    fn handle_error(&self, error: postgres::Error) {
+impl r2d2::HandleError<ConnectError> for QuietErrors {
+    fn handle_error(&self, error: ConnectError) {
         log::debug!("opening a pooled connection: {error}");
     }
 }

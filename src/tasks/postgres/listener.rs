@@ -115,7 +115,7 @@ impl Listener {
         Ok(())
     }
 
-    fn lose(&self, lost: &mut bool, error: &postgres::Error) {
+    fn lose(&self, lost: &mut bool, error: &dyn std::fmt::Display) {
         if !*lost {
             log::error!("lost the PostgreSQL task store: {error}");
             self.epoch.fetch_add(1, Ordering::AcqRel);
