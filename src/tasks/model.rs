@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::auth::Identity;
+use crate::protocol::input::response_matches;
 use crate::protocol::{code, RpcError, TaskStatus};
 
 /// The opaque origin persisted with a task: everything a worker needs to run it again,
@@ -385,6 +386,67 @@ pub struct StatsDetail {
 /// 12 hex digits, so a time bound is a primary-key range.
 pub fn id_floor(ms: i64) -> String {
     format!("{:012x}", (ms.max(0) as u64) & 0xffff_ffff_ffff)
+}
+
+/// What a `tasks/update` does to a task's round of input requests: the same on every
+/// store, which only reads the round and writes its outcome.
+pub struct InputRound {
+    /// The responses that answer outstanding requests (the rest are ignored: unknown,
+    /// answered, superseded or mismatched keys).
+    accepted: Map<String, Value>,
+    /// The requests still unanswered after them.
+    outstanding: Map<String, Value>,
+}
+
+impl InputRound {
+    /// The round after `responses`, given the task's stored `input_requests`; `None`
+    /// when none of them answers an outstanding request.
+    pub fn answer(input_requests: Option<&str>, responses: &Map<String, Value>) -> Option<Self> {
+        let mut outstanding: Map<String, Value> = input_requests
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default();
+        let accepted: Map<String, Value> = responses
+            .iter()
+            .filter(|(key, response)| {
+                outstanding
+                    .get(key.as_str())
+                    .is_some_and(|request| response_matches(request, response))
+            })
+            .map(|(key, response)| (key.clone(), response.clone()))
+            .collect();
+        if accepted.is_empty() {
+            return None;
+        }
+        outstanding.retain(|key, _| !accepted.contains_key(key));
+        Some(InputRound {
+            accepted,
+            outstanding,
+        })
+    }
+
+    /// Whether every request of the round is answered: the task works again.
+    pub fn done(&self) -> bool {
+        self.outstanding.is_empty()
+    }
+
+    /// The task's status and stored `input_requests` after the round.
+    pub fn next(&self) -> (TaskStatus, Option<String>) {
+        if self.done() {
+            (TaskStatus::Working, None)
+        } else {
+            (
+                TaskStatus::InputRequired,
+                Some(Value::Object(self.outstanding.clone()).to_string()),
+            )
+        }
+    }
+
+    /// The task's stored `input_responses` (JSON text) with the accepted ones added.
+    pub fn responses_after(&self, stored: &str) -> String {
+        let mut all: Map<String, Value> = serde_json::from_str(stored).unwrap_or_default();
+        all.extend(self.accepted.clone());
+        Value::Object(all).to_string()
+    }
 }
 
 #[cfg(test)]

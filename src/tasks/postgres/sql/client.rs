@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 use super::{append_outbox, set_terminal, task_row, Failure};
 use crate::auth::Identity;
 use crate::clock::now_ms;
-use crate::protocol::input::response_matches;
 use crate::protocol::TaskStatus;
+use crate::tasks::model::InputRound;
 use crate::tasks::model::{CancelEffect, TaskRow, UpdateEffect};
 
 /// The `WHERE` condition that finds a task only for its own identity and only while it
@@ -177,43 +177,17 @@ pub fn update(
     if task.status != TaskStatus::InputRequired {
         return Ok(UpdateEffect::Accepted { requeued: false });
     }
-    let mut outstanding: Map<String, Value> = task
-        .input_requests
-        .as_deref()
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default();
-    let accepted: Map<String, Value> = responses
-        .iter()
-        .filter(|(key, response)| {
-            outstanding
-                .get(key.as_str())
-                .is_some_and(|request| response_matches(request, response))
-        })
-        .map(|(key, response)| (key.clone(), response.clone()))
-        .collect();
-    if accepted.is_empty() {
+    let Some(round) = InputRound::answer(task.input_requests.as_deref(), responses) else {
         return Ok(UpdateEffect::Accepted { requeued: false });
-    }
+    };
     let stored: String = tx
         .query_one(
             "SELECT input_responses FROM tasks WHERE id = $1",
             &[&task_id],
         )?
         .try_get(0)?;
-    let mut all: Map<String, Value> = serde_json::from_str(&stored).unwrap_or_default();
-    for (key, response) in accepted {
-        outstanding.remove(&key);
-        all.insert(key, response);
-    }
-    let round_done = outstanding.is_empty();
-    let (status, requests) = if round_done {
-        (TaskStatus::Working, None)
-    } else {
-        (
-            TaskStatus::InputRequired,
-            Some(Value::Object(outstanding).to_string()),
-        )
-    };
+    let (status, requests) = round.next();
+    let round_done = round.done();
     tx.execute(
         "UPDATE tasks SET status = $2, input_requests = $3, input_responses = $4, \
          updated_at = $5, version = version + 1 WHERE id = $1 AND status = 'input_required'",
@@ -221,7 +195,7 @@ pub fn update(
             &task_id,
             &status.as_str(),
             &requests,
-            &Value::Object(all).to_string(),
+            &round.responses_after(&stored),
             &now_ms(),
         ],
     )?;

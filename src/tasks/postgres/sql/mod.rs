@@ -63,8 +63,8 @@ fn task_row_at(row: &Row, first: usize) -> Result<TaskRow, Failure> {
     })
 }
 
-/// Appends the task's outbox row and wakes every node's relay at commit. Call it last
-/// in the transaction: it takes the outbox-order lock until commit (schema-postgres.sql).
+/// Appends the task's outbox row, in the change's transaction; once it commits, the
+/// store wakes every node's relay (`NOTIFY`, schema-postgres.sql says why after).
 fn append_outbox(tx: &mut impl GenericClient, task_id: &str) -> Result<(), Failure> {
     tx.execute("SELECT taskd_append_outbox($1)", &[&task_id])?;
     Ok(())
