@@ -106,6 +106,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A command tool's program starts as this binary, which becomes the program.
+    #[cfg(target_os = "linux")]
+    mcp_taskd::tools::command::launch::run_if_launcher();
     let cli = Cli::parse();
     // The operator commands print their answers, and a host shows stdio's stderr as
     // its log: only warnings go to the log.

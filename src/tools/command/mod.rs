@@ -67,8 +67,9 @@
 //!   environment, let go of the run's pipes and was orphaned before the run ended is
 //!   only killed at the next graceful shutdown). Orphans of runs still running are
 //!   never touched, and no process that is not a child of the server is signalled.
-//! - On Linux the program is started with `PR_SET_PDEATHSIG = SIGKILL`, so it dies with
-//!   the server even on `kill -9`. The signal follows the *thread* that started it;
+//! - On Linux the program is started with `PR_SET_PDEATHSIG = SIGKILL` (by the
+//!   launcher, [`launch`], which `posix_spawn` starts and which becomes the program),
+//!   so it dies with the server even on `kill -9`. The signal follows the *thread* that started it;
 //!   programs are started from worker and request threads, which live as long as the
 //!   process. It covers the direct child only: other descendants of a server killed
 //!   with `kill -9` go to init and may outlive it (under systemd the unit's control
@@ -80,6 +81,8 @@
 //!   a slot is free. An inline call beyond it waits for a slot up to `timeout_ms`.
 
 mod declaration;
+#[cfg(target_os = "linux")]
+pub mod launch;
 mod output;
 mod process;
 mod reaper;

@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,12 @@ impl CommandTool {
     /// Starts the program: no shell, its own process group, a clean environment (plus
     /// the run's marker, which its descendants inherit).
     fn spawn(&self, run: &Run, task: Option<(&str, i64)>) -> std::io::Result<Child> {
-        let mut command = Command::new(&self.program);
+        // On Linux through the launcher, which makes the program die with the server
+        // (see `launch` for why not a `pre_exec` hook).
+        #[cfg(target_os = "linux")]
+        let mut command = super::launch::command(&self.program, std::process::id());
+        #[cfg(not(target_os = "linux"))]
+        let mut command = std::process::Command::new(&self.program);
         command
             .args(&self.args)
             .current_dir(&self.working_dir)
@@ -49,32 +54,6 @@ impl CommandTool {
             command
                 .env("MCP_TASK_ID", task_id)
                 .env("MCP_TASK_ATTEMPT", attempt.to_string());
-        }
-        #[cfg(target_os = "linux")]
-        {
-            let server = std::process::id() as libc::pid_t;
-            // SAFETY: the hook runs between fork and exec and only makes
-            // async-signal-safe system calls; it allocates nothing.
-            unsafe {
-                command.pre_exec(move || {
-                    // Die with the server (or, precisely, with the spawning thread).
-                    if libc::prctl(
-                        libc::PR_SET_PDEATHSIG,
-                        libc::SIGKILL as libc::c_ulong,
-                        0 as libc::c_ulong,
-                        0 as libc::c_ulong,
-                        0 as libc::c_ulong,
-                    ) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    // The server may have died before the line above took effect.
-                    if libc::getppid() != server {
-                        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                    }
-                    Ok(())
-                });
-            }
         }
         reaper::spawn(&mut command)
     }
