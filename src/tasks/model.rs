@@ -186,17 +186,6 @@ pub struct Lease {
     pub token: String,
 }
 
-/// Which leased jobs an upkeep pass reclaims.
-#[derive(Debug, Clone, Copy)]
-pub enum Orphans {
-    /// Jobs whose lease expired before this time (Unix ms): the janitor's pass.
-    ExpiredBefore(i64),
-    /// Jobs whose current attempt started before this time (Unix ms): start-up
-    /// recovery's pass, for attempts of a process that is gone. Attempts this process
-    /// started later are left alone, so recovery can run while workers claim.
-    StartedBefore(i64),
-}
-
 /// How an attempt ended, as the worker reports it.
 #[derive(Debug, Clone)]
 pub enum Finish {

@@ -91,7 +91,7 @@ use crate::config::{Checkpoints, StoreConfig};
 use crate::later::Later;
 use crate::tasks::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
 use crate::tasks::model::{
-    CancelEffect, Claim, Created, Finish, Lease, NewTask, Orphans, RerunSource, Stats, StatsDetail,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
     TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
 
@@ -423,8 +423,8 @@ impl TaskStore for Store {
         // The data dir's lock: every lease is this process's, so those taken before the
         // store opened are orphans of its previous run.
         let which = match leases {
-            Reclaim::Expired => Orphans::ExpiredBefore(now_ms()),
-            Reclaim::Orphaned => Orphans::StartedBefore(self.opened_at),
+            Reclaim::Expired => upkeep::Orphans::ExpiredBefore(now_ms()),
+            Reclaim::Orphaned => upkeep::Orphans::StartedBefore(self.opened_at),
         };
         let leases = {
             let conn = self.read()?;

@@ -12,17 +12,22 @@ use crate::tasks::model::{
     TaskPage, TaskSummary,
 };
 
-const SUMMARY_COLUMNS: &str =
-    "id, tool, status, endpoint, tenant, principal, created_at, updated_at, status_message";
+/// Qualified, so that a page may read them through a join with `jobs`.
+const SUMMARY_COLUMNS: &str = "tasks.id, tasks.tool, tasks.status, tasks.endpoint, \
+    tasks.tenant, tasks.principal, tasks.created_at, tasks.updated_at, tasks.status_message";
+/// Where [`summary`] finds the columns a page filters on.
+const TOOL: usize = 1;
+const STATUS: usize = 2;
+const PRINCIPAL: usize = 5;
 
 fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskSummary> {
     Ok(TaskSummary {
         id: row.get(0)?,
-        tool: row.get(1)?,
-        status: status_column(row, 2)?,
+        tool: row.get(TOOL)?,
+        status: status_column(row, STATUS)?,
         endpoint: row.get(3)?,
         tenant: row.get(4)?,
-        principal: row.get(5)?,
+        principal: row.get(PRINCIPAL)?,
         created_at: row.get(6)?,
         updated_at: row.get(7)?,
         status_message: row.get(8)?,
@@ -73,12 +78,7 @@ pub fn list_tasks(
             values.push(value);
         }
     }
-    let columns = SUMMARY_COLUMNS
-        .split(", ")
-        .map(|column| format!("tasks.{column}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut sql = format!("SELECT {columns} FROM {source}");
+    let mut sql = format!("SELECT {SUMMARY_COLUMNS} FROM {source}");
     if !clauses.is_empty() {
         sql.push_str(" WHERE ");
         sql.push_str(&clauses.join(" AND "));
@@ -97,15 +97,15 @@ pub fn list_tasks(
         let text = |index| row.get_ref(index).map(|value| value.as_str().ok());
         let matches = filter
             .status
-            .is_none_or(|status| text(2).ok().flatten() == Some(status.as_str()))
+            .is_none_or(|status| text(STATUS).ok().flatten() == Some(status.as_str()))
             && filter
                 .tool
                 .as_deref()
-                .is_none_or(|tool| text(1).ok().flatten() == Some(tool))
+                .is_none_or(|tool| text(TOOL).ok().flatten() == Some(tool))
             && filter
                 .principal
                 .as_deref()
-                .is_none_or(|principal| text(5).ok().flatten() == Some(principal));
+                .is_none_or(|principal| text(PRINCIPAL).ok().flatten() == Some(principal));
         if matches {
             page.tasks.push(summary(row)?);
         }

@@ -4,7 +4,19 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::protocol::TaskStatus;
-use crate::tasks::model::{Orphans, Stats, ToolTotals};
+use crate::tasks::model::{Stats, ToolTotals};
+
+/// Which leased jobs a pass reclaims: [`crate::tasks::backend::Reclaim`] in this
+/// process's clock (the data dir's lock makes every lease this process's).
+#[derive(Debug, Clone, Copy)]
+pub enum Orphans {
+    /// Jobs whose lease expired before this time (Unix ms): the janitor's pass.
+    ExpiredBefore(i64),
+    /// Jobs whose current attempt started before this time (Unix ms): start-up
+    /// recovery's pass, for attempts of a process that is gone. Attempts this process
+    /// started later are left alone, so recovery can run while workers claim.
+    StartedBefore(i64),
+}
 
 /// Every state a job can be in (the CHECK of `jobs.state`).
 pub const JOB_STATES: [&str; 3] = ["queued", "running", "waiting"];
