@@ -333,6 +333,14 @@ fn start_up_recovery_reclaims_interrupted_attempts_while_serving_and_logs_it() {
         done.contains("reclaimed 2 interrupted attempt(s) in ") && done.contains(" ms "),
         "{done}"
     );
+    assert!(
+        server
+            .log_lines()
+            .iter()
+            .any(|line| line.contains("start-up recovery: 2 attempt(s) were running in the store")),
+        "{:?}",
+        server.log_lines()
+    );
     // Reclaimed as a retry: the attempt counts, and a worker runs the task again.
     for id in &ids {
         let task = tasks::get(&server, id);
