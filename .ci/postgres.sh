@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes sure Debian's PostgreSQL is installed for the PostgreSQL tests (tests/cluster.rs
+# Makes sure Debian's PostgreSQL (and libfaketime) is installed for the PostgreSQL tests (tests/cluster.rs
 # and the integration suite's postgres pass) and prints its bin dir (initdb, pg_ctl,
 # psql). The tests start their own throwaway clusters: no server is started here, and
 # the package's default cluster is not created.
@@ -21,9 +21,9 @@ bin_dir() {
   return 1
 }
 
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
 if ! bin_dir >/dev/null; then
-  SUDO=""
-  [ "$(id -u)" = 0 ] || SUDO=sudo
   # The tests never use the package's "main" cluster: do not create (or start) it.
   $SUDO mkdir -p /etc/postgresql-common/createcluster.d
   echo "create_main_cluster = false" |
@@ -32,5 +32,11 @@ if ! bin_dir >/dev/null; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
   $SUDO env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends postgresql >&2
+fi
+# libfaketime: tests/postgres.rs runs a node with its clock an hour behind.
+if ! ls /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  $SUDO env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends libfaketime >&2
 fi
 bin_dir || { echo "postgresql is installed, but no initdb and pg_ctl were found" >&2; exit 1; }

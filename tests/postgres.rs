@@ -203,7 +203,9 @@ fn a_password_in_the_url_is_refused_and_a_missing_password_file_named() {
 }
 
 /// libfaketime, which makes a process see another wall clock; `None` (SKIPPED) without it
-/// (Debian: `apt-get install libfaketime`).
+/// (Debian: `apt-get install libfaketime`), unless PostgreSQL's tests are required
+/// (`MCP_TASKD_REQUIRE_POSTGRES`, set by `.ci/run`, whose `.ci/postgres.sh` installs
+/// it): then its absence fails the test rather than letting it pass unrun.
 fn faketime_library() -> Option<std::path::PathBuf> {
     let found = std::env::var_os("MCP_TASKD_FAKETIME_LIB")
         .map(std::path::PathBuf::from)
@@ -218,6 +220,10 @@ fn faketime_library() -> Option<std::path::PathBuf> {
             .find(|path| path.is_file())
         });
     if found.is_none() {
+        assert!(
+            std::env::var_os("MCP_TASKD_REQUIRE_POSTGRES").is_none(),
+            "libfaketime is required with MCP_TASKD_REQUIRE_POSTGRES (apt-get install libfaketime)"
+        );
         eprintln!("SKIPPED: no libfaketime (apt-get install libfaketime)");
     }
     found
