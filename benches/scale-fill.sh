@@ -36,7 +36,9 @@ for _ in $(seq 100); do curl -sf http://127.0.0.1:$port/healthz >/dev/null && br
 kill $pid; wait $pid 2>/dev/null || true
 now=$(python3 -c 'import time;print(int(time.time()*1000))')
 t0=$((now - 60000 - N * STEP_MS))
-origin='{"v":1,"tool":"noop_task","arguments":{},"protocol_version":"2026-07-28","capabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
+# Origin format 2 (src/tasks/model.rs, Origin): the usual protocol version and client
+# capabilities are left out.
+origin='{"v":2,"tool":"noop_task","arguments":{}}'
 result='{"content":[{"type":"text","text":"done"}],"resultType":"complete"}'
 error='{"code":-32603,"message":"the tool failed"}'
 sqlite3 "$DIR/tasks.db" <<SQL

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use super::backend::{StoreError, TaskStore};
 use super::model::{
     arguments_digest, CancelEffect, Created, KeyConflict, NewTask, Origin, Stats, TaskRow,
-    UpdateEffect,
+    UpdateEffect, ORIGIN_VERSION,
 };
 use super::payload_gate::PayloadGate;
 use super::workers::Inflight;
@@ -122,7 +122,7 @@ impl TaskService {
             idempotency_key,
         } = submission;
         let origin = Origin {
-            v: 1,
+            v: ORIGIN_VERSION,
             tool: tool.spec.name.clone(),
             arguments: arguments.clone(),
             protocol_version: protocol_version.to_owned(),
