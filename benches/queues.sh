@@ -31,12 +31,12 @@
 # PostgreSQL is Debian's package (.ci/postgres.sh) in a temp dir, run as an unprivileged
 # user when we are root, with its durable defaults (fsync on, synchronous_commit on).
 #
-#   benches/queues.sh                  # N=5000 ROUNDS=2
+#   benches/queues.sh                  # N=4000 ROUNDS=2
 #   SYSTEMS="taskd graphile" N=2000 ROUNDS=1 README=- benches/queues.sh
 #
 # Prints a markdown table and refreshes the "Job queues on PostgreSQL" section of
 # benches/README.md (README=- leaves it alone).
-# Environment: N (5000), ROUNDS (2), PRODUCERS (64), WORKERS (8), POLL_MS (50), PORT
+# Environment: N (4000), ROUNDS (2), PRODUCERS (64), WORKERS (8), POLL_MS (50), PORT
 # (8120; uses PORT and PORT+1), SYSTEMS, CACHE (${XDG_CACHE_HOME:-~/.cache}/mcp-taskd-bench),
 # OUT (results folder), README, CARGO_TARGET_DIR, MCP_TASKD_PG_BIN (else .ci/postgres.sh
 # finds it). Needs python3 (3.9+, for procrastinate's virtualenv), npm, curl.
@@ -45,7 +45,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
-N=${N:-5000}
+N=${N:-4000}
 ROUNDS=${ROUNDS:-2}
 PRODUCERS=${PRODUCERS:-64}
 WORKERS=${WORKERS:-8}
