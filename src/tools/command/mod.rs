@@ -67,14 +67,14 @@
 //!   environment, let go of the run's pipes and was orphaned before the run ended is
 //!   only killed at the next graceful shutdown). Orphans of runs still running are
 //!   never touched, and no process that is not a child of the server is signalled.
-//! - On Linux the program is started with `PR_SET_PDEATHSIG = SIGKILL` (by the
-//!   launcher, [`launch`], which `posix_spawn` starts and which becomes the program),
-//!   so it dies with the server even on `kill -9`. The signal follows the *thread* that started it;
-//!   programs are started from worker and request threads, which live as long as the
-//!   process. It covers the direct child only: other descendants of a server killed
-//!   with `kill -9` go to init and may outlive it (under systemd the unit's control
-//!   group is killed with it). After such a crash, start-up recovery runs the attempt
-//!   again.
+//! - On Linux programs die with the server even on `kill -9`: a run guard ([`guard`],
+//!   one helper process per server, started with it) sees the server die and kills,
+//!   with SIGKILL, every process carrying the server's run markers, with their process
+//!   groups — the program, what it left in its group, and descendants that left the
+//!   group but kept the marker. Programs themselves start with a plain `posix_spawn`
+//!   (no `fork` of the server, no hook before `exec`). If the guard dies while the
+//!   server runs, the server logs it and starts another, which covers the runs already
+//!   going. After such a crash, start-up recovery runs the attempt again.
 //! - `max_concurrency` bounds the runs of one tool at once, inline and as tasks together
 //!   ([`crate::tools::slots`]). A task beyond it stays queued, holding no worker thread,
 //!   while other tools' tasks run; its attempt starts (and its time starts running) once
@@ -82,7 +82,7 @@
 
 mod declaration;
 #[cfg(target_os = "linux")]
-pub mod launch;
+pub mod guard;
 mod output;
 mod process;
 mod reaper;
