@@ -110,6 +110,8 @@ fn main() -> ExitCode {
     // binary in a hidden mode.
     #[cfg(target_os = "linux")]
     mcp_taskd::tools::command::guard::run_if_guard();
+    // Before any thread starts, so that every thread inherits it.
+    mcp_taskd::tools::command::block_child_exit_signal();
     let cli = Cli::parse();
     // The operator commands print their answers, and a host shows stdio's stderr as
     // its log: only warnings go to the log.

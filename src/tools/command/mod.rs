@@ -96,6 +96,30 @@ use super::{Invocation, Outcome, Tool, ToolSpec};
 pub use declaration::{CommandToolConfig, DeclarationError, DEFAULT_MAX_OUTPUT, DEFAULT_PATH};
 pub use reaper::{become_subreaper, sweep_all};
 
+/// Blocks SIGCHLD in the calling thread and so in every thread it starts: call it first
+/// thing in `main`, before any thread exists.
+///
+/// Why: nothing here handles SIGCHLD (exits are seen through pidfds and `waitid`), and
+/// its default disposition normally makes the kernel drop it. But glibc's `posix_spawn`
+/// blocks every signal in the spawning thread until the child has `exec`ed; a program
+/// that exits before the mask is restored (a no-op program on a loaded box) raises a
+/// SIGCHLD that is then *not* dropped, and is delivered to some other thread. A thread
+/// blocked in a socket read with a timeout (every HTTP connection's, see
+/// vendor/tiny_http patch 9) returns `EINTR` — socket calls with a timeout are never
+/// restarted — and tiny_http closes that client's connection. Blocked in every
+/// thread, SIGCHLD just stays pending and interrupts nothing. Programs do not inherit
+/// the mask: std resets it in the children it starts.
+pub fn block_child_exit_signal() {
+    // SAFETY: plain calls on a signal set we own; pthread_sigmask cannot fail with
+    // these arguments.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// A declared program, checked and ready to run: built once, when the configuration is
 /// loaded, and registered from there.
 #[derive(Debug)]
