@@ -39,8 +39,9 @@ const POLL: Duration = Duration::from_millis(20);
 /// Without a pidfd, the first pause between two looks at the program; each pause
 /// doubles up to [`POLL`] (see [`Checks`]).
 const FIRST_POLL: Duration = Duration::from_millis(1);
-/// Bytes read from a pipe at once.
-const CHUNK: usize = 64 * 1024;
+/// Bytes read from a pipe at once: a buffer on the stack, not the heap (a 64 KiB heap
+/// buffer per run made glibc's `free` consolidate its arena every run).
+const CHUNK: usize = 16 * 1024;
 /// Reads from one pipe in one turn of the loop, at most: a program that writes without
 /// pause must not keep the loop from looking at the rest.
 const READS_PER_TURN: usize = 16;
@@ -286,7 +287,6 @@ struct Pump {
     stderr: StderrTail,
     /// Progress lines read and not yet forwarded.
     progress: Vec<Progress>,
-    chunk: Vec<u8>,
 }
 
 /// Which of the pump's descriptors a `pollfd` stands for.
@@ -324,7 +324,6 @@ impl Pump {
             stdout: StdoutScan::new(limit),
             stderr: StderrTail::default(),
             progress: Vec::new(),
-            chunk: vec![0; CHUNK],
         };
         pump.feed();
         Ok(pump)
@@ -438,10 +437,9 @@ impl Pump {
             stdout_pipe,
             stdout,
             progress,
-            chunk,
             ..
         } = self;
-        if read_ready(stdout_pipe, chunk, |bytes| stdout.push(bytes, progress)) {
+        if read_ready(stdout_pipe, |bytes| stdout.push(bytes, progress)) {
             stdout.closed = true;
         }
     }
@@ -450,24 +448,27 @@ impl Pump {
         let Pump {
             stderr_pipe,
             stderr,
-            chunk,
             ..
         } = self;
-        read_ready(stderr_pipe, chunk, |bytes| stderr.push(bytes));
+        read_ready(stderr_pipe, |bytes| stderr.push(bytes));
     }
 }
 
 /// Reads what a ready pipe holds (up to [`READS_PER_TURN`] reads) into `take`; at EOF
 /// (or a failed read) closes it and returns `true`.
-fn read_ready(pipe: &mut Option<OwnedFd>, chunk: &mut [u8], mut take: impl FnMut(&[u8])) -> bool {
+fn read_ready(pipe: &mut Option<OwnedFd>, mut take: impl FnMut(&[u8])) -> bool {
     let Some(fd) = pipe else {
         return false;
     };
+    let mut chunk = std::mem::MaybeUninit::<[u8; CHUNK]>::uninit();
     for _ in 0..READS_PER_TURN {
         // SAFETY: reads into a buffer we own, of the length given.
-        let read = unsafe { libc::read(fd.as_raw_fd(), chunk.as_mut_ptr().cast(), chunk.len()) };
+        let read = unsafe { libc::read(fd.as_raw_fd(), chunk.as_mut_ptr().cast(), CHUNK) };
         if read > 0 {
-            take(&chunk[..read as usize]);
+            // SAFETY: `read` initialised the first `read` bytes (at most CHUNK).
+            let bytes =
+                unsafe { std::slice::from_raw_parts(chunk.as_ptr().cast::<u8>(), read as usize) };
+            take(bytes);
             continue;
         }
         if read < 0 {
