@@ -1,7 +1,8 @@
 //! Command tools: any executable declared in `[[tools]]` served as an MCP tool, inline
 //! or as a durable task, through the same [`Tool`] trait as the built-in tools. This file
-//! holds [`CommandTool`]; the files below hold its declaration, process and output, and
-//! the reaper of descendants that leave the program's process group.
+//! holds [`CommandTool`]; the files below hold its declaration, process and output, the
+//! reaper of descendants that leave the program's process group, and the run guard that
+//! kills programs when the server dies.
 //!
 //! The rest of this comment is long on purpose: it is the one statement of the contract
 //! with programs, which every file below implements a part of (README.md repeats it).
