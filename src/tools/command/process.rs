@@ -171,7 +171,7 @@ impl CommandTool {
                 interpret(status, &pump.stdout.bytes)
             }
         };
-        self.log_stderr(&pump.stderr.tail(), &outcome);
+        self.log_stderr(pump.stderr.tail(), &outcome);
         outcome
     }
 
