@@ -119,11 +119,13 @@ impl CommandTool {
             if pump.exited(pid) {
                 break Ended::Exited;
             }
-            if started.elapsed() >= self.timeout() {
-                break Ended::TimedOut;
-            }
+            // The host first: a task attempt's deadline (which it enforces) falls no
+            // later than this run's own timeout, and names the failure better.
             if call.host.cancelled() {
                 break Ended::Stopped;
+            }
+            if started.elapsed() >= self.timeout() {
+                break Ended::TimedOut;
             }
         };
         if ended == Ended::Exited {
