@@ -443,7 +443,7 @@ fn a_server_crash_mid_run_reruns_the_attempt_after_restart() {
     })
     .expect("the first run started");
     server.kill9();
-    // PR_SET_PDEATHSIG: the program died with the server.
+    // The run guard saw the server die and killed the program.
     assert_gone(std::slice::from_ref(&pid));
 
     let server = Server::start_in(&dir, &tools);

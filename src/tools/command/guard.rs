@@ -106,6 +106,8 @@ impl Guard {
         // `/proc/self/exe` names the running image, even if an upgrade replaced the file.
         let mut command = Command::new("/proc/self/exe");
         command
+            // What `ps` shows (the kernel's own name for it is set by the guard).
+            .arg0("mcp-taskd")
             .arg(GUARD_ARG)
             .arg(std::process::id().to_string())
             .stdin(Stdio::from(read))
@@ -151,6 +153,11 @@ pub fn run_if_guard() {
         eprintln!("mcp-taskd {GUARD_ARG}: usage: SERVER_PID");
         std::process::exit(2);
     };
+    // Started as `/proc/self/exe`, the kernel would call it `exe` (in `top`, `pkill`).
+    // SAFETY: plain system call with a NUL-terminated name of at most 16 bytes.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"mcp-taskd-guard".as_ptr());
+    }
     guard(server);
     std::process::exit(0);
 }

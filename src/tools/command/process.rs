@@ -4,10 +4,13 @@
 //!
 //! One run is supervised by the thread that runs it, with one `poll(2)` loop over the
 //! program's stdin, stdout and stderr and, on Linux, a pidfd that becomes readable when
-//! the program exits: no helper threads (three a run cost the server about a third of
-//! its CPU per no-op run, in thread creation and the wake-ups between them), and no
-//! timer: the loop wakes for output, for the exit, or after [`POLL`] to look at the
-//! run's timeout and at cancellation (which the host only shows as a flag).
+//! the program exits. No helper threads: three a run (stdin writer, stdout and stderr
+//! readers) meant three thread starts and the wake-ups between them and the
+//! supervising thread, which slept and looked. Together with starting programs without
+//! the launcher, the server's CPU per no-op run fell from ~1.4 ms to ~0.9 ms
+//! (benches/README.md, "No launcher, a run guard"). No timer either: the loop wakes for
+//! output, for the exit, or after [`POLL`] to look at the run's timeout and at
+//! cancellation (which the host only shows as a flag).
 //!
 //! The program dies with the server, even on `kill -9`, through the run guard
 //! (`guard`), so nothing runs in the new process before its `exec` and std can start it
