@@ -27,7 +27,8 @@
 //! [`SETTLE`] before it exits.
 //!
 //! If the guard itself dies while the server lives, the server logs an error and
-//! starts a new one ([`keep`]); the new guard covers every run, earlier ones included,
+//! starts a new one ([`keep`]): at once, or no sooner than [`RESTART_PAUSE`] after the
+//! previous start; the new guard covers every run, earlier ones included,
 //! since it finds them by their marker. Only a server killed in the moment between the
 //! two guards leaves its programs running (as does one whose guard cannot be restarted,
 //! which the log says every [`RESTART_PAUSE`]).
@@ -56,7 +57,7 @@ const KILL_LIMIT: Duration = Duration::from_secs(5);
 const SETTLE: Duration = Duration::from_millis(20);
 /// How many quiet passes end the guard's work.
 const QUIET_PASSES: u32 = 3;
-/// Pause before a dead guard is started again, so one that cannot start does not spin.
+/// Least time between two starts of a guard, so one that cannot start does not spin.
 const RESTART_PAUSE: Duration = Duration::from_secs(1);
 
 /// Starts the guard of this server and a thread that restarts it if it dies. An error
@@ -67,11 +68,15 @@ pub fn keep() -> std::io::Result<()> {
         .name("run-guard".into())
         .spawn(move || {
             let mut guard = Some(first);
+            let mut last_start = Instant::now();
             loop {
                 if let Some(running) = guard.take() {
                     running.wait_and_report();
                 }
-                std::thread::sleep(RESTART_PAUSE);
+                // At once after a guard that ran a while (programs are unguarded until
+                // the next one runs); paced when guards die or fail as they start.
+                std::thread::sleep(RESTART_PAUSE.saturating_sub(last_start.elapsed()));
+                last_start = Instant::now();
                 match Guard::start() {
                     Ok(started) => {
                         log::warn!("run guard restarted");
