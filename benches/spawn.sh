@@ -200,9 +200,9 @@ both per completed task. Goal: ≥ 1,000 tasks/s. Medians: {", ".join(medians)}.
 Spawn cost per run (`benches/spawncost.rs`, one process starting the compiled program
 or the script and waiting for it, sequentially, with {rss} MiB of touched heap like the
 server's resident set; load {spawn_load}). "Command as configured" is how a command
-tool's run starts its program (a `pre_exec` hook sets the parent-death signal, which
-makes std `fork`; three helper threads per run); "Command piped, no hook" is the same
-without the hook, which lets std use `posix_spawn`.
+tool's run starts its program now (std `Command`, three pipes, no hook, so std uses
+`posix_spawn`); "Command, pre_exec hook, 3 threads" is how it did until 2026-11-30 (a
+hook armed the parent-death signal, which makes std `fork`; three helper threads).
 
 {chr(10).join(spawn)}
 <!-- spawn.sh end -->"""

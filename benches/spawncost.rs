@@ -17,12 +17,12 @@
 //! - `fork+exec`: `fork`, `execve` in the child, `waitpid`;
 //! - `posix_spawn`: glibc's `posix_spawn`, `waitpid`;
 //! - `Command`: `std::process::Command` with null stdio (std uses `posix_spawn` here);
-//! - `Command as configured`: what a command tool's run does (clean
-//!   environment, working directory, three pipes, its own process group, and a
-//!   `pre_exec` hook setting `PR_SET_PDEATHSIG`, which makes std `fork`), draining
-//!   stdout and stderr on two threads and writing stdin on a third;
-//! - `Command piped, no hook`: the same without the hook and the threads (std can use
-//!   `posix_spawn`), pipes drained on this thread.
+//! - `Command, pre_exec hook, 3 threads`: what a command tool's run did until
+//!   2026-11-30 (clean environment, working directory, three pipes, its own process
+//!   group, and a `pre_exec` hook setting `PR_SET_PDEATHSIG`, which makes std `fork`),
+//!   draining stdout and stderr on two threads and writing stdin on a third;
+//! - `Command as configured`: what a run does now: the same without the hook and the
+//!   threads (std uses `posix_spawn`), pipes served on this thread.
 //!
 //! Not part of `cargo test`; built by `cargo bench --no-run --bench spawncost`.
 
@@ -58,11 +58,11 @@ fn main() {
         ("posix_spawn", Box::new(|| posix_spawn(&program_c))),
         ("Command", Box::new(|| command_plain(&program))),
         (
-            "Command as configured",
-            Box::new(|| command_configured(&program)),
+            "Command, pre_exec hook, 3 threads",
+            Box::new(|| command_hooked(&program)),
         ),
         (
-            "Command piped, no hook",
+            "Command as configured",
             Box::new(|| command_piped(&program)),
         ),
     ];
@@ -165,7 +165,7 @@ fn configured(program: &str) -> Command {
     command
 }
 
-fn command_configured(program: &str) {
+fn command_hooked(program: &str) {
     let mut command = configured(program);
     // SAFETY: the hook makes one async-signal-safe system call.
     unsafe {

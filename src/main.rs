@@ -106,9 +106,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // A command tool's program starts as this binary, which becomes the program.
+    // The run guard, which kills command tools' programs if the server dies, is this
+    // binary in a hidden mode.
     #[cfg(target_os = "linux")]
-    mcp_taskd::tools::command::launch::run_if_launcher();
+    mcp_taskd::tools::command::guard::run_if_guard();
+    // Before any thread starts, so that every thread inherits it.
+    mcp_taskd::tools::command::block_child_exit_signal();
     let cli = Cli::parse();
     // The operator commands print their answers, and a host shows stdio's stderr as
     // its log: only warnings go to the log.

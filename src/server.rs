@@ -63,6 +63,8 @@ pub enum ServeError {
     SharedKey(crate::tasks::StoreError),
     #[error(transparent)]
     Upkeep(#[from] StartError),
+    #[error("cannot start the run guard of command tools: {0}")]
+    RunGuard(std::io::Error),
     #[error("admin socket in {}: {source}", data_dir.display())]
     AdminSocket {
         data_dir: PathBuf,
@@ -114,6 +116,11 @@ impl Engine {
         // back to the server, not to init, to be found and killed when their run ends.
         if !command::become_subreaper() {
             log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
+        }
+        // Before any program runs: programs must die with the server, `kill -9` included.
+        #[cfg(target_os = "linux")]
+        if !config.tools.is_empty() {
+            command::guard::keep().map_err(ServeError::RunGuard)?;
         }
         let mut data_dir_lock = None;
         // The engine sees the store through its interface only.

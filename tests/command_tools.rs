@@ -443,7 +443,7 @@ fn a_server_crash_mid_run_reruns_the_attempt_after_restart() {
     })
     .expect("the first run started");
     server.kill9();
-    // PR_SET_PDEATHSIG: the program died with the server.
+    // The run guard saw the server die and killed the program.
     assert_gone(std::slice::from_ref(&pid));
 
     let server = Server::start_in(&dir, &tools);
@@ -539,4 +539,16 @@ fn a_bad_declaration_fails_check_config_and_serve_naming_tool_and_field() {
             );
         }
     }
+}
+
+#[test]
+fn programs_start_with_no_signal_blocked() {
+    // The server blocks SIGCHLD in all its threads (see `block_child_exit_signal`); a
+    // program must not inherit that (a shell that waits for its children would hang).
+    let tool = "[[tools]]\nname = \"mask\"\ndescription = \"blocked signals\"\n\
+                command = [\"/bin/sh\", \"-c\", \"grep SigBlk /proc/self/status\"]\n";
+    let server = Server::start(&config(tool));
+    let result = server.call_tool("mask", json!({}), json!({})).result();
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert_eq!(text.trim(), "SigBlk:\t0000000000000000", "{result}");
 }

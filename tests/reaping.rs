@@ -295,3 +295,107 @@ fn an_orphan_with_nothing_of_its_run_dies_at_the_latest_on_a_graceful_shutdown()
     assert!(server.terminate(LIMIT), "the server exits on SIGTERM");
     assert_gone(&escapee);
 }
+
+/// A `[[tools]]` entry running tests/scripts/stubborn.sh, which ignores SIGTERM and
+/// leaves a grandchild in its group and an escapee in a session of its own.
+fn stubborn_tool(work: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/stubborn.sh");
+    format!(
+        "[[tools]]\nname = \"stubborn\"\ndescription = \"stubborn.sh\"\n\
+         command = [\"{script}\"]\nenv = {{ WORK = \"{work}\" }}\n",
+        script = script.display(),
+        work = work.display(),
+    )
+}
+
+/// The process whose pid the program wrote to `work/file`.
+fn recorded(work: &Path, file: &str) -> Process {
+    poll_until(LIMIT, || {
+        let text = std::fs::read_to_string(work.join(file)).ok()?;
+        let pid: u32 = text.lines().next()?.trim().parse().ok()?;
+        let start = stat(pid)?.get(19)?.clone();
+        Some(Process { pid, start })
+    })
+    .unwrap_or_else(|| panic!("the program recorded a live process in {file}"))
+}
+
+/// stubborn.sh's program, grandchild and escapee, once all three run.
+fn stubborn_processes(work: &Path) -> Vec<Process> {
+    poll_until(LIMIT, || work.join("ready").exists().then_some(()))
+        .expect("the program started its grandchild and its escapee");
+    let processes: Vec<Process> = ["program", "grandchildren", "escapees"]
+        .iter()
+        .map(|file| recorded(work, file))
+        .collect();
+    for process in &processes {
+        assert!(process.exists(), "{process:?} is not running");
+    }
+    processes
+}
+
+/// Each process is dead within [`GONE_WITHIN`]. Once the server is gone nobody of
+/// ours reaps them: a zombie waiting for init counts as dead.
+fn assert_dead(processes: &[Process]) {
+    for process in processes {
+        let dead = || {
+            stat(process.pid)
+                .filter(|fields| fields.get(19) == Some(&process.start))
+                .is_none_or(|fields| fields[0] == "Z" || fields[0] == "X")
+        };
+        assert!(
+            poll_until(GONE_WITHIN, || dead().then_some(())).is_some(),
+            "{process:?} still runs after the server was killed: {:?}",
+            stat(process.pid)
+        );
+    }
+}
+
+/// The server's live run guard: its child running this binary in guard mode.
+fn guard_of(server: &Server) -> Option<u32> {
+    let pid = server.pid();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|child| child.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .find(|child| {
+            std::fs::read(format!("/proc/{child}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.split(|&b| b == 0).any(|arg| arg == b"__run-guard"))
+        })
+}
+
+#[test]
+fn a_server_killed_with_kill_9_takes_its_program_and_all_it_started_along() {
+    let (_temp, work) = temp();
+    let mut server = Server::start(&config(&[stubborn_tool(&work)]));
+    start_task(&server, "stubborn");
+    let processes = stubborn_processes(&work);
+    server.kill9();
+    // The run guard saw the server die: the program (deaf to SIGTERM), its grandchild
+    // and the escapee in another session all carried the server's run marker.
+    assert_dead(&processes);
+}
+
+#[test]
+fn a_run_guard_that_dies_is_restarted_and_still_covers_running_programs() {
+    let (_temp, work) = temp();
+    let mut server = Server::start(&config(&[stubborn_tool(&work)]));
+    start_task(&server, "stubborn");
+    let processes = stubborn_processes(&work);
+    let first = poll_until(LIMIT, || guard_of(&server)).expect("the server has a run guard");
+    let killed = std::process::Command::new("kill")
+        .arg("-KILL")
+        .arg(first.to_string())
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let second = poll_until(LIMIT, || guard_of(&server).filter(|&pid| pid != first));
+    assert!(second.is_some(), "the run guard was not restarted");
+    // The new guard covers the program started before it.
+    server.kill9();
+    assert_dead(&processes);
+}

@@ -1,7 +1,8 @@
 //! Command tools: any executable declared in `[[tools]]` served as an MCP tool, inline
 //! or as a durable task, through the same [`Tool`] trait as the built-in tools. This file
-//! holds [`CommandTool`]; the files below hold its declaration, process and output, and
-//! the reaper of descendants that leave the program's process group.
+//! holds [`CommandTool`]; the files below hold its declaration, process and output, the
+//! reaper of descendants that leave the program's process group, and the run guard that
+//! kills programs when the server dies.
 //!
 //! The rest of this comment is long on purpose: it is the one statement of the contract
 //! with programs, which every file below implements a part of (README.md repeats it).
@@ -67,14 +68,14 @@
 //!   environment, let go of the run's pipes and was orphaned before the run ended is
 //!   only killed at the next graceful shutdown). Orphans of runs still running are
 //!   never touched, and no process that is not a child of the server is signalled.
-//! - On Linux the program is started with `PR_SET_PDEATHSIG = SIGKILL` (by the
-//!   launcher, [`launch`], which `posix_spawn` starts and which becomes the program),
-//!   so it dies with the server even on `kill -9`. The signal follows the *thread* that started it;
-//!   programs are started from worker and request threads, which live as long as the
-//!   process. It covers the direct child only: other descendants of a server killed
-//!   with `kill -9` go to init and may outlive it (under systemd the unit's control
-//!   group is killed with it). After such a crash, start-up recovery runs the attempt
-//!   again.
+//! - On Linux programs die with the server even on `kill -9`: a run guard ([`guard`],
+//!   one helper process per server, started with it) sees the server die and kills,
+//!   with SIGKILL, every process carrying the server's run markers, with their process
+//!   groups — the program, what it left in its group, and descendants that left the
+//!   group but kept the marker. Programs themselves start with a plain `posix_spawn`
+//!   (no `fork` of the server, no hook before `exec`). If the guard dies while the
+//!   server runs, the server logs it and starts another, which covers the runs already
+//!   going. After such a crash, start-up recovery runs the attempt again.
 //! - `max_concurrency` bounds the runs of one tool at once, inline and as tasks together
 //!   ([`crate::tools::slots`]). A task beyond it stays queued, holding no worker thread,
 //!   while other tools' tasks run; its attempt starts (and its time starts running) once
@@ -82,7 +83,7 @@
 
 mod declaration;
 #[cfg(target_os = "linux")]
-pub mod launch;
+pub mod guard;
 mod output;
 mod process;
 mod reaper;
@@ -95,6 +96,30 @@ use super::{Invocation, Outcome, Tool, ToolSpec};
 
 pub use declaration::{CommandToolConfig, DeclarationError, DEFAULT_MAX_OUTPUT, DEFAULT_PATH};
 pub use reaper::{become_subreaper, sweep_all};
+
+/// Blocks SIGCHLD in the calling thread and so in every thread it starts: call it first
+/// thing in `main`, before any thread exists.
+///
+/// Why: nothing here handles SIGCHLD (exits are seen through pidfds and `waitid`), and
+/// its default disposition normally makes the kernel drop it. But glibc's `posix_spawn`
+/// blocks every signal in the spawning thread until the child has `exec`ed; a program
+/// that exits before the mask is restored (a no-op program on a loaded box) raises a
+/// SIGCHLD that is then *not* dropped, and is delivered to some other thread. A thread
+/// blocked in a socket read with a timeout (every HTTP connection's, see
+/// vendor/tiny_http patch 9) returns `EINTR` — socket calls with a timeout are never
+/// restarted — and tiny_http closes that client's connection. Blocked in every
+/// thread, SIGCHLD just stays pending and interrupts nothing. Programs do not inherit
+/// the mask: std resets it in the children it starts.
+pub fn block_child_exit_signal() {
+    // SAFETY: plain calls on a signal set we own; pthread_sigmask cannot fail with
+    // these arguments.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
 
 /// A declared program, checked and ready to run: built once, when the configuration is
 /// loaded, and registered from there.

@@ -30,7 +30,7 @@
 //! with a new one), closed or redirected the run's pipes, and was orphaned before the
 //! run ended, or if it changed user so that its `/proc` entries cannot be read. It
 //! still dies at the next graceful shutdown. After `kill -9` of the server nothing
-//! here runs: orphans go to init (under systemd, the unit's control group is killed).
+//! here runs: the run guard (`guard`) kills what carries the server's markers.
 //!
 //! Cost: a run that leaves nothing behind costs one read of the server's children list
 //! (`/proc/<pid>/task/<pid>/children`, a few µs). Each orphan costs a read of its
@@ -117,8 +117,8 @@ pub struct Run {
 impl Run {
     pub fn start() -> Run {
         let marker = format!(
-            "{}.{}",
-            std::process::id(),
+            "{}{}",
+            marker_prefix(std::process::id() as libc::pid_t),
             NEXT_RUN.fetch_add(1, Ordering::Relaxed)
         );
         registry().running.insert(marker.clone());
@@ -404,6 +404,29 @@ enum Environ {
     /// Not readable, or empty: a process in the middle of an exec shows an empty
     /// environment for a moment (as does one started with none at all).
     Unreadable,
+}
+
+/// How the markers of every run of the server `server` start.
+pub fn marker_prefix(server: libc::pid_t) -> String {
+    format!("{server}.")
+}
+
+/// Whether the process's environment carries a marker starting with `prefix`.
+#[cfg(target_os = "linux")]
+pub fn carries_marker(pid: libc::pid_t, prefix: &str) -> bool {
+    matches!(marker_of(pid), Environ::Marked(found) if found.starts_with(prefix))
+}
+
+/// The process's group, if it still exists.
+#[cfg(target_os = "linux")]
+pub fn process_group(pid: libc::pid_t) -> Option<libc::pid_t> {
+    Stat::read(pid).map(|stat| stat.pgid)
+}
+
+/// The process's start time (0 once it is gone): with its pid, it names one process.
+#[cfg(target_os = "linux")]
+pub fn start_time(pid: libc::pid_t) -> u64 {
+    Stat::read(pid).map_or(0, |stat| stat.start)
 }
 
 fn marker_of(pid: libc::pid_t) -> Environ {
