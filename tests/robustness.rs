@@ -837,3 +837,57 @@ fn the_data_dir_belongs_to_one_running_server() {
     let echoed = server.call_tool("echo", json!({"text": "still here"}), json!({}));
     assert_eq!(echoed.result()["content"][0]["text"], "still here");
 }
+
+/// A server stopped and continued (`kill -STOP`/`-CONT`: a debugger, a cgroup freeze, a
+/// suspended container) keeps its connections. On Linux a socket read with a timeout
+/// returns `EINTR` after such a stop, and upstream tiny_http closed the connection on
+/// it; any handled signal landing on a connection thread did the same (vendor/tiny_http
+/// PATCHES.md, "interrupted socket calls").
+#[test]
+fn a_stopped_and_continued_server_keeps_its_connections() {
+    use std::io::{Read, Write};
+    let server = Server::start(ALL_SETS);
+    let host = server.addr.to_string();
+    let mut stream = std::net::TcpStream::connect(server.addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    // Once the connection's thread waits for the request (a TCP receive: in
+    // `wait_woken`), stop and continue the whole server under it.
+    let reading = common::poll_until(Duration::from_secs(5), || {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", server.pid())).ok()?;
+        tasks.flatten().find_map(|task| {
+            let wchan = std::fs::read_to_string(task.path().join("wchan")).ok()?;
+            (wchan == "wait_woken").then_some(())
+        })
+    });
+    assert!(reading.is_some(), "no connection thread is reading");
+    let pid = server.pid().to_string();
+    let signal = |signal: &str| {
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal}");
+    };
+    signal("-STOP");
+    let stopped = common::poll_until(Duration::from_secs(5), || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.contains(") T ").then_some(())
+    });
+    signal("-CONT");
+    assert!(stopped.is_some(), "the server did not stop");
+    stream
+        .write_all(
+            format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .expect("request");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200 "),
+        "after a stop and continue the connection got {answer:?}"
+    );
+}

@@ -228,17 +228,32 @@ impl Drop for RefinedTcpStream {
     }
 }
 
+// mcp-taskd patch 14: a signal handled by some thread of the process can land on a
+// connection thread blocked in a socket call with a timeout, which then fails with
+// `EINTR` (such calls are never restarted), and the callers above treat every error
+// as the end of the connection. Nothing was transferred: try again, with what is left
+// of the deadline.
 impl Read for RefinedTcpStream {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
-        self.arm(true)?;
-        self.stream.read(buf)
+        loop {
+            self.arm(true)?;
+            match self.stream.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
     }
 }
 
 impl Write for RefinedTcpStream {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
-        self.arm(false)?;
-        self.stream.write(buf)
+        loop {
+            self.arm(false)?;
+            match self.stream.write(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
     }
 
     fn flush(&mut self) -> IoResult<()> {
