@@ -35,10 +35,12 @@
 //! server's own backups), and free space is the database server's concern.
 
 mod connection;
+mod creations;
 mod leader;
 mod listener;
 mod migrations;
 mod sql;
+mod statements;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,14 +49,15 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
-use postgres::Transaction;
 use serde_json::{Map, Value};
 
-use self::connection::Manager;
+use self::connection::{Manager, Pooled};
 pub use self::connection::{OpenError, PASSWORD_ENV};
+use self::creations::{shared_failure, Creations};
 use self::leader::Leader;
 use self::listener::Listener;
 use self::sql::{admin, attempts, client, create, upkeep};
+use self::statements::{Db, Tx};
 use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::config::StoreConfig;
@@ -197,6 +200,7 @@ pub struct Store {
     commits: Receiver<()>,
     cancellations: Receiver<String>,
     leader: Leader,
+    creations: Creations,
     /// Set when the store is dropped: the listener stops.
     stopping: Arc<AtomicBool>,
 }
@@ -257,6 +261,7 @@ impl Store {
                 commits,
                 cancellations,
                 leader: Leader::default(),
+                creations: Creations::default(),
                 stopping,
             }),
             listener,
@@ -291,7 +296,7 @@ impl Store {
     /// failed `COMMIT` is not (it may have committed): `NotCommitted`.
     fn transaction<T>(
         &self,
-        mut op: impl FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+        mut op: impl FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         self.run(true, false, &mut op)
     }
@@ -300,7 +305,7 @@ impl Store {
     /// relay is woken ([`Store::wake_relays`]).
     fn change<T>(
         &self,
-        mut op: impl FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+        mut op: impl FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         self.run(true, true, &mut op)
     }
@@ -311,7 +316,7 @@ impl Store {
     fn once<T>(
         &self,
         wake: bool,
-        op: impl FnOnce(&mut Transaction<'_>) -> Result<T, Failure>,
+        op: impl FnOnce(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut op = Some(op);
         self.run(false, wake, &mut |tx| match op.take() {
@@ -324,13 +329,13 @@ impl Store {
         &self,
         repeatable: bool,
         wake: bool,
-        op: &mut dyn FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+        op: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut tries = 0;
         loop {
             tries += 1;
             let mut conn = self.connection()?;
-            let (failure, ran) = match self.attempt(&mut conn.client, op) {
+            let (failure, ran) = match self.attempt(&mut conn, op) {
                 Ok(value) => {
                     if wake {
                         wake_relays(&mut conn.client);
@@ -350,14 +355,17 @@ impl Store {
     /// One run of `op` in a transaction on `client`, committed.
     fn attempt<T>(
         &self,
-        client: &mut postgres::Client,
-        op: &mut dyn FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+        conn: &mut Pooled,
+        op: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, Attempt> {
+        let Pooled {
+            client, statements, ..
+        } = conn;
         let mut tx = client.transaction().map_err(|error| Attempt::Failed {
             failure: Failure::Db(error),
             ran: false,
         })?;
-        match op(&mut tx) {
+        match op(&mut Db::new(&mut tx, statements)) {
             Ok(value) => self.commit(tx, value).map_err(Attempt::Committing),
             Err(failure) => Err(Attempt::Failed { failure, ran: true }),
         }
@@ -366,7 +374,7 @@ impl Store {
     /// Commits; a `COMMIT` that fails for want of the database may have committed or
     /// not: `NotCommitted` says the client should try again (idempotency keys make
     /// that safe for creations).
-    fn commit<T>(&self, tx: Transaction<'_>, value: T) -> Result<T, StoreError> {
+    fn commit<T>(&self, tx: postgres::Transaction<'_>, value: T) -> Result<T, StoreError> {
         match tx.commit() {
             Ok(()) => Ok(value),
             Err(error) => {
@@ -383,16 +391,48 @@ impl Store {
     /// Runs a read on a pooled connection (a retryable failure: once more).
     fn read<T>(
         &self,
-        op: impl Fn(&mut postgres::Client) -> Result<T, Failure>,
+        op: impl Fn(&mut Db<'_, postgres::Client>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut tries = 0;
         loop {
             tries += 1;
             let mut conn = self.connection()?;
-            match op(&mut conn.client) {
+            let Pooled {
+                client, statements, ..
+            } = &mut *conn;
+            match op(&mut Db::new(client, statements)) {
                 Ok(value) => return Ok(value),
                 Err(failure) if failure.retryable() && tries < TRIES => continue,
                 Err(failure) => return Err(self.failed(failure)),
+            }
+        }
+    }
+}
+
+impl Store {
+    /// Writes a group of creations without keys in one transaction; the answer of
+    /// each, in order.
+    fn create_group(&self, tasks: &[NewTask]) -> Vec<Result<Created, StoreError>> {
+        let group: Vec<&NewTask> = tasks.iter().collect();
+        let created = |task: &NewTask| Created::Task(task.created());
+        match self.change(|tx| create::create_tasks(tx, &group)) {
+            Ok(()) => tasks.iter().map(|task| Ok(created(task))).collect(),
+            // A failure that may be one task's own (a value the database refuses):
+            // each alone, so that it fails only its own creation.
+            Err(error) if tasks.len() > 1 && !error.is_temporary() => tasks
+                .iter()
+                .map(|task| {
+                    self.change(|tx| create::create_tasks(tx, &[task]))
+                        .map(|()| created(task))
+                })
+                .collect(),
+            Err(error) => {
+                let others: Vec<_> = tasks
+                    .iter()
+                    .skip(1)
+                    .map(|_| Err(shared_failure(&error)))
+                    .collect();
+                std::iter::once(Err(error)).chain(others).collect()
             }
         }
     }
@@ -416,11 +456,7 @@ impl Drop for Store {
 }
 
 /// Runs a [`ClaimRequest`] inside a transaction, for `node`.
-fn claim(
-    tx: &mut Transaction<'_>,
-    node: &str,
-    request: ClaimRequest,
-) -> Result<Vec<Claim>, Failure> {
+fn claim(tx: &mut Tx<'_, '_>, node: &str, request: ClaimRequest) -> Result<Vec<Claim>, Failure> {
     let ClaimRequest {
         limit,
         lease_ms,
@@ -488,9 +524,15 @@ fn node_id(data_dir: &Path) -> Result<String, OpenError> {
 
 impl TaskStore for Store {
     fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
-        // Answered on the caller's thread, after commit: each node commits its own
-        // creations concurrently (PostgreSQL groups the WAL flushes).
-        Later::ready(self.change(|tx| create::create_task(tx, &task)))
+        // Answered on the caller's thread, after commit. Creations without a key share
+        // transactions (see [`creations`]); one with a key runs alone.
+        if task.idempotency_key.is_some() {
+            return Later::ready(self.change(|tx| create::create_task(tx, &task)));
+        }
+        Later::ready(
+            self.creations
+                .create(task, |tasks| self.create_group(&tasks)),
+        )
     }
 
     fn find_authorized(
@@ -672,7 +714,8 @@ impl TaskStore for Store {
     fn task_detail(&self, task_id: &str) -> Result<Option<TaskDetail>, StoreError> {
         // One snapshot for the task, its job and its attempts.
         self.transaction(|tx| {
-            tx.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
+            tx.uncached()
+                .batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
             admin::task_detail(tx, task_id)
         })
     }
