@@ -5,9 +5,11 @@
 //! # Durability guarantees (and what keeps them)
 //!
 //! - **An acknowledged write is committed.** Every operation is one transaction on a
-//!   pooled connection; its answer (a task handle included) is given after `COMMIT`
-//!   returned, with PostgreSQL's own durability (`synchronous_commit`, `fsync`: the
-//!   server's settings; the defaults flush the WAL before a commit returns).
+//!   pooled connection (concurrent creations share one: [`creations`]); its answer (a
+//!   task handle included) is given after `COMMIT` returned, with PostgreSQL's own
+//!   durability (`synchronous_commit`, `fsync`: the server's settings; the defaults
+//!   flush the WAL before a commit returns). Statements are prepared once per
+//!   connection ([`statements`]): each later run is one round trip.
 //! - **Every task change appends its outbox row in the same transaction**
 //!   (`taskd_append_outbox`, schema-postgres.sql); once it has committed, the node sends
 //!   `NOTIFY mcp_taskd_outbox`, which wakes every node's relay ([`listener`]). A row's
@@ -20,6 +22,8 @@
 //!   `FOR UPDATE SKIP LOCKED` (`sql/attempts.rs`).
 //! - **Lease and expiry times use the database clock** (`taskd_now_ms()`): a node whose
 //!   clock is ahead cannot find another node's live lease expired.
+//! - **Idle workers on every node are woken** when a change may have queued jobs
+//!   (`NOTIFY mcp_taskd_jobs`, [`listener`]), not only those of the node that made it.
 //! - **Store-wide upkeep runs on one node at a time** and moves to another when that one
 //!   dies ([`leader`]).
 //! - **Losing the database never blocks a caller forever**: a connection is awaited at
@@ -199,6 +203,7 @@ pub struct Store {
     health: Arc<Health>,
     commits: Receiver<()>,
     cancellations: Receiver<String>,
+    jobs: Receiver<()>,
     leader: Leader,
     creations: Creations,
     /// Set when the store is dropped: the listener stops.
@@ -239,10 +244,12 @@ impl Store {
         let stopping = Arc::new(AtomicBool::new(false));
         let (commit_sender, commits) = crossbeam_channel::bounded(1);
         let (cancel_sender, cancellations) = crossbeam_channel::bounded(4096);
+        let (jobs_sender, jobs) = crossbeam_channel::bounded(1);
         let listener = Listener {
             settings: settings.clone(),
             commits: commit_sender,
             cancellations: cancel_sender,
+            jobs: jobs_sender,
             health: Arc::clone(&health),
             epoch,
             stopping: Arc::clone(&stopping),
@@ -260,6 +267,7 @@ impl Store {
                 health,
                 commits,
                 cancellations,
+                jobs,
                 leader: Leader::default(),
                 creations: Creations::default(),
                 stopping,
@@ -298,16 +306,25 @@ impl Store {
         &self,
         mut op: impl FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        self.run(true, false, &mut op)
+        self.run(true, Wake::Nobody, &mut op)
     }
 
     /// [`Store::transaction`] for a task change: once it has committed, every node's
-    /// relay is woken ([`Store::wake_relays`]).
+    /// relay is woken ([`wake_nodes`]).
     fn change<T>(
         &self,
         mut op: impl FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        self.run(true, true, &mut op)
+        self.run(true, Wake::Relays, &mut op)
+    }
+
+    /// [`Store::change`] for a change that may queue jobs ready to run (a creation, an
+    /// answer to a task's input requests): every node's idle workers are woken too.
+    fn queueing<T>(
+        &self,
+        mut op: impl FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
+    ) -> Result<T, StoreError> {
+        self.run(true, Wake::RelaysAndWorkers, &mut op)
     }
 
     /// [`Store::transaction`] (or [`Store::change`], with `wake`) for an `op` that
@@ -315,7 +332,7 @@ impl Store {
     /// failed before `op` ran.
     fn once<T>(
         &self,
-        wake: bool,
+        wake: Wake,
         op: impl FnOnce(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut op = Some(op);
@@ -328,7 +345,7 @@ impl Store {
     fn run<T>(
         &self,
         repeatable: bool,
-        wake: bool,
+        wake: Wake,
         op: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut tries = 0;
@@ -337,9 +354,7 @@ impl Store {
             let mut conn = self.connection()?;
             let (failure, ran) = match self.attempt(&mut conn, op) {
                 Ok(value) => {
-                    if wake {
-                        wake_relays(&mut conn.client);
-                    }
+                    wake_nodes(&mut conn.client, wake);
                     return Ok(value);
                 }
                 Err(Attempt::Committing(error)) => return Err(error),
@@ -415,14 +430,14 @@ impl Store {
     fn create_group(&self, tasks: &[NewTask]) -> Vec<Result<Created, StoreError>> {
         let group: Vec<&NewTask> = tasks.iter().collect();
         let created = |task: &NewTask| Created::Task(task.created());
-        match self.change(|tx| create::create_tasks(tx, &group)) {
+        match self.queueing(|tx| create::create_tasks(tx, &group)) {
             Ok(()) => tasks.iter().map(|task| Ok(created(task))).collect(),
             // A failure that may be one task's own (a value the database refuses):
             // each alone, so that it fails only its own creation.
             Err(error) if tasks.len() > 1 && !error.is_temporary() => tasks
                 .iter()
                 .map(|task| {
-                    self.change(|tx| create::create_tasks(tx, &[task]))
+                    self.queueing(|tx| create::create_tasks(tx, &[task]))
                         .map(|()| created(task))
                 })
                 .collect(),
@@ -438,14 +453,31 @@ impl Store {
     }
 }
 
-/// Wakes every node's relay after a committed change: `NOTIFY mcp_taskd_outbox` in a
+/// Whom a committed transaction wakes on every node (see [`wake_nodes`]).
+#[derive(Clone, Copy)]
+enum Wake {
+    Nobody,
+    /// The relays (`mcp_taskd_outbox`): a task changed.
+    Relays,
+    /// The relays, and the dispatchers of idle workers (`mcp_taskd_jobs`): a task
+    /// changed, and jobs may be ready to run.
+    RelaysAndWorkers,
+}
+
+/// Wakes every node's relay (and dispatcher) after a committed change: `NOTIFY` in a
 /// transaction of its own, which writes nothing and flushes nothing (see
-/// `taskd_append_outbox` in schema-postgres.sql for why not in the change's own). If it
-/// is lost (the connection fails right after the commit), the relays still read the
-/// change at their next wake-up or within half a second.
-fn wake_relays(client: &mut postgres::Client) {
-    if let Err(error) = client.batch_execute("NOTIFY mcp_taskd_outbox") {
-        log::debug!("waking the relays: {error}");
+/// `taskd_append_outbox` in schema-postgres.sql for why not in the change's own), both
+/// channels in one round trip. If it is lost (the connection fails right after the
+/// commit), the relays still read the change at their next wake-up or within half a
+/// second, and the dispatchers claim at their next poll.
+fn wake_nodes(client: &mut postgres::Client, wake: Wake) {
+    let notify = match wake {
+        Wake::Nobody => return,
+        Wake::Relays => "NOTIFY mcp_taskd_outbox",
+        Wake::RelaysAndWorkers => "NOTIFY mcp_taskd_outbox; NOTIFY mcp_taskd_jobs",
+    };
+    if let Err(error) = client.batch_execute(notify) {
+        log::debug!("waking the nodes: {error}");
     }
 }
 
@@ -527,7 +559,7 @@ impl TaskStore for Store {
         // Answered on the caller's thread, after commit. Creations without a key share
         // transactions (see [`creations`]); one with a key runs alone.
         if task.idempotency_key.is_some() {
-            return Later::ready(self.change(|tx| create::create_task(tx, &task)));
+            return Later::ready(self.queueing(|tx| create::create_task(tx, &task)));
         }
         Later::ready(
             self.creations
@@ -566,7 +598,7 @@ impl TaskStore for Store {
         task_id: &str,
         responses: Map<String, Value>,
     ) -> Result<UpdateEffect, StoreError> {
-        self.change(|tx| client::update(tx, identity, task_id, &responses))
+        self.queueing(|tx| client::update(tx, identity, task_id, &responses))
     }
 
     fn cancel(&self, identity: &Identity, task_id: &str) -> Result<CancelEffect, StoreError> {
@@ -574,7 +606,7 @@ impl TaskStore for Store {
     }
 
     fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError> {
-        self.once(false, move |tx| claim(tx, &self.run, request))
+        self.once(Wake::Nobody, move |tx| claim(tx, &self.run, request))
     }
 
     fn finish(
@@ -583,7 +615,7 @@ impl TaskStore for Store {
         outcome: Finish,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError> {
-        self.once(true, move |tx| {
+        self.once(Wake::Relays, move |tx| {
             let applied = attempts::finish(tx, &lease.task_id, &lease.token, outcome)?;
             let next = match then_claim {
                 Some(next) => claim(tx, &self.run, next)?,
@@ -669,6 +701,10 @@ impl TaskStore for Store {
 
     fn remote_cancellations(&self) -> Option<Receiver<String>> {
         Some(self.cancellations.clone())
+    }
+
+    fn jobs_queued(&self) -> Option<Receiver<()>> {
+        Some(self.jobs.clone())
     }
 
     fn upkeep_leader(&self) -> bool {
