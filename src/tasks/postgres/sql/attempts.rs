@@ -174,21 +174,31 @@ pub fn finish(
         return Ok(false);
     };
     let outcome = outcome.resolve(job.attempt, job.max_attempts, cancel_requested);
-    tx.execute(
-        "UPDATE attempts SET ended_at = taskd_now_ms(), outcome = $3 \
-         WHERE task_id = $1 AND attempt = $2",
-        &[&task_id, &job.attempt, &outcome.label()],
-    )?;
+    // A terminal outcome ends the attempt in `set_terminal`'s own statement.
+    let terminal = matches!(
+        outcome,
+        Finish::Completed { .. } | Finish::Failed { .. } | Finish::Cancelled
+    );
+    if !terminal {
+        tx.execute(
+            "UPDATE attempts SET ended_at = taskd_now_ms(), outcome = $3 \
+             WHERE task_id = $1 AND attempt = $2",
+            &[&task_id, &job.attempt, &outcome.label()],
+        )?;
+    }
     let now = now_ms();
+    let attempt = Some(job.attempt);
     match outcome {
         Finish::Completed { result } => {
-            set_terminal(tx, task_id, TaskStatus::Completed, Some(&result), None, now)?;
+            let status = TaskStatus::Completed;
+            set_terminal(tx, task_id, status, Some(&result), None, now, attempt)?;
         }
         Finish::Failed { error } => {
-            set_terminal(tx, task_id, TaskStatus::Failed, None, Some(&error), now)?;
+            let status = TaskStatus::Failed;
+            set_terminal(tx, task_id, status, None, Some(&error), now, attempt)?;
         }
         Finish::Cancelled => {
-            set_terminal(tx, task_id, TaskStatus::Cancelled, None, None, now)?;
+            set_terminal(tx, task_id, TaskStatus::Cancelled, None, None, now, attempt)?;
         }
         Finish::InputRequired { requests, state } => {
             ask_for_input(tx, task_id, requests, state, now)?;
@@ -215,7 +225,15 @@ fn ask_for_input(
         )?;
         if fresh == 0 {
             let error = Finish::reused_input_key_error();
-            set_terminal(tx, task_id, TaskStatus::Failed, None, Some(&error), now)?;
+            set_terminal(
+                tx,
+                task_id,
+                TaskStatus::Failed,
+                None,
+                Some(&error),
+                now,
+                None,
+            )?;
             return Ok(());
         }
     }

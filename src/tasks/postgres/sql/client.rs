@@ -161,7 +161,15 @@ pub(super) fn cancel_found(
         tx.execute("SELECT pg_notify('mcp_taskd_cancel', $1)", &[&task_id])?;
         return Ok(CancelEffect::SignalRunning);
     }
-    set_terminal(tx, task_id, TaskStatus::Cancelled, None, None, now_ms())?;
+    set_terminal(
+        tx,
+        task_id,
+        TaskStatus::Cancelled,
+        None,
+        None,
+        now_ms(),
+        None,
+    )?;
     Ok(CancelEffect::Done)
 }
 

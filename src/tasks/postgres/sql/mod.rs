@@ -72,8 +72,9 @@ fn append_outbox(tx: &mut Db<'_, impl GenericClient>, task_id: &str) -> Result<(
     Ok(())
 }
 
-/// Moves a live task to a terminal status, drops its job, and appends the outbox row
-/// (the insert `taskd_append_outbox` makes) if it changed: one statement, one round
+/// Moves a live task to a terminal status, drops its job, ends its `attempt` (when
+/// its worker ends it so) with the status as outcome, and appends the outbox row (the
+/// insert `taskd_append_outbox` makes) if the task changed: one statement, one round
 /// trip. A completed task keeps its last status message; a failed or cancelled one
 /// drops it. Every caller has locked the task row, then the job row, already: the
 /// statement takes no lock out of that order.
@@ -84,11 +85,14 @@ fn set_terminal(
     result: Option<&str>,
     error: Option<&str>,
     now: i64,
+    attempt: Option<i64>,
 ) -> Result<bool, Failure> {
     let changed: i64 = tx
         .query_one(
             concat!(
-                "WITH ended AS (UPDATE tasks SET status = $2, result = $3, error = $4, \
+                "WITH attempt_ended AS (UPDATE attempts SET ended_at = taskd_now_ms(), \
+                 outcome = $2 WHERE task_id = $1 AND attempt = $6), \
+                 ended AS (UPDATE tasks SET status = $2, result = $3, error = $4, \
                  input_requests = NULL, \
                  status_message = CASE WHEN $2 = 'completed' THEN status_message END, \
                  updated_at = $5, version = version + 1 WHERE id = $1 AND ",
@@ -99,7 +103,7 @@ fn set_terminal(
                    SELECT id, taskd_now_ms() FROM ended) \
                  SELECT COUNT(*) FROM ended"
             ),
-            &[&task_id, &status.as_str(), &result, &error, &now],
+            &[&task_id, &status.as_str(), &result, &error, &now, &attempt],
         )?
         .try_get(0)?;
     Ok(changed > 0)
