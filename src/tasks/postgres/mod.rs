@@ -11,8 +11,9 @@
 //!   flush the WAL before a commit returns). Statements are prepared once per
 //!   connection ([`statements`]): each later run is one round trip.
 //! - **Every task change appends its outbox row in the same transaction**
-//!   (`taskd_append_outbox`, schema-postgres.sql); once it has committed, the node sends
-//!   `NOTIFY mcp_taskd_outbox`, which wakes every node's relay ([`listener`]). A row's
+//!   (`taskd_append_outbox`, schema-postgres.sql); once it has committed, the node's
+//!   [`notifier`] sends `NOTIFY mcp_taskd_outbox` (one for all the changes committed
+//!   meanwhile), which wakes every node's relay ([`listener`]). A row's
 //!   position is its transaction's id, and relays read only past the oldest running
 //!   transaction (`sql/upkeep.rs`, `outbox_after`): a row committing late is read late,
 //!   never skipped, and no lock serializes the commits of the nodes.
@@ -43,6 +44,7 @@ mod creations;
 mod leader;
 mod listener;
 mod migrations;
+mod notifier;
 mod sql;
 mod statements;
 
@@ -60,6 +62,7 @@ pub use self::connection::{OpenError, PASSWORD_ENV};
 use self::creations::{shared_failure, Creations};
 use self::leader::Leader;
 use self::listener::Listener;
+use self::notifier::Notifier;
 use self::sql::{admin, attempts, client, create, upkeep};
 use self::statements::{Db, Tx};
 use crate::auth::Identity;
@@ -206,6 +209,7 @@ pub struct Store {
     jobs: Receiver<()>,
     leader: Leader,
     creations: Creations,
+    notifier: Notifier,
     /// Set when the store is dropped: the listener stops.
     stopping: Arc<AtomicBool>,
 }
@@ -258,6 +262,8 @@ impl Store {
             .name("pg-listener".into())
             .spawn(move || listener.run())
             .map_err(|e| OpenError::Start(format!("starting the listener: {e}")))?;
+        let notifier = Notifier::start(settings.clone())
+            .map_err(|e| OpenError::Start(format!("starting the notifier: {e}")))?;
         Ok(Opened {
             store: Arc::new(Store {
                 run: format!("{node}/{}", uuid::Uuid::new_v4().simple()),
@@ -270,6 +276,7 @@ impl Store {
                 jobs,
                 leader: Leader::default(),
                 creations: Creations::default(),
+                notifier,
                 stopping,
             }),
             listener,
@@ -310,7 +317,7 @@ impl Store {
     }
 
     /// [`Store::transaction`] for a task change: once it has committed, every node's
-    /// relay is woken ([`wake_nodes`]).
+    /// relay is woken ([`notifier`]).
     fn change<T>(
         &self,
         mut op: impl FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
@@ -354,7 +361,11 @@ impl Store {
             let mut conn = self.connection()?;
             let (failure, ran) = match self.attempt(&mut conn, op) {
                 Ok(value) => {
-                    wake_nodes(&mut conn.client, wake);
+                    match wake {
+                        Wake::Nobody => {}
+                        Wake::Relays => self.notifier.wake(false),
+                        Wake::RelaysAndWorkers => self.notifier.wake(true),
+                    }
                     return Ok(value);
                 }
                 Err(Attempt::Committing(error)) => return Err(error),
@@ -453,7 +464,10 @@ impl Store {
     }
 }
 
-/// Whom a committed transaction wakes on every node (see [`wake_nodes`]).
+/// Whom a committed transaction wakes on every node, through the [`Notifier`]
+/// (`NOTIFY` after the commit, in a transaction of its own, which writes nothing and
+/// flushes nothing: see `taskd_append_outbox` in schema-postgres.sql for why not in the
+/// change's own).
 #[derive(Clone, Copy)]
 enum Wake {
     Nobody,
@@ -462,23 +476,6 @@ enum Wake {
     /// The relays, and the dispatchers of idle workers (`mcp_taskd_jobs`): a task
     /// changed, and jobs may be ready to run.
     RelaysAndWorkers,
-}
-
-/// Wakes every node's relay (and dispatcher) after a committed change: `NOTIFY` in a
-/// transaction of its own, which writes nothing and flushes nothing (see
-/// `taskd_append_outbox` in schema-postgres.sql for why not in the change's own), both
-/// channels in one round trip. If it is lost (the connection fails right after the
-/// commit), the relays still read the change at their next wake-up or within half a
-/// second, and the dispatchers claim at their next poll.
-fn wake_nodes(client: &mut postgres::Client, wake: Wake) {
-    let notify = match wake {
-        Wake::Nobody => return,
-        Wake::Relays => "NOTIFY mcp_taskd_outbox",
-        Wake::RelaysAndWorkers => "NOTIFY mcp_taskd_outbox; NOTIFY mcp_taskd_jobs",
-    };
-    if let Err(error) = client.batch_execute(notify) {
-        log::debug!("waking the nodes: {error}");
-    }
 }
 
 impl Drop for Store {
