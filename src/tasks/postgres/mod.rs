@@ -709,7 +709,7 @@ impl TaskStore for Store {
     }
 
     fn fold_counts(&self) -> Result<(), StoreError> {
-        self.transaction(|tx| upkeep::fold_counts(tx))
+        self.transaction(upkeep::fold_counts)
     }
 
     fn shared_key(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {

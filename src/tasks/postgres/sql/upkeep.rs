@@ -164,8 +164,8 @@ pub fn prune_outbox(
 }
 
 /// Folds the count deltas into the counts (`taskd_fold_counts`).
-pub fn fold_counts(conn: &mut Db<'_, impl GenericClient>) -> Result<(), Failure> {
-    conn.execute("SELECT taskd_fold_counts()", &[])?;
+pub fn fold_counts(tx: &mut Tx<'_, '_>) -> Result<(), Failure> {
+    tx.execute("SELECT taskd_fold_counts()", &[])?;
     Ok(())
 }
 
