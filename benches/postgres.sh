@@ -25,7 +25,9 @@
 #
 # Environment: DURATION (8), ROUNDS (3), CONC (64), E2E_N (10000), POLL_MS (50),
 # LATENCY_N (300), PORT (8110; uses PORT..PORT+4), OUT (results folder), CARGO_TARGET_DIR,
-# MCP_TASKD_PG_BIN (else .ci/postgres.sh finds it). Needs oha, curl, python3.
+# MCP_TASKD_PG_BIN (else .ci/postgres.sh finds it), BIN (a server binary to measure
+# instead of building this checkout's: an earlier build, for a before/after pair).
+# Needs oha, curl, python3.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -44,7 +46,7 @@ OUT=${OUT:-"${TMPDIR:-/tmp}/taskd-postgres-$STAMP"}
 mkdir -p "$OUT"
 PG_BIN=${MCP_TASKD_PG_BIN:-$("$REPO/.ci/postgres.sh")}
 
-(cd "$REPO" && cargo build --release --bin mcp-taskd)
+[ -n "${BIN:-}" ] || (cd "$REPO" && cargo build --release --bin mcp-taskd)
 TASKLOAD=$(cd "$REPO" && cargo build --release --bench taskload --message-format=json |
   python3 -c 'import json, sys
 for line in sys.stdin:
@@ -52,7 +54,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "taskload" and m.get("executable"):
         print(m["executable"])')
 [ -x "$TASKLOAD" ] || { echo "could not build benches/taskload.rs" >&2; exit 1; }
-cp "$CARGO_TARGET_DIR/release/mcp-taskd" "$OUT/taskd-bench"
+cp "${BIN:-$CARGO_TARGET_DIR/release/mcp-taskd}" "$OUT/taskd-bench"
 
 # The PostgreSQL cluster: its own directory, port PORT+4, trust on 127.0.0.1.
 PG_PORT=$((PORT + 4))
@@ -183,12 +185,14 @@ EOF
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  host: $(uname -n)  nproc: $(nproc)"
-  echo "commit: $(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD || echo '+dirty')"
+  if [ -n "${BIN:-}" ]; then echo "binary: $BIN"; else
+    echo "commit: $(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD || echo '+dirty')"; fi
   echo "settings: DURATION=$DURATION ROUNDS=$ROUNDS CONC=$CONC E2E_N=$E2E_N POLL_MS=$POLL_MS"
   echo "postgres: $("$PG_BIN/postgres" --version)"
 } | tee "$OUT/run.log"
 
 for r in $(seq "$ROUNDS"); do
+  echo "round $r load average: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/run.log"
   for setup in sqlite pg1 pg2; do
     f="$OUT/r$r-$setup"
     echo "round $r $setup create: $(oha_step "$f-create" "$setup" "$OUT/create.json" tools/call noop_task)" | tee -a "$OUT/run.log"

@@ -281,3 +281,63 @@ fn a_node_with_a_skewed_clock_keeps_its_leases_and_its_tasks() {
         "one attempt, never reclaimed"
     );
 }
+
+#[test]
+fn creations_at_once_share_transactions_and_each_is_committed_when_acknowledged() {
+    let Some((cluster, name)) =
+        database("creations_at_once_share_transactions_and_each_is_committed_when_acknowledged")
+    else {
+        return;
+    };
+    let config = node_config(&cluster.url(&name));
+    let (_a_dir, a) = node(&config);
+    let (_b_dir, b) = node(&config);
+    const CREATIONS: usize = 48;
+    let start = std::sync::Barrier::new(CREATIONS);
+    let ids: Vec<String> = std::thread::scope(|scope| {
+        let creators: Vec<_> = (0..CREATIONS)
+            .map(|_| {
+                scope.spawn(|| {
+                    start.wait();
+                    // Long enough that the two attempts claimed stay running: the
+                    // other tasks' rows stay as their creation wrote them.
+                    tasks::create(&a, "slow_compute", json!({"seconds": 60}), &[])
+                })
+            })
+            .collect();
+        creators
+            .into_iter()
+            .map(|creator| creator.join().unwrap())
+            .collect()
+    });
+    let mut distinct = ids.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), CREATIONS, "{ids:?}");
+    // Acknowledged means committed: the other node finds every task at once.
+    for id in &ids {
+        let task = tasks::get(&b, id);
+        assert!(
+            ["working", "completed"].contains(&task["status"].as_str().unwrap_or("")),
+            "{task}"
+        );
+    }
+    // Tasks created at once were written by fewer transactions than tasks (the row's
+    // `xmin`; the two attempts running have rewritten theirs since, at most).
+    let list = ids
+        .iter()
+        .map(|id| format!("'{id}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let writers = cluster
+        .sql(
+            &name,
+            &format!("SELECT COUNT(DISTINCT xmin::text) FROM tasks WHERE id IN ({list})"),
+        )
+        .unwrap();
+    let writers: usize = writers.trim().parse().unwrap();
+    assert!(
+        writers < CREATIONS,
+        "{writers} transactions for {CREATIONS} creations"
+    );
+}

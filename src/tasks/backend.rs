@@ -208,6 +208,13 @@ pub trait TaskStore: Send + Sync {
     fn remote_cancellations(&self) -> Option<Receiver<String>> {
         None
     }
+    /// Pinged when jobs may have become ready to run on a store several nodes share
+    /// (another node's creations included), so that idle workers claim at once rather
+    /// than at their next poll; `None` for a store only this process uses (its own
+    /// creations wake its workers directly).
+    fn jobs_queued(&self) -> Option<Receiver<()>> {
+        None
+    }
     /// Whether this process runs the store-wide upkeep now (lease reclaim, TTL expiry,
     /// outbox pruning): one node at a time when several share the store. Asked before
     /// every janitor round.

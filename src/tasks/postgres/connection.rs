@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use postgres::{Client, NoTls};
 
+use super::statements::Statements;
 use crate::config::{ConfigError, StoreConfig};
 
 /// The `application_name` of the sessions, unless the URL names one (the store adds
@@ -110,6 +111,8 @@ pub fn connect(settings: &postgres::Config) -> Result<Client, ConnectError> {
 /// A pooled connection and the epoch it was opened in.
 pub struct Pooled {
     pub client: Client,
+    /// The statements prepared on `client` (see [`super::statements`]).
+    pub statements: Statements,
     epoch: u64,
 }
 
@@ -127,6 +130,7 @@ impl r2d2::ManageConnection for Manager {
         let epoch = self.epoch.load(Ordering::Acquire);
         Ok(Pooled {
             client: connect(&self.settings)?,
+            statements: Statements::default(),
             epoch,
         })
     }

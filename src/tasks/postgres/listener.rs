@@ -4,6 +4,9 @@
 //! - `mcp_taskd_outbox` (sent by the node that committed a task change, right after its
 //!   commit) pings the relay, which reads the outbox by position (see
 //!   schema-postgres.sql, `outbox`).
+//! - `mcp_taskd_jobs` (sent with it when the change may have queued jobs ready to run:
+//!   creations, answers to input requests) wakes the dispatcher, so that idle workers
+//!   claim at once whichever node the task was created on.
 //! - `mcp_taskd_cancel` (sent by `tasks/cancel` of a running attempt, payload: the task
 //!   id) goes to the engine, which stops the attempt if it runs here: a cancellation
 //!   reaches another node's attempt within a round trip of its commit.
@@ -35,6 +38,7 @@ pub(super) struct Listener {
     pub settings: postgres::Config,
     pub commits: Sender<()>,
     pub cancellations: Sender<String>,
+    pub jobs: Sender<()>,
     pub health: Arc<Health>,
     pub epoch: Arc<AtomicU64>,
     pub stopping: Arc<AtomicBool>,
@@ -52,9 +56,9 @@ impl Listener {
                     continue;
                 }
             };
-            if let Err(error) =
-                client.batch_execute("LISTEN mcp_taskd_outbox; LISTEN mcp_taskd_cancel")
-            {
+            if let Err(error) = client.batch_execute(
+                "LISTEN mcp_taskd_outbox; LISTEN mcp_taskd_jobs; LISTEN mcp_taskd_cancel",
+            ) {
                 self.lose(&mut lost, &error);
                 std::thread::sleep(RETRY);
                 continue;
@@ -65,8 +69,9 @@ impl Listener {
                 lost = false;
             }
             self.health.set(None);
-            // Whatever committed while nobody listened is read now.
+            // Whatever committed while nobody listened is read (and claimed) now.
             let _ = self.commits.try_send(());
+            let _ = self.jobs.try_send(());
             if let Err(error) = self.follow(&mut client) {
                 self.lose(&mut lost, &error);
             }
@@ -94,6 +99,9 @@ impl Listener {
                             let _ = self
                                 .cancellations
                                 .try_send(notification.payload().to_owned());
+                        }
+                        "mcp_taskd_jobs" => {
+                            let _ = self.jobs.try_send(());
                         }
                         _ => {
                             let _ = self.commits.try_send(());

@@ -5,12 +5,15 @@
 //! # Durability guarantees (and what keeps them)
 //!
 //! - **An acknowledged write is committed.** Every operation is one transaction on a
-//!   pooled connection; its answer (a task handle included) is given after `COMMIT`
-//!   returned, with PostgreSQL's own durability (`synchronous_commit`, `fsync`: the
-//!   server's settings; the defaults flush the WAL before a commit returns).
+//!   pooled connection (concurrent creations share one: [`creations`]); its answer (a
+//!   task handle included) is given after `COMMIT` returned, with PostgreSQL's own
+//!   durability (`synchronous_commit`, `fsync`: the server's settings; the defaults
+//!   flush the WAL before a commit returns). Statements are prepared once per
+//!   connection ([`statements`]): each later run is one round trip.
 //! - **Every task change appends its outbox row in the same transaction**
-//!   (`taskd_append_outbox`, schema-postgres.sql); once it has committed, the node sends
-//!   `NOTIFY mcp_taskd_outbox`, which wakes every node's relay ([`listener`]). A row's
+//!   (`taskd_append_outbox`, schema-postgres.sql); once it has committed, the node's
+//!   [`notifier`] sends `NOTIFY mcp_taskd_outbox` (one for all the changes committed
+//!   meanwhile), which wakes every node's relay ([`listener`]). A row's
 //!   position is its transaction's id, and relays read only past the oldest running
 //!   transaction (`sql/upkeep.rs`, `outbox_after`): a row committing late is read late,
 //!   never skipped, and no lock serializes the commits of the nodes.
@@ -20,6 +23,8 @@
 //!   `FOR UPDATE SKIP LOCKED` (`sql/attempts.rs`).
 //! - **Lease and expiry times use the database clock** (`taskd_now_ms()`): a node whose
 //!   clock is ahead cannot find another node's live lease expired.
+//! - **Idle workers on every node are woken** when a change may have queued jobs
+//!   (`NOTIFY mcp_taskd_jobs`, [`listener`]), not only those of the node that made it.
 //! - **Store-wide upkeep runs on one node at a time** and moves to another when that one
 //!   dies ([`leader`]).
 //! - **Losing the database never blocks a caller forever**: a connection is awaited at
@@ -35,10 +40,13 @@
 //! server's own backups), and free space is the database server's concern.
 
 mod connection;
+mod creations;
 mod leader;
 mod listener;
 mod migrations;
+mod notifier;
 mod sql;
+mod statements;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,14 +55,16 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
-use postgres::Transaction;
 use serde_json::{Map, Value};
 
-use self::connection::Manager;
+use self::connection::{Manager, Pooled};
 pub use self::connection::{OpenError, PASSWORD_ENV};
+use self::creations::{shared_failure, Creations};
 use self::leader::Leader;
 use self::listener::Listener;
+use self::notifier::Notifier;
 use self::sql::{admin, attempts, client, create, upkeep};
+use self::statements::{Db, Tx};
 use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::config::StoreConfig;
@@ -196,7 +206,10 @@ pub struct Store {
     health: Arc<Health>,
     commits: Receiver<()>,
     cancellations: Receiver<String>,
+    jobs: Receiver<()>,
     leader: Leader,
+    creations: Creations,
+    notifier: Notifier,
     /// Set when the store is dropped: the listener stops.
     stopping: Arc<AtomicBool>,
 }
@@ -235,10 +248,12 @@ impl Store {
         let stopping = Arc::new(AtomicBool::new(false));
         let (commit_sender, commits) = crossbeam_channel::bounded(1);
         let (cancel_sender, cancellations) = crossbeam_channel::bounded(4096);
+        let (jobs_sender, jobs) = crossbeam_channel::bounded(1);
         let listener = Listener {
             settings: settings.clone(),
             commits: commit_sender,
             cancellations: cancel_sender,
+            jobs: jobs_sender,
             health: Arc::clone(&health),
             epoch,
             stopping: Arc::clone(&stopping),
@@ -247,6 +262,8 @@ impl Store {
             .name("pg-listener".into())
             .spawn(move || listener.run())
             .map_err(|e| OpenError::Start(format!("starting the listener: {e}")))?;
+        let notifier = Notifier::start(settings.clone())
+            .map_err(|e| OpenError::Start(format!("starting the notifier: {e}")))?;
         Ok(Opened {
             store: Arc::new(Store {
                 run: format!("{node}/{}", uuid::Uuid::new_v4().simple()),
@@ -256,7 +273,10 @@ impl Store {
                 health,
                 commits,
                 cancellations,
+                jobs,
                 leader: Leader::default(),
+                creations: Creations::default(),
+                notifier,
                 stopping,
             }),
             listener,
@@ -291,18 +311,27 @@ impl Store {
     /// failed `COMMIT` is not (it may have committed): `NotCommitted`.
     fn transaction<T>(
         &self,
-        mut op: impl FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+        mut op: impl FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        self.run(true, false, &mut op)
+        self.run(true, Wake::Nobody, &mut op)
     }
 
     /// [`Store::transaction`] for a task change: once it has committed, every node's
-    /// relay is woken ([`Store::wake_relays`]).
+    /// relay is woken ([`notifier`]).
     fn change<T>(
         &self,
-        mut op: impl FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+        mut op: impl FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        self.run(true, true, &mut op)
+        self.run(true, Wake::Relays, &mut op)
+    }
+
+    /// [`Store::change`] for a change that may queue jobs ready to run (a creation, an
+    /// answer to a task's input requests): every node's idle workers are woken too.
+    fn queueing<T>(
+        &self,
+        mut op: impl FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
+    ) -> Result<T, StoreError> {
+        self.run(true, Wake::RelaysAndWorkers, &mut op)
     }
 
     /// [`Store::transaction`] (or [`Store::change`], with `wake`) for an `op` that
@@ -310,8 +339,8 @@ impl Store {
     /// failed before `op` ran.
     fn once<T>(
         &self,
-        wake: bool,
-        op: impl FnOnce(&mut Transaction<'_>) -> Result<T, Failure>,
+        wake: Wake,
+        op: impl FnOnce(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut op = Some(op);
         self.run(false, wake, &mut |tx| match op.take() {
@@ -323,17 +352,19 @@ impl Store {
     fn run<T>(
         &self,
         repeatable: bool,
-        wake: bool,
-        op: &mut dyn FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+        wake: Wake,
+        op: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut tries = 0;
         loop {
             tries += 1;
             let mut conn = self.connection()?;
-            let (failure, ran) = match self.attempt(&mut conn.client, op) {
+            let (failure, ran) = match self.attempt(&mut conn, op) {
                 Ok(value) => {
-                    if wake {
-                        wake_relays(&mut conn.client);
+                    match wake {
+                        Wake::Nobody => {}
+                        Wake::Relays => self.notifier.wake(false),
+                        Wake::RelaysAndWorkers => self.notifier.wake(true),
                     }
                     return Ok(value);
                 }
@@ -350,14 +381,17 @@ impl Store {
     /// One run of `op` in a transaction on `client`, committed.
     fn attempt<T>(
         &self,
-        client: &mut postgres::Client,
-        op: &mut dyn FnMut(&mut Transaction<'_>) -> Result<T, Failure>,
+        conn: &mut Pooled,
+        op: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, Attempt> {
+        let Pooled {
+            client, statements, ..
+        } = conn;
         let mut tx = client.transaction().map_err(|error| Attempt::Failed {
             failure: Failure::Db(error),
             ran: false,
         })?;
-        match op(&mut tx) {
+        match op(&mut Db::new(&mut tx, statements)) {
             Ok(value) => self.commit(tx, value).map_err(Attempt::Committing),
             Err(failure) => Err(Attempt::Failed { failure, ran: true }),
         }
@@ -366,7 +400,7 @@ impl Store {
     /// Commits; a `COMMIT` that fails for want of the database may have committed or
     /// not: `NotCommitted` says the client should try again (idempotency keys make
     /// that safe for creations).
-    fn commit<T>(&self, tx: Transaction<'_>, value: T) -> Result<T, StoreError> {
+    fn commit<T>(&self, tx: postgres::Transaction<'_>, value: T) -> Result<T, StoreError> {
         match tx.commit() {
             Ok(()) => Ok(value),
             Err(error) => {
@@ -383,13 +417,16 @@ impl Store {
     /// Runs a read on a pooled connection (a retryable failure: once more).
     fn read<T>(
         &self,
-        op: impl Fn(&mut postgres::Client) -> Result<T, Failure>,
+        op: impl Fn(&mut Db<'_, postgres::Client>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut tries = 0;
         loop {
             tries += 1;
             let mut conn = self.connection()?;
-            match op(&mut conn.client) {
+            let Pooled {
+                client, statements, ..
+            } = &mut *conn;
+            match op(&mut Db::new(client, statements)) {
                 Ok(value) => return Ok(value),
                 Err(failure) if failure.retryable() && tries < TRIES => continue,
                 Err(failure) => return Err(self.failed(failure)),
@@ -398,15 +435,47 @@ impl Store {
     }
 }
 
-/// Wakes every node's relay after a committed change: `NOTIFY mcp_taskd_outbox` in a
-/// transaction of its own, which writes nothing and flushes nothing (see
-/// `taskd_append_outbox` in schema-postgres.sql for why not in the change's own). If it
-/// is lost (the connection fails right after the commit), the relays still read the
-/// change at their next wake-up or within half a second.
-fn wake_relays(client: &mut postgres::Client) {
-    if let Err(error) = client.batch_execute("NOTIFY mcp_taskd_outbox") {
-        log::debug!("waking the relays: {error}");
+impl Store {
+    /// Writes a group of creations without keys in one transaction; the answer of
+    /// each, in order.
+    fn create_group(&self, tasks: &[NewTask]) -> Vec<Result<Created, StoreError>> {
+        let group: Vec<&NewTask> = tasks.iter().collect();
+        let created = |task: &NewTask| Created::Task(task.created());
+        match self.queueing(|tx| create::create_tasks(tx, &group)) {
+            Ok(()) => tasks.iter().map(|task| Ok(created(task))).collect(),
+            // A failure that may be one task's own (a value the database refuses):
+            // each alone, so that it fails only its own creation.
+            Err(error) if tasks.len() > 1 && !error.is_temporary() => tasks
+                .iter()
+                .map(|task| {
+                    self.queueing(|tx| create::create_tasks(tx, &[task]))
+                        .map(|()| created(task))
+                })
+                .collect(),
+            Err(error) => {
+                let others: Vec<_> = tasks
+                    .iter()
+                    .skip(1)
+                    .map(|_| Err(shared_failure(&error)))
+                    .collect();
+                std::iter::once(Err(error)).chain(others).collect()
+            }
+        }
     }
+}
+
+/// Whom a committed transaction wakes on every node, through the [`Notifier`]
+/// (`NOTIFY` after the commit, in a transaction of its own, which writes nothing and
+/// flushes nothing: see `taskd_append_outbox` in schema-postgres.sql for why not in the
+/// change's own).
+#[derive(Clone, Copy)]
+enum Wake {
+    Nobody,
+    /// The relays (`mcp_taskd_outbox`): a task changed.
+    Relays,
+    /// The relays, and the dispatchers of idle workers (`mcp_taskd_jobs`): a task
+    /// changed, and jobs may be ready to run.
+    RelaysAndWorkers,
 }
 
 impl Drop for Store {
@@ -416,11 +485,7 @@ impl Drop for Store {
 }
 
 /// Runs a [`ClaimRequest`] inside a transaction, for `node`.
-fn claim(
-    tx: &mut Transaction<'_>,
-    node: &str,
-    request: ClaimRequest,
-) -> Result<Vec<Claim>, Failure> {
+fn claim(tx: &mut Tx<'_, '_>, node: &str, request: ClaimRequest) -> Result<Vec<Claim>, Failure> {
     let ClaimRequest {
         limit,
         lease_ms,
@@ -488,9 +553,15 @@ fn node_id(data_dir: &Path) -> Result<String, OpenError> {
 
 impl TaskStore for Store {
     fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
-        // Answered on the caller's thread, after commit: each node commits its own
-        // creations concurrently (PostgreSQL groups the WAL flushes).
-        Later::ready(self.change(|tx| create::create_task(tx, &task)))
+        // Answered on the caller's thread, after commit. Creations without a key share
+        // transactions (see [`creations`]); one with a key runs alone.
+        if task.idempotency_key.is_some() {
+            return Later::ready(self.queueing(|tx| create::create_task(tx, &task)));
+        }
+        Later::ready(
+            self.creations
+                .create(task, |tasks| self.create_group(&tasks)),
+        )
     }
 
     fn find_authorized(
@@ -524,7 +595,7 @@ impl TaskStore for Store {
         task_id: &str,
         responses: Map<String, Value>,
     ) -> Result<UpdateEffect, StoreError> {
-        self.change(|tx| client::update(tx, identity, task_id, &responses))
+        self.queueing(|tx| client::update(tx, identity, task_id, &responses))
     }
 
     fn cancel(&self, identity: &Identity, task_id: &str) -> Result<CancelEffect, StoreError> {
@@ -532,7 +603,7 @@ impl TaskStore for Store {
     }
 
     fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError> {
-        self.once(false, move |tx| claim(tx, &self.run, request))
+        self.once(Wake::Nobody, move |tx| claim(tx, &self.run, request))
     }
 
     fn finish(
@@ -541,7 +612,7 @@ impl TaskStore for Store {
         outcome: Finish,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError> {
-        self.once(true, move |tx| {
+        self.once(Wake::Relays, move |tx| {
             let applied = attempts::finish(tx, &lease.task_id, &lease.token, outcome)?;
             let next = match then_claim {
                 Some(next) => claim(tx, &self.run, next)?,
@@ -629,12 +700,16 @@ impl TaskStore for Store {
         Some(self.cancellations.clone())
     }
 
+    fn jobs_queued(&self) -> Option<Receiver<()>> {
+        Some(self.jobs.clone())
+    }
+
     fn upkeep_leader(&self) -> bool {
         self.leader.lead(&self.settings)
     }
 
     fn fold_counts(&self) -> Result<(), StoreError> {
-        self.transaction(|tx| upkeep::fold_counts(tx))
+        self.transaction(upkeep::fold_counts)
     }
 
     fn shared_key(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
@@ -672,7 +747,8 @@ impl TaskStore for Store {
     fn task_detail(&self, task_id: &str) -> Result<Option<TaskDetail>, StoreError> {
         // One snapshot for the task, its job and its attempts.
         self.transaction(|tx| {
-            tx.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
+            tx.uncached()
+                .batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
             admin::task_detail(tx, task_id)
         })
     }

@@ -173,6 +173,8 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
     // Polling bounds the wait for jobs whose backoff ends without any other event.
     const POLL: Duration = Duration::from_millis(200);
     let heartbeat = crate::liveness::LIVENESS.register("dispatcher");
+    // Other nodes' creations, on a store several nodes share.
+    let queued = shared.store.jobs_queued();
     while !shared.stopping.load(Ordering::Acquire) {
         let working = heartbeat.working();
         let idle = shared.idle.load(Ordering::Acquire);
@@ -199,7 +201,16 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
         }
         drop(working);
         if claimed == 0 || claimed == idle {
-            let _ = woken.recv_timeout(POLL);
+            match &queued {
+                Some(queued) => crossbeam_channel::select! {
+                    recv(woken) -> _ => {}
+                    recv(queued) -> _ => {}
+                    default(POLL) => {}
+                },
+                None => {
+                    let _ = woken.recv_timeout(POLL);
+                }
+            }
         }
     }
 }

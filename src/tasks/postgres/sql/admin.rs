@@ -3,7 +3,9 @@
 //! No authorization here: the operator interface is trusted (see `src/ops/`).
 
 use postgres::types::ToSql;
-use postgres::{GenericClient, Row, Transaction};
+use postgres::{GenericClient, Row};
+
+use super::super::statements::{Db, Tx};
 
 use super::{status_column, Failure};
 use crate::auth::Identity;
@@ -33,7 +35,7 @@ fn summary(row: &Row) -> Result<TaskSummary, Failure> {
 /// Up to `limit` tasks matching `filter`, newest first, with ids below `before`: a
 /// keyset page walking the primary key backwards (never an OFFSET).
 pub fn list_tasks(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     filter: &TaskFilter,
     before: Option<&str>,
     limit: usize,
@@ -67,20 +69,20 @@ pub fn list_tasks(
         .iter()
         .map(|value| value as &(dyn ToSql + Sync))
         .collect();
-    let rows = conn.query(&sql, &params)?;
+    let rows = conn.uncached().query(&sql, &params)?;
     rows.iter().map(summary).collect()
 }
 
 /// Everything stored about one task, expired or not.
 pub fn task_detail(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     task_id: &str,
 ) -> Result<Option<TaskDetail>, Failure> {
     let sql = format!(
         "SELECT {SUMMARY_COLUMNS}, ttl_ms, expires_at, cancel_requested, error, \
          input_requests, origin, result, input_responses FROM tasks WHERE id = $1"
     );
-    let Some(row) = conn.query_opt(&sql, &[&task_id])? else {
+    let Some(row) = conn.uncached().query_opt(&sql, &[&task_id])? else {
         return Ok(None);
     };
     let mut detail = TaskDetail {
@@ -131,7 +133,7 @@ pub fn task_detail(
 }
 
 /// `tasks/cancel` without the identity check: the same effects on any task.
-pub fn cancel(tx: &mut Transaction<'_>, task_id: &str) -> Result<CancelEffect, Failure> {
+pub fn cancel(tx: &mut Tx<'_, '_>, task_id: &str) -> Result<CancelEffect, Failure> {
     let Some(row) = tx.query_opt(
         "SELECT status FROM tasks WHERE id = $1 FOR NO KEY UPDATE",
         &[&task_id],
@@ -145,7 +147,7 @@ pub fn cancel(tx: &mut Transaction<'_>, task_id: &str) -> Result<CancelEffect, F
 
 /// The binding, tool and origin a rerun copies.
 pub fn rerun_source(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     task_id: &str,
 ) -> Result<Option<RerunSource>, Failure> {
     let Some(row) = conn.query_opt(
@@ -169,7 +171,10 @@ pub fn rerun_source(
 /// The counts of `mcp-taskd stats`: the folded counts and deltas, a primary-key range
 /// for recent creations, and a scan of `attempts` for the recent outcomes (on demand,
 /// never on a timer).
-pub fn stats_detail(conn: &mut impl GenericClient, now: i64) -> Result<StatsDetail, Failure> {
+pub fn stats_detail(
+    conn: &mut Db<'_, impl GenericClient>,
+    now: i64,
+) -> Result<StatsDetail, Failure> {
     let rows = conn.query(
         "SELECT tool, status, SUM(n)::bigint FROM (SELECT tool, status, n FROM task_counts \
          UNION ALL SELECT tool, status, n FROM task_count_deltas) AS c \

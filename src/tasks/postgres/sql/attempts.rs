@@ -3,7 +3,9 @@
 //! are on the database clock, so a node whose clock runs fast cannot find a live lease
 //! expired and steal it.
 
-use postgres::{GenericClient, Row, Transaction};
+use postgres::{GenericClient, Row};
+
+use super::super::statements::{Db, Tx};
 use serde_json::{Map, Value};
 
 use super::{append_outbox, set_terminal, Failure};
@@ -38,7 +40,7 @@ const CLAIM_ROUNDS: usize = 4;
 /// `claimant` says are saturated. Each job goes to `claimant` before the transaction
 /// commits; one it refuses is put back as it was.
 pub fn claim(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     node: &str,
     limit: usize,
     lease_ms: i64,
@@ -134,7 +136,7 @@ struct Held {
 }
 
 /// The job still leased with `token`, locked, if it is.
-fn held(tx: &mut Transaction<'_>, task_id: &str, token: &str) -> Result<Option<Held>, Failure> {
+fn held(tx: &mut Tx<'_, '_>, task_id: &str, token: &str) -> Result<Option<Held>, Failure> {
     let row = tx.query_opt(
         "SELECT attempt, max_attempts, backoff_ms FROM jobs \
          WHERE task_id = $1 AND lease_token = $2 AND state = 'running' FOR UPDATE",
@@ -153,7 +155,7 @@ fn held(tx: &mut Transaction<'_>, task_id: &str, token: &str) -> Result<Option<H
 /// The fenced end of an attempt. Returns `false` (and writes nothing) when the lease is
 /// no longer this worker's.
 pub fn finish(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     task_id: &str,
     token: &str,
     outcome: Finish,
@@ -172,21 +174,31 @@ pub fn finish(
         return Ok(false);
     };
     let outcome = outcome.resolve(job.attempt, job.max_attempts, cancel_requested);
-    tx.execute(
-        "UPDATE attempts SET ended_at = taskd_now_ms(), outcome = $3 \
-         WHERE task_id = $1 AND attempt = $2",
-        &[&task_id, &job.attempt, &outcome.label()],
-    )?;
+    // A terminal outcome ends the attempt in `set_terminal`'s own statement.
+    let terminal = matches!(
+        outcome,
+        Finish::Completed { .. } | Finish::Failed { .. } | Finish::Cancelled
+    );
+    if !terminal {
+        tx.execute(
+            "UPDATE attempts SET ended_at = taskd_now_ms(), outcome = $3 \
+             WHERE task_id = $1 AND attempt = $2",
+            &[&task_id, &job.attempt, &outcome.label()],
+        )?;
+    }
     let now = now_ms();
+    let attempt = Some(job.attempt);
     match outcome {
         Finish::Completed { result } => {
-            set_terminal(tx, task_id, TaskStatus::Completed, Some(&result), None, now)?;
+            let status = TaskStatus::Completed;
+            set_terminal(tx, task_id, status, Some(&result), None, now, attempt)?;
         }
         Finish::Failed { error } => {
-            set_terminal(tx, task_id, TaskStatus::Failed, None, Some(&error), now)?;
+            let status = TaskStatus::Failed;
+            set_terminal(tx, task_id, status, None, Some(&error), now, attempt)?;
         }
         Finish::Cancelled => {
-            set_terminal(tx, task_id, TaskStatus::Cancelled, None, None, now)?;
+            set_terminal(tx, task_id, TaskStatus::Cancelled, None, None, now, attempt)?;
         }
         Finish::InputRequired { requests, state } => {
             ask_for_input(tx, task_id, requests, state, now)?;
@@ -200,7 +212,7 @@ pub fn finish(
 /// Parks the task until the client answers `requests`. A key the tool used before in
 /// this task fails it instead.
 fn ask_for_input(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     task_id: &str,
     requests: Map<String, Value>,
     state: Option<String>,
@@ -213,7 +225,15 @@ fn ask_for_input(
         )?;
         if fresh == 0 {
             let error = Finish::reused_input_key_error();
-            set_terminal(tx, task_id, TaskStatus::Failed, None, Some(&error), now)?;
+            set_terminal(
+                tx,
+                task_id,
+                TaskStatus::Failed,
+                None,
+                Some(&error),
+                now,
+                None,
+            )?;
             return Ok(());
         }
     }
@@ -235,7 +255,7 @@ fn ask_for_input(
 
 /// Queues the job again after an exponential backoff, and says so in the status message.
 fn schedule_retry(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     task_id: &str,
     job: &Held,
     reason: &str,
@@ -264,7 +284,7 @@ fn schedule_retry(
 }
 
 /// Hands the job back to the queue with its attempt uncounted (graceful shutdown).
-fn release(tx: &mut Transaction<'_>, task_id: &str) -> Result<(), Failure> {
+fn release(tx: &mut Tx<'_, '_>, task_id: &str) -> Result<(), Failure> {
     tx.execute(
         "UPDATE jobs SET state = 'queued', attempt = attempt - 1, run_after = taskd_now_ms(), \
          lease_token = NULL, lease_expires = NULL, deadline = NULL WHERE task_id = $1",
@@ -275,7 +295,7 @@ fn release(tx: &mut Transaction<'_>, task_id: &str) -> Result<(), Failure> {
 
 /// A fenced status-message update from a running attempt.
 pub fn set_status_message(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     task_id: &str,
     token: &str,
     message: &str,
@@ -295,7 +315,7 @@ pub fn set_status_message(
 /// Extends the leases still held with their tokens to `lease_ms` from the database's
 /// now, in one statement; `true` for each one still held, in order.
 pub fn renew_leases(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     leases: &[(String, String)],
     lease_ms: i64,
 ) -> Result<Vec<bool>, Failure> {

@@ -2,7 +2,9 @@
 //! expired and foreign tasks look the same from every node), `tasks/update` and
 //! `tasks/cancel` (each locks the task row first: two nodes take turns).
 
-use postgres::{GenericClient, Transaction};
+use postgres::GenericClient;
+
+use super::super::statements::{Db, Tx};
 use serde_json::{Map, Value};
 
 use super::{append_outbox, set_terminal, task_row, Failure};
@@ -23,7 +25,7 @@ macro_rules! authorized {
 
 /// The task, if it exists, has not expired, and is bound to `identity`.
 pub fn find_authorized(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     identity: &Identity,
     task_id: &str,
 ) -> Result<Option<TaskRow>, Failure> {
@@ -46,7 +48,7 @@ pub fn find_authorized(
 
 /// [`find_authorized`], locking the row until the transaction ends.
 fn lock_authorized(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     identity: &Identity,
     task_id: &str,
 ) -> Result<Option<TaskRow>, Failure> {
@@ -71,7 +73,7 @@ fn lock_authorized(
 /// Up to `limit` unexpired tasks bound to `identity` after the task id `after`, in id
 /// order.
 pub fn list_authorized(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     identity: &Identity,
     after: &str,
     limit: usize,
@@ -98,7 +100,7 @@ pub fn list_authorized(
 
 /// Bytes of an authorized task's stored payloads (result, error, input requests).
 pub fn payload_bytes_authorized(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     identity: &Identity,
     task_id: &str,
 ) -> Result<Option<usize>, Failure> {
@@ -122,7 +124,7 @@ pub fn payload_bytes_authorized(
 }
 
 pub fn cancel(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     identity: &Identity,
     task_id: &str,
 ) -> Result<CancelEffect, Failure> {
@@ -136,7 +138,7 @@ pub fn cancel(
 /// intent for a running attempt (and a `mcp_taskd_cancel` notification at commit, so
 /// the node running it stops it within a round trip), at once otherwise.
 pub(super) fn cancel_found(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     task_id: &str,
     status: TaskStatus,
 ) -> Result<CancelEffect, Failure> {
@@ -159,14 +161,22 @@ pub(super) fn cancel_found(
         tx.execute("SELECT pg_notify('mcp_taskd_cancel', $1)", &[&task_id])?;
         return Ok(CancelEffect::SignalRunning);
     }
-    set_terminal(tx, task_id, TaskStatus::Cancelled, None, None, now_ms())?;
+    set_terminal(
+        tx,
+        task_id,
+        TaskStatus::Cancelled,
+        None,
+        None,
+        now_ms(),
+        None,
+    )?;
     Ok(CancelEffect::Done)
 }
 
 /// Accepts the responses that answer outstanding requests of the right kind; ignores
 /// the rest (unknown, answered, superseded or mismatched keys).
 pub fn update(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     identity: &Identity,
     task_id: &str,
     responses: &Map<String, Value>,

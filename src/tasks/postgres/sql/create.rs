@@ -1,10 +1,58 @@
 //! Task creation: the task, its job and its outbox row in one transaction, with its
 //! idempotency key checked under an advisory lock of the key.
 
-use postgres::Transaction;
+use super::super::statements::Tx;
 
 use super::{append_outbox, task_row_at, Failure};
 use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origin};
+
+/// Creates tasks without an idempotency key, their jobs and their outbox rows, in ONE
+/// statement however many there are: the group commit of concurrent creations
+/// ([`super::super::creations`]) runs one of these per transaction. The foreign key of
+/// each job is checked at the end of the statement, when its task row is there.
+const CREATE_BATCH: &str = "WITH new AS ( \
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+         $6::bytea[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], \
+         $12::bigint[], $13::bigint[]) \
+       AS n(id, endpoint, tenant, principal, tool, origin, now, ttl_ms, poll_interval_ms, \
+         input_responses, max_attempts, backoff_ms, timeout_ms)), \
+     task_rows AS ( \
+       INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, created_at, \
+         updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses) \
+       SELECT id, endpoint, tenant, principal, tool, origin, 'working', now, now, ttl_ms, \
+         CASE WHEN ttl_ms IS NOT NULL THEN taskd_after_ms(ttl_ms) END, poll_interval_ms, \
+         input_responses FROM new), \
+     job_rows AS ( \
+       INSERT INTO jobs (task_id, tool, state, max_attempts, backoff_ms, timeout_ms, run_after) \
+       SELECT id, tool, 'queued', max_attempts, backoff_ms, timeout_ms, taskd_now_ms() FROM new) \
+     INSERT INTO outbox (task_id, created_at) SELECT id, taskd_now_ms() FROM new";
+
+/// Creates `tasks` (none with an idempotency key) with their jobs and outbox rows, as
+/// [`create_task`] does one by one.
+pub fn create_tasks(tx: &mut Tx<'_, '_>, tasks: &[&NewTask]) -> Result<(), Failure> {
+    fn column<'t, T>(tasks: &[&'t NewTask], field: impl Fn(&'t NewTask) -> T) -> Vec<T> {
+        tasks.iter().map(|task| field(task)).collect()
+    }
+    tx.execute(
+        CREATE_BATCH,
+        &[
+            &column(tasks, |t| t.id.as_str()),
+            &column(tasks, |t| t.identity.endpoint.as_str()),
+            &column(tasks, |t| t.identity.tenant.as_str()),
+            &column(tasks, |t| t.identity.principal.as_str()),
+            &column(tasks, |t| t.tool.as_str()),
+            &column(tasks, |t| t.origin.as_slice()),
+            &column(tasks, |t| t.now),
+            &column(tasks, |t| t.ttl_ms),
+            &column(tasks, |t| t.poll_interval_ms),
+            &column(tasks, |t| t.input_responses.as_str()),
+            &column(tasks, |t| t.max_attempts),
+            &column(tasks, |t| t.backoff_ms),
+            &column(tasks, |t| t.timeout_ms),
+        ],
+    )?;
+    Ok(())
+}
 
 /// Creates the task, its job and its outbox row. With an idempotency key, a live task
 /// of the same identity that holds the key answers instead: itself when it has the same
@@ -14,7 +62,7 @@ use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origi
 /// of the key's hash (held until commit), so the second sees the first's task: keys
 /// stay unique among live tasks without a unique index (which old keys could violate,
 /// as in SQLite).
-pub fn create_task(tx: &mut Transaction<'_>, task: &NewTask) -> Result<Created, Failure> {
+pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failure> {
     if let Some(key) = &task.idempotency_key {
         tx.execute(
             "SELECT pg_advisory_xact_lock(1801812339, \
@@ -80,11 +128,7 @@ pub fn create_task(tx: &mut Transaction<'_>, task: &NewTask) -> Result<Created, 
 }
 
 /// What the live tasks holding `key` for this identity say about creating `task`.
-fn key_holder(
-    tx: &mut Transaction<'_>,
-    task: &NewTask,
-    key: &str,
-) -> Result<Option<Created>, Failure> {
+fn key_holder(tx: &mut Tx<'_, '_>, task: &NewTask, key: &str) -> Result<Option<Created>, Failure> {
     let holders = tx.query(
         concat!(
             "SELECT arguments_digest, CASE WHEN arguments_digest IS NULL THEN origin END, ",

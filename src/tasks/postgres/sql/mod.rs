@@ -31,6 +31,8 @@ pub mod upkeep;
 
 use postgres::{GenericClient, Row};
 
+use super::statements::Db;
+
 use super::Failure;
 use crate::protocol::TaskStatus;
 use crate::tasks::model::TaskRow;
@@ -65,33 +67,44 @@ fn task_row_at(row: &Row, first: usize) -> Result<TaskRow, Failure> {
 
 /// Appends the task's outbox row, in the change's transaction; once it commits, the
 /// store wakes every node's relay (`NOTIFY`, schema-postgres.sql says why after).
-fn append_outbox(tx: &mut impl GenericClient, task_id: &str) -> Result<(), Failure> {
+fn append_outbox(tx: &mut Db<'_, impl GenericClient>, task_id: &str) -> Result<(), Failure> {
     tx.execute("SELECT taskd_append_outbox($1)", &[&task_id])?;
     Ok(())
 }
 
-/// Moves a live task to a terminal status and drops its job. A completed task keeps
-/// its last status message; a failed or cancelled one drops it.
+/// Moves a live task to a terminal status, drops its job, ends its `attempt` (when
+/// its worker ends it so) with the status as outcome, and appends the outbox row (the
+/// insert `taskd_append_outbox` makes) if the task changed: one statement, one round
+/// trip. A completed task keeps its last status message; a failed or cancelled one
+/// drops it. Every caller has locked the task row, then the job row, already: the
+/// statement takes no lock out of that order.
 fn set_terminal(
-    tx: &mut impl GenericClient,
+    tx: &mut Db<'_, impl GenericClient>,
     task_id: &str,
     status: TaskStatus,
     result: Option<&str>,
     error: Option<&str>,
     now: i64,
+    attempt: Option<i64>,
 ) -> Result<bool, Failure> {
-    let changed = tx.execute(
-        concat!(
-            "UPDATE tasks SET status = $2, result = $3, error = $4, input_requests = NULL, \
-             status_message = CASE WHEN $2 = 'completed' THEN status_message END, \
-             updated_at = $5, version = version + 1 WHERE id = $1 AND ",
-            live!()
-        ),
-        &[&task_id, &status.as_str(), &result, &error, &now],
-    )?;
-    tx.execute("DELETE FROM jobs WHERE task_id = $1", &[&task_id])?;
-    if changed > 0 {
-        append_outbox(tx, task_id)?;
-    }
+    let changed: i64 = tx
+        .query_one(
+            concat!(
+                "WITH attempt_ended AS (UPDATE attempts SET ended_at = taskd_now_ms(), \
+                 outcome = $2 WHERE task_id = $1 AND attempt = $6), \
+                 ended AS (UPDATE tasks SET status = $2, result = $3, error = $4, \
+                 input_requests = NULL, \
+                 status_message = CASE WHEN $2 = 'completed' THEN status_message END, \
+                 updated_at = $5, version = version + 1 WHERE id = $1 AND ",
+                live!(),
+                " RETURNING id), \
+                 dropped AS (DELETE FROM jobs WHERE task_id = $1), \
+                 appended AS (INSERT INTO outbox (task_id, created_at) \
+                   SELECT id, taskd_now_ms() FROM ended) \
+                 SELECT COUNT(*) FROM ended"
+            ),
+            &[&task_id, &status.as_str(), &result, &error, &now, &attempt],
+        )?
+        .try_get(0)?;
     Ok(changed > 0)
 }

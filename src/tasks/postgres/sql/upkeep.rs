@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use postgres::{GenericClient, Transaction};
+use postgres::GenericClient;
+
+use super::super::statements::{Db, Tx};
 
 use super::attempts::finish;
 use super::Failure;
@@ -27,7 +29,7 @@ const CURSOR_LIFETIME_MS: i64 = 30_000;
 /// previous run left (one process per data dir, hence per node id). Another node's live
 /// leases are never among them, nor the current run's (recovery runs while it claims).
 pub fn reclaim_expired(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     earlier_runs: Option<(&str, &str)>,
     limit: usize,
     reason: &str,
@@ -54,7 +56,7 @@ pub fn reclaim_expired(
 }
 
 /// Deletes up to `limit` tasks past their TTL; returns their ids.
-pub fn delete_expired(tx: &mut Transaction<'_>, limit: usize) -> Result<Vec<String>, Failure> {
+pub fn delete_expired(tx: &mut Tx<'_, '_>, limit: usize) -> Result<Vec<String>, Failure> {
     let rows = tx.query(
         "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks \
          WHERE expires_at <= taskd_now_ms() LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id",
@@ -73,7 +75,7 @@ pub fn delete_expired(tx: &mut Transaction<'_>, limit: usize) -> Result<Vec<Stri
 /// position seen therefore skips nothing. `limit` counts transactions (their rows come
 /// whole, so that no position is left half read).
 pub fn outbox_after(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     after: i64,
     limit: usize,
 ) -> Result<Vec<(i64, String)>, Failure> {
@@ -105,7 +107,7 @@ const SETTLE: Duration = Duration::from_millis(50);
 /// (under load, for up to [`SETTLE`]), the horizon alone: then rows committed just
 /// before may also count as after (a listen stream then hears of such a task once, with
 /// its current state), but none committed after is ever counted before.
-pub fn newest_position(conn: &mut impl GenericClient) -> Result<i64, Failure> {
+pub fn newest_position(conn: &mut Db<'_, impl GenericClient>) -> Result<i64, Failure> {
     let started = Instant::now();
     loop {
         let row = conn.query_one(
@@ -123,7 +125,7 @@ pub fn newest_position(conn: &mut impl GenericClient) -> Result<i64, Failure> {
 
 /// Records how far `node`'s relay has delivered.
 pub fn note_delivered(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     node: &str,
     delivered: i64,
 ) -> Result<(), Failure> {
@@ -139,7 +141,7 @@ pub fn note_delivered(
 /// Deletes up to `limit` rows every live node's relay has delivered (and this one's,
 /// `upto`).
 pub fn prune_outbox(
-    conn: &mut impl GenericClient,
+    conn: &mut Db<'_, impl GenericClient>,
     upto: i64,
     limit: usize,
 ) -> Result<usize, Failure> {
@@ -162,13 +164,13 @@ pub fn prune_outbox(
 }
 
 /// Folds the count deltas into the counts (`taskd_fold_counts`).
-pub fn fold_counts(conn: &mut impl GenericClient) -> Result<(), Failure> {
-    conn.execute("SELECT taskd_fold_counts()", &[])?;
+pub fn fold_counts(tx: &mut Tx<'_, '_>) -> Result<(), Failure> {
+    tx.execute("SELECT taskd_fold_counts()", &[])?;
     Ok(())
 }
 
 /// Every status and state with its count (zero included), and the per-tool totals.
-pub fn stats(conn: &mut impl GenericClient) -> Result<Stats, Failure> {
+pub fn stats(conn: &mut Db<'_, impl GenericClient>) -> Result<Stats, Failure> {
     let mut tasks: Vec<(String, u64)> = TaskStatus::ALL
         .iter()
         .map(|status| (status.as_str().to_owned(), 0))
@@ -229,7 +231,7 @@ pub fn stats(conn: &mut impl GenericClient) -> Result<Stats, Failure> {
 }
 
 /// Jobs by state, every state included.
-pub fn job_counts(conn: &mut impl GenericClient) -> Result<Vec<(String, u64)>, Failure> {
+pub fn job_counts(conn: &mut Db<'_, impl GenericClient>) -> Result<Vec<(String, u64)>, Failure> {
     let mut jobs: Vec<(String, u64)> = JOB_STATES
         .iter()
         .map(|state| ((*state).to_owned(), 0))
@@ -249,7 +251,7 @@ pub fn job_counts(conn: &mut impl GenericClient) -> Result<Vec<(String, u64)>, F
 }
 
 /// Jobs waiting for a worker (backoff included).
-pub fn queued_jobs(conn: &mut impl GenericClient) -> Result<u64, Failure> {
+pub fn queued_jobs(conn: &mut Db<'_, impl GenericClient>) -> Result<u64, Failure> {
     Ok(job_counts(conn)?
         .into_iter()
         .find(|(state, _)| state == "queued")
