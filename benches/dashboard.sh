@@ -25,6 +25,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
+# shellcheck source=benches/lib.sh
+. "$HERE/lib.sh"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 ROUNDS=${ROUNDS:-3}
 E2E_N=${E2E_N:-80000}
@@ -43,13 +45,7 @@ if [ -z "${BIN:-}" ]; then
   (cd "$REPO" && cargo build --release --bin mcp-taskd)
   BIN="$CARGO_TARGET_DIR/release/mcp-taskd"
 fi
-TASKLOAD=$(cd "$REPO" && cargo build --release --bench taskload --message-format=json |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "taskload" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$TASKLOAD" ] || { echo "could not build benches/taskload.rs" >&2; exit 1; }
+TASKLOAD=$(bench_bin taskload)
 # A copy with its own name, so that a concurrent `pkill mcp-taskd` elsewhere on the box
 # cannot stop the server mid-benchmark.
 cp "$BIN" "$OUT/taskd-bench"

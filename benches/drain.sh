@@ -31,6 +31,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
+# shellcheck source=benches/lib.sh
+. "$HERE/lib.sh"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 N=${N:-100000}
 ROUNDS=${ROUNDS:-2}
@@ -43,12 +45,7 @@ mkdir -p "$OUT"
 BIN=${1:-$CARGO_TARGET_DIR/release/mcp-taskd}
 
 if [ "$#" -eq 0 ]; then (cd "$REPO" && cargo build --release --bin mcp-taskd); fi
-TASKLOAD=$( (cd "$REPO" && cargo build --release --bench taskload --message-format=json) |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "taskload" and m.get("executable"):
-        print(m["executable"])')
+TASKLOAD=$(bench_bin taskload)
 if [ -z "${EFFECTUM:-}" ]; then
   SRC=${TMPDIR:-/tmp}/taskd-effectum-bench
   if [ ! -x "$SRC/target/release/effectum-bench" ]; then

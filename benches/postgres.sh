@@ -32,6 +32,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
+# shellcheck source=benches/lib.sh
+. "$HERE/lib.sh"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 DURATION=${DURATION:-8}
 ROUNDS=${ROUNDS:-3}
@@ -47,29 +49,13 @@ mkdir -p "$OUT"
 PG_BIN=${MCP_TASKD_PG_BIN:-$("$REPO/.ci/postgres.sh")}
 
 [ -n "${BIN:-}" ] || (cd "$REPO" && cargo build --release --bin mcp-taskd)
-TASKLOAD=$(cd "$REPO" && cargo build --release --bench taskload --message-format=json |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "taskload" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$TASKLOAD" ] || { echo "could not build benches/taskload.rs" >&2; exit 1; }
+TASKLOAD=$(bench_bin taskload)
 cp "${BIN:-$CARGO_TARGET_DIR/release/mcp-taskd}" "$OUT/taskd-bench"
 
 # The PostgreSQL cluster: its own directory, port PORT+4, trust on 127.0.0.1.
 PG_PORT=$((PORT + 4))
 PG_DIR="$OUT/pg"
-mkdir -p "$PG_DIR"
-AS_OWNER=()
-if [ "$(id -u)" = 0 ]; then
-  OWNER=$(id -u postgres 2>/dev/null || id -u nobody)
-  GROUP=$(id -g postgres 2>/dev/null || id -g nobody)
-  chown "$OWNER:$GROUP" "$PG_DIR"
-  AS_OWNER=(setpriv "--reuid=$OWNER" "--regid=$GROUP" --clear-groups)
-fi
-"${AS_OWNER[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U taskd -A trust -E UTF8 --no-locale >"$OUT/initdb.log"
-"${AS_OWNER[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/postgres.log" -w \
-  -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DIR -c max_connections=200" start >/dev/null
+pg_start "$PG_BIN" "$PG_DIR" "$PG_PORT"
 psql() { "$PG_BIN/psql" -X -q -h "$PG_DIR" -p "$PG_PORT" -U taskd -d postgres "$@"; }
 psql -c "CREATE DATABASE one" -c "CREATE DATABASE two"
 
@@ -80,7 +66,7 @@ cleanup() {
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   done
-  "${AS_OWNER[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop >/dev/null 2>&1 || true
+  pg_stop
 }
 trap cleanup EXIT INT TERM
 

@@ -44,6 +44,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
+# shellcheck source=benches/lib.sh
+. "$HERE/lib.sh"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 N=${N:-4000}
 ROUNDS=${ROUNDS:-2}
@@ -69,13 +71,7 @@ PSYCOPG_VERSION=3.3.9
 PSYCOPG_POOL_VERSION=3.3.3
 
 (cd "$REPO" && cargo build --release --bin mcp-taskd)
-TASKLOAD=$( (cd "$REPO" && cargo build --release --bench taskload --message-format=json) |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "taskload" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$TASKLOAD" ] || { echo "could not build benches/taskload.rs" >&2; exit 1; }
+TASKLOAD=$(bench_bin taskload)
 cp "$CARGO_TARGET_DIR/release/mcp-taskd" "$OUT/taskd-bench"
 
 # The competitors, once per pinned set (a stamp file names what is installed).
@@ -104,17 +100,7 @@ cp "$HERE/queues/"*.mjs "$CACHE/node/"
 # The PostgreSQL cluster: its own directory, port PORT+1, trust on 127.0.0.1.
 PG_PORT=$((PORT + 1))
 PG_DIR="$OUT/pg"
-mkdir -p "$PG_DIR"
-AS_OWNER=()
-if [ "$(id -u)" = 0 ]; then
-  OWNER=$(id -u postgres 2>/dev/null || id -u nobody)
-  GROUP=$(id -g postgres 2>/dev/null || id -g nobody)
-  chown "$OWNER:$GROUP" "$PG_DIR"
-  AS_OWNER=(setpriv "--reuid=$OWNER" "--regid=$GROUP" --clear-groups)
-fi
-"${AS_OWNER[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U taskd -A trust -E UTF8 --no-locale >"$OUT/initdb.log"
-"${AS_OWNER[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/postgres.log" -w \
-  -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DIR -c max_connections=200" start >/dev/null
+pg_start "$PG_BIN" "$PG_DIR" "$PG_PORT"
 psql() { # database, psql arguments
   local db=$1
   shift
@@ -135,7 +121,7 @@ cleanup() {
   # The background worker is a subshell (for its `times`): its command first.
   [ -z "$WORKER" ] || for pid in $(pgrep -P "$WORKER"); do stop_pid "$pid"; done
   stop_pid "$WORKER"
-  "${AS_OWNER[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop >/dev/null 2>&1 || true
+  pg_stop
 }
 trap cleanup EXIT INT TERM
 

@@ -22,6 +22,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
+# shellcheck source=benches/lib.sh
+. "$HERE/lib.sh"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 N=${N:-5000}
 CONC=${CONC:-64}
@@ -35,14 +37,6 @@ OUT=${OUT:-"${TMPDIR:-/tmp}/taskd-spawn-$STAMP"}
 mkdir -p "$OUT"
 BIN=${1:-$CARGO_TARGET_DIR/release/mcp-taskd}
 
-bench_bin() { # name
-  (cd "$REPO" && cargo build --release --bench "$1" --message-format=json) |
-    python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1] and m.get("executable"):
-        print(m["executable"])' "$1"
-}
 if [ "$#" -eq 0 ]; then (cd "$REPO" && cargo build --release --bin mcp-taskd); fi
 TASKLOAD=$(bench_bin taskload)
 SPAWNCOST=$(bench_bin spawncost)

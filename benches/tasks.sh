@@ -26,6 +26,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
+# shellcheck source=benches/lib.sh
+. "$HERE/lib.sh"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-3}
@@ -42,13 +44,7 @@ mkdir -p "$OUT"
 URL="http://127.0.0.1:$PORT/mcp"
 
 (cd "$REPO" && cargo build --release --bin mcp-taskd)
-TASKLOAD=$(cd "$REPO" && cargo build --release --bench taskload --message-format=json |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "taskload" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$TASKLOAD" ] || { echo "could not build benches/taskload.rs" >&2; exit 1; }
+TASKLOAD=$(bench_bin taskload)
 # A copy with its own name, so that a concurrent `pkill mcp-taskd` elsewhere on the box
 # cannot stop the server mid-benchmark.
 cp "$CARGO_TARGET_DIR/release/mcp-taskd" "$OUT/taskd-bench"
