@@ -22,9 +22,17 @@
 #   benches/postgres.sh                             # 3 rounds of 8 s steps at c=64
 #   ROUNDS=5 DURATION=5 benches/postgres.sh
 #   ROUNDS=0 benches/postgres.sh                    # the cross-node latency only
+#   NODE_CPU=0.4 benches/postgres.sh                # each node capped at 0.4 of a core
+#
+# NODE_CPU stands in for nodes on machines of their own: every mcp-taskd node runs in
+# a CPU cgroup of its own with that quota (needs root and a cgroup cpu controller),
+# while PostgreSQL and the load clients share what is left. Without it, every node,
+# PostgreSQL and the load clients share this machine's cores, and a second node adds
+# work but no cores.
 #
 # Environment: DURATION (8), ROUNDS (3), CONC (64), E2E_N (10000), POLL_MS (50),
 # LATENCY_N (300), PORT (8110; uses PORT..PORT+4), OUT (results folder), CARGO_TARGET_DIR,
+# NODE_CPU (unset: no cap; else cores a node may use, e.g. 0.4),
 # MCP_TASKD_PG_BIN (else .ci/postgres.sh finds it), BIN (a server binary to measure
 # instead of building this checkout's: an earlier build, for a before/after pair).
 # Needs oha, curl, python3.
@@ -67,8 +75,29 @@ cleanup() {
     kill -9 "$pid" 2>/dev/null || true
   done
   pg_stop
+  for group in "${CPU_GROUPS[@]}"; do rmdir "$group" 2>/dev/null || true; done
 }
 trap cleanup EXIT INT TERM
+
+# cap_cpu NAME PID: PID's threads may use NODE_CPU of a core (cgroup v1 or v2).
+CPU_GROUPS=()
+cap_cpu() {
+  local group quota
+  quota=$(python3 -c 'import sys; print(int(float(sys.argv[1]) * 100000))' "$NODE_CPU")
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    group=/sys/fs/cgroup/taskd-bench-$$-$1
+    echo +cpu >/sys/fs/cgroup/cgroup.subtree_control
+    mkdir "$group"
+    echo "$quota 100000" >"$group/cpu.max"
+  else
+    group=/sys/fs/cgroup/cpu/taskd-bench-$$-$1
+    mkdir "$group"
+    echo 100000 >"$group/cpu.cfs_period_us"
+    echo "$quota" >"$group/cpu.cfs_quota_us"
+  fi
+  CPU_GROUPS+=("$group")
+  echo "$2" >"$group/cgroup.procs"
+}
 
 config() { # name [database]
   {
@@ -88,6 +117,7 @@ start() { # name port
   "$OUT/taskd-bench" serve --config "$OUT/$1.toml" --listen "127.0.0.1:$2" --data-dir "$OUT/$1-data" \
     >"$OUT/$1.out" 2>"$OUT/$1.log" &
   SERVERS+=($!)
+  if [ -n "${NODE_CPU:-}" ]; then cap_cpu "$1" "$!"; fi
   for _ in $(seq 200); do grep -q 'listening on' "$OUT/$1.out" 2>/dev/null && return; sleep 0.1; done
   echo "$1 did not start: $(cat "$OUT/$1.log")" >&2
   exit 1
@@ -173,7 +203,7 @@ EOF
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  host: $(uname -n)  nproc: $(nproc)"
   if [ -n "${BIN:-}" ]; then echo "binary: $BIN"; else
     echo "commit: $(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD || echo '+dirty')"; fi
-  echo "settings: DURATION=$DURATION ROUNDS=$ROUNDS CONC=$CONC E2E_N=$E2E_N POLL_MS=$POLL_MS"
+  echo "settings: DURATION=$DURATION ROUNDS=$ROUNDS CONC=$CONC E2E_N=$E2E_N POLL_MS=$POLL_MS NODE_CPU=${NODE_CPU:-}"
   echo "postgres: $("$PG_BIN/postgres" --version)"
 } | tee "$OUT/run.log"
 
