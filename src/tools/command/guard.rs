@@ -213,7 +213,7 @@ fn kill_marked(prefix: &str, spared: &[libc::pid_t]) {
     let mut quiet = 0;
     while quiet < QUIET_PASSES && Instant::now() < deadline {
         let mut fresh = 0;
-        for pid in all_pids().into_iter().filter(|&pid| pid != own) {
+        for pid in reaper::all_pids().into_iter().filter(|&pid| pid != own) {
             let Some(target) = Target::open(pid) else {
                 continue;
             };
@@ -242,17 +242,6 @@ fn kill_marked(prefix: &str, spared: &[libc::pid_t]) {
             quiet = 0;
         }
     }
-}
-
-/// Every process id in `/proc`.
-fn all_pids() -> Vec<libc::pid_t> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
-        .collect()
 }
 
 /// A process to kill, held by a pidfd where the kernel has them (5.3+): what is read

@@ -493,13 +493,20 @@ fn read_pids(path: &str) -> Option<Vec<libc::pid_t>> {
 
 /// Without `CONFIG_PROC_CHILDREN`: every process whose parent is `parent`.
 fn scan_for_children(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    all_pids()
+        .into_iter()
+        .filter(|&pid| Stat::read(pid).is_some_and(|stat| stat.ppid == parent))
+        .collect()
+}
+
+/// Every process id in `/proc` (the run guard's scan, and the fallback above).
+pub(super) fn all_pids() -> Vec<libc::pid_t> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        .filter(|&pid| Stat::read(pid).is_some_and(|stat| stat.ppid == parent))
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
         .collect()
 }
 
