@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use postgres::{Client, NoTls};
 
-use super::statements::Statements;
+use super::statements::Session;
 use crate::config::{ConfigError, StoreConfig};
 
 /// The `application_name` of the sessions, unless the URL names one (the store adds
@@ -111,8 +111,9 @@ pub fn connect(settings: &postgres::Config) -> Result<Client, ConnectError> {
 /// A pooled connection and the epoch it was opened in.
 pub struct Pooled {
     pub client: Client,
-    /// The statements prepared on `client` (see [`super::statements`]).
-    pub statements: Statements,
+    /// The statements prepared on `client`, and whether it carried a large message
+    /// (see [`super::statements`]).
+    pub session: Session,
     epoch: u64,
 }
 
@@ -130,7 +131,7 @@ impl r2d2::ManageConnection for Manager {
         let epoch = self.epoch.load(Ordering::Acquire);
         Ok(Pooled {
             client: connect(&self.settings)?,
-            statements: Statements::default(),
+            session: Session::default(),
             epoch,
         })
     }
@@ -147,8 +148,11 @@ impl r2d2::ManageConnection for Manager {
         Ok(())
     }
 
+    /// Also true of a connection that carried a large message: it is retired, and the
+    /// pool opens a fresh one when it needs one (see
+    /// [`super::statements::LARGE_MESSAGE_BYTES`] for why).
     fn has_broken(&self, conn: &mut Pooled) -> bool {
-        conn.client.is_closed()
+        conn.client.is_closed() || conn.session.carried_large()
     }
 }
 

@@ -52,7 +52,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
@@ -191,6 +191,10 @@ enum Attempt {
 /// Longest wait for a connection while the database is known to be unreachable.
 const OUTAGE_CHECKOUT: Duration = Duration::from_millis(200);
 
+/// Longest wait for a connection before the pool is asked again (see
+/// `Store::connection`).
+const CHECKOUT_SLICE: Duration = Duration::from_millis(100);
+
 /// How many times a transaction runs at most when its failures are retryable.
 const TRIES: usize = 3;
 
@@ -292,9 +296,23 @@ impl Store {
         } else {
             connection::CHECKOUT_TIMEOUT
         };
-        self.pool
-            .get_timeout(checkout)
-            .map_err(|e| StoreError::Unavailable(Box::new(e)))
+        // In slices: r2d2 wakes a waiting caller only when a connection is returned to
+        // it or opened, and opens one only when a checkout starts. A connection retired
+        // on its return (a closed one, or one that carried a large message: see
+        // `Manager::has_broken`) wakes nobody, so with every connection out, waiters
+        // would sleep until their timeout while the pool had room. Each new slice is a
+        // new checkout, which opens a connection in the retired one's place.
+        let deadline = Instant::now() + checkout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.pool.get_timeout(left.min(CHECKOUT_SLICE)) {
+                Ok(conn) => return Ok(conn),
+                Err(error) if left <= CHECKOUT_SLICE => {
+                    return Err(StoreError::Unavailable(Box::new(error)))
+                }
+                Err(_) => {}
+            }
+        }
     }
 
     /// Notes what a failure says about the database, and sorts it.
@@ -385,13 +403,13 @@ impl Store {
         op: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<T, Failure>,
     ) -> Result<T, Attempt> {
         let Pooled {
-            client, statements, ..
+            client, session, ..
         } = conn;
         let mut tx = client.transaction().map_err(|error| Attempt::Failed {
             failure: Failure::Db(error),
             ran: false,
         })?;
-        match op(&mut Db::new(&mut tx, statements)) {
+        match op(&mut Db::new(&mut tx, session)) {
             Ok(value) => self.commit(tx, value).map_err(Attempt::Committing),
             Err(failure) => Err(Attempt::Failed { failure, ran: true }),
         }
@@ -424,9 +442,9 @@ impl Store {
             tries += 1;
             let mut conn = self.connection()?;
             let Pooled {
-                client, statements, ..
+                client, session, ..
             } = &mut *conn;
-            match op(&mut Db::new(client, statements)) {
+            match op(&mut Db::new(client, session)) {
                 Ok(value) => return Ok(value),
                 Err(failure) if failure.retryable() && tries < TRIES => continue,
                 Err(failure) => return Err(self.failed(failure)),
@@ -747,8 +765,7 @@ impl TaskStore for Store {
     fn task_detail(&self, task_id: &str) -> Result<Option<TaskDetail>, StoreError> {
         // One snapshot for the task, its job and its attempts.
         self.transaction(|tx| {
-            tx.uncached()
-                .batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
+            tx.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
             admin::task_detail(tx, task_id)
         })
     }

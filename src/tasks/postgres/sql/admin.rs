@@ -2,10 +2,9 @@
 //! task, cancel one without an identity, copy one for a rerun, the on-demand counts.
 //! No authorization here: the operator interface is trusted (see `src/ops/`).
 
-use postgres::types::ToSql;
 use postgres::{GenericClient, Row};
 
-use super::super::statements::{Db, Tx};
+use super::super::statements::{Db, Param, Tx};
 
 use super::{status_column, Failure};
 use crate::auth::Identity;
@@ -65,11 +64,8 @@ pub fn list_tasks(
         " ORDER BY id DESC LIMIT {}",
         limit.min(i64::MAX as usize)
     ));
-    let params: Vec<&(dyn ToSql + Sync)> = values
-        .iter()
-        .map(|value| value as &(dyn ToSql + Sync))
-        .collect();
-    let rows = conn.uncached().query(&sql, &params)?;
+    let params: Vec<&dyn Param> = values.iter().map(|value| value as &dyn Param).collect();
+    let rows = conn.query_built(&sql, &params)?;
     rows.iter().map(summary).collect()
 }
 
@@ -82,7 +78,7 @@ pub fn task_detail(
         "SELECT {SUMMARY_COLUMNS}, ttl_ms, expires_at, cancel_requested, error, \
          input_requests, origin, result, input_responses FROM tasks WHERE id = $1"
     );
-    let Some(row) = conn.uncached().query_opt(&sql, &[&task_id])? else {
+    let Some(row) = conn.query_opt_built(&sql, &[&task_id])? else {
         return Ok(None);
     };
     let mut detail = TaskDetail {
