@@ -21,20 +21,6 @@ use serde_json::{json, Value};
 
 /// Largest VmHWM accepted during a fault (the figure).
 const RSS_LIMIT_KIB: u64 = 256 * 1024;
-/// The same on PostgreSQL, a known gap: with 70 unread 12 MB `tasks/get` answers a
-/// node peaked at 240-267 MiB (SQLite: 149), and already held 127-150 MiB before them,
-/// after storing and reading the one 12 MB result. Likely cause: the `postgres` client
-/// keeps each pooled connection's buffers as large as the largest row it has written
-/// or read (16 connections here). To mend, then drop this: retire a connection that
-/// carried a large payload.
-const RSS_LIMIT_KIB_POSTGRES: u64 = 320 * 1024;
-
-fn rss_limit_kib() -> u64 {
-    match crate::common::postgres::backend() {
-        crate::common::postgres::Backend::Postgres => RSS_LIMIT_KIB_POSTGRES,
-        crate::common::postgres::Backend::Sqlite => RSS_LIMIT_KIB,
-    }
-}
 /// How soon after a fault the server must be fully healthy.
 const RECOVERY: Duration = Duration::from_secs(5);
 
@@ -206,10 +192,9 @@ impl<'a> Probe<'a> {
             p99_limit()
         );
         assert!(
-            hwm < rss_limit_kib(),
-            "{fault}: VmHWM {} MiB over {} MiB",
-            hwm / 1024,
-            rss_limit_kib() / 1024
+            hwm < RSS_LIMIT_KIB,
+            "{fault}: VmHWM {} MiB over 256 MiB",
+            hwm / 1024
         );
     }
 }
