@@ -1,7 +1,8 @@
 //! The PostgreSQL store itself (issue 18), through real binaries on the harness's
 //! throwaway cluster: what nodes share besides tasks (the schema, migrated once; the
 //! MRTR request-state key; the counts of `/metrics`), the core task flow on one node,
-//! and the password kept out of the configuration text. (Two-node task flows, crashes and
+//! the password kept out of the configuration text, and pooled connections that carried
+//! a large row replaced. (Two-node task flows, crashes and
 //! database restarts are in `cluster.rs`.)
 //!
 //! Like `cluster.rs`, these need PostgreSQL whatever `MCP_TASKD_TEST_BACKEND` says.
@@ -340,4 +341,76 @@ fn creations_at_once_share_transactions_and_each_is_committed_when_acknowledged(
         writers < CREATIONS,
         "{writers} transactions for {CREATIONS} creations"
     );
+}
+
+/// The sessions on `database` other than the asking one: their backend pids, sorted.
+fn sessions(cluster: &Cluster, database: &str) -> Vec<String> {
+    cluster
+        .sql(
+            database,
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() ORDER BY pid",
+        )
+        .expect("pg_stat_activity")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A pooled connection that carried a row over 1 MiB is closed when it goes back to the
+/// pool (the client would keep its buffers that large), and the pool opens another;
+/// one that carried small rows is kept. One pooled connection here, so that every
+/// request runs on it.
+#[test]
+fn a_pooled_connection_that_carried_a_large_result_is_replaced() {
+    let Some((cluster, name)) =
+        database("a_pooled_connection_that_carried_a_large_result_is_replaced")
+    else {
+        return;
+    };
+    let config = format!(
+        "{}[[tools]]\nname = \"big\"\ndescription = \"prints 2 MB\"\n\
+         command = ['sh', '-c', 'cat > /dev/null; head -c 2000000 /dev/zero | tr \"\\0\" a; echo']\n\
+         max_output_bytes = 2100000\n",
+        node_config(&cluster.url(&name)).replace("pool_size = 4", "pool_size = 1")
+    );
+    let (_dir, server) = node(&config);
+    let big = tasks::create(&server, "big", json!({}), &[]);
+    let small = tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
+    assert_eq!(
+        wait_terminal(&server, &big, Duration::from_secs(10))["status"],
+        "completed"
+    );
+    assert_eq!(
+        wait_terminal(&server, &small, Duration::from_secs(10))["status"],
+        "completed"
+    );
+    tasks::get(&server, &small);
+    let settled = sessions(cluster, &name);
+    for _ in 0..3 {
+        tasks::get(&server, &small);
+    }
+    assert_eq!(
+        sessions(cluster, &name),
+        settled,
+        "small rows: the same connection"
+    );
+
+    let answer = tasks::get_raw(&server, &big, &[]);
+    assert!(answer.body.len() > 2_000_000, "{} bytes", answer.body.len());
+    tasks::get(&server, &small);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = sessions(cluster, &name);
+        let gone = settled.iter().filter(|pid| !now.contains(pid)).count();
+        let new = now.iter().filter(|pid| !settled.contains(pid)).count();
+        if gone == 1 && new == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after a 2 MB row: sessions {settled:?} became {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
