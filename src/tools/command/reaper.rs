@@ -40,10 +40,11 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::os::fd::AsRawFd;
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
+
+use super::spawn::Program;
 
 /// The environment variable that marks a run's descendants.
 pub const MARKER: &str = "MCP_TASKD_RUN";
@@ -131,7 +132,7 @@ impl Run {
 
     /// Remembers the program's pipes: an orphan that still holds one of them inherited
     /// it from the program, whatever its environment says.
-    pub fn watch_pipes(&mut self, program: &Child) {
+    pub fn watch_pipes(&mut self, program: &Program) {
         let fds = [
             program.stdin.as_ref().map(AsRawFd::as_raw_fd),
             program.stdout.as_ref().map(AsRawFd::as_raw_fd),
@@ -168,12 +169,16 @@ impl Drop for Run {
     }
 }
 
-/// Spawns a program and registers it, so that no sweep takes it for an orphan.
-pub fn spawn(command: &mut Command) -> std::io::Result<Child> {
+/// Starts a program with `start`, which returns it with its pid, and registers it, so
+/// that no sweep takes it for an orphan (a child that failed to `exec` is reaped by
+/// `start` itself, under the same gate).
+pub(super) fn spawn<T>(
+    start: impl FnOnce() -> std::io::Result<(T, libc::pid_t)>,
+) -> std::io::Result<T> {
     let _gate = GATE.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let child = command.spawn()?;
-    registry().programs.insert(child.id() as libc::pid_t);
-    Ok(child)
+    let (program, pid) = start()?;
+    registry().programs.insert(pid);
+    Ok(program)
 }
 
 /// Called once the program has been reaped by its `Child`.
