@@ -88,7 +88,9 @@ pub mod guard;
 mod output;
 mod process;
 mod reaper;
-mod spawn;
+// Public for benches/spawncost.rs, which measures the server's way of starting a program.
+#[doc(hidden)]
+pub mod spawn;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -35,7 +35,7 @@ const TASK_KEYS: [&str; 2] = ["MCP_TASK_ID", "MCP_TASK_ATTEMPT"];
 /// A tool's program, arguments, working directory and environment, as the C strings
 /// `execve` takes.
 #[derive(Debug)]
-pub(super) struct Launch {
+pub struct Launch {
     program: CString,
     /// `argv`, the program's path first.
     argv: Vec<CString>,
@@ -48,7 +48,7 @@ pub(super) struct Launch {
 impl Launch {
     /// Fails on a NUL byte in the program's path, an argument or the directory (`env`
     /// is checked when the tool is declared).
-    pub(super) fn new(
+    pub fn new(
         program: &Path,
         args: &[String],
         dir: &Path,
@@ -82,16 +82,16 @@ impl Launch {
 
 /// A started program: its pid (also its process group) and the server's ends of its
 /// pipes, close-on-exec. Whoever holds it reaps it with [`Program::wait`].
-pub(super) struct Program {
-    pub(super) pid: libc::pid_t,
-    pub(super) stdin: Option<OwnedFd>,
-    pub(super) stdout: Option<OwnedFd>,
-    pub(super) stderr: Option<OwnedFd>,
+pub struct Program {
+    pub pid: libc::pid_t,
+    pub stdin: Option<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
 }
 
 impl Program {
     /// Waits for the program to exit and reaps it.
-    pub(super) fn wait(&mut self) -> io::Result<ExitStatus> {
+    pub fn wait(&mut self) -> io::Result<ExitStatus> {
         let mut status = 0;
         loop {
             // SAFETY: plain system call on our own child.
@@ -108,13 +108,13 @@ impl Program {
 
 /// The variables a run adds to its tool's environment: its marker, and for a task
 /// attempt the task's id and the attempt's number.
-pub(super) struct RunEnv {
+pub struct RunEnv {
     entries: Vec<CString>,
     task: bool,
 }
 
 impl RunEnv {
-    pub(super) fn new(marker: (&str, &str), task: Option<(&str, i64)>) -> io::Result<RunEnv> {
+    pub fn new(marker: (&str, &str), task: Option<(&str, i64)>) -> io::Result<RunEnv> {
         let c = |key: &str, value: &str| {
             CString::new(format!("{key}={value}"))
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte"))
@@ -134,7 +134,7 @@ impl RunEnv {
 /// Starts the program in its own process group, its stdin, stdout and stderr on new
 /// pipes, its environment exactly the tool's plus the run's.
 #[cfg(target_os = "linux")]
-pub(super) fn start(launch: &Launch, run_env: &RunEnv) -> io::Result<Program> {
+pub fn start(launch: &Launch, run_env: &RunEnv) -> io::Result<Program> {
     linux::start(launch, run_env)
 }
 
@@ -167,7 +167,7 @@ mod linux {
         error: AtomicI32,
     }
 
-    pub(super) fn start(launch: &Launch, run_env: &RunEnv) -> io::Result<Program> {
+    pub fn start(launch: &Launch, run_env: &RunEnv) -> io::Result<Program> {
         let (stdin_child, stdin) = pipe()?;
         let (stdout, stdout_child) = pipe()?;
         let (stderr, stderr_child) = pipe()?;
@@ -352,7 +352,7 @@ mod linux {
 /// Elsewhere: std's `Command` (which uses `posix_spawn` where it can), with the same
 /// program, arguments, directory and environment.
 #[cfg(not(target_os = "linux"))]
-pub(super) fn start(launch: &Launch, run_env: &RunEnv) -> io::Result<Program> {
+pub fn start(launch: &Launch, run_env: &RunEnv) -> io::Result<Program> {
     use std::ffi::OsStr;
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
