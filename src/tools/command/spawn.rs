@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -143,6 +143,7 @@ mod linux {
     use std::cell::RefCell;
     use std::ffi::{c_int, c_void};
     use std::mem::MaybeUninit;
+    use std::os::fd::{AsRawFd, FromRawFd};
     use std::sync::atomic::{AtomicI32, Ordering};
 
     use super::*;
@@ -389,4 +390,90 @@ pub fn start(launch: &Launch, run_env: &RunEnv) -> io::Result<Program> {
         stdout: child.stdout.take().map(OwnedFd::from),
         stderr: child.stderr.take().map(OwnedFd::from),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::io::Read;
+
+    use super::*;
+
+    fn output(program: &mut Program) -> String {
+        drop(program.stdin.take());
+        let mut text = String::new();
+        if let Some(stdout) = program.stdout.take() {
+            File::from(stdout)
+                .read_to_string(&mut text)
+                .expect("stdout read");
+        }
+        text
+    }
+
+    #[test]
+    fn the_program_gets_its_arguments_directory_and_exactly_its_environment() {
+        let env = BTreeMap::from([
+            ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+            ("MCP_TASK_ID".to_owned(), "from the tool".to_owned()),
+            ("MCP_TASKD_RUN".to_owned(), "from the tool".to_owned()),
+        ]);
+        let script = r#"printf '%s|%s|' "$1" "$(pwd)"; env | sort | tr '\n' ' '"#;
+        let args = [
+            "-c".to_owned(),
+            script.to_owned(),
+            "sh".to_owned(),
+            "one arg".to_owned(),
+        ];
+        let launch = Launch::new(
+            Path::new("/bin/sh"),
+            &args,
+            Path::new("/tmp"),
+            &env,
+            "MCP_TASKD_RUN",
+        )
+        .expect("no NUL");
+
+        let inline = RunEnv::new(("MCP_TASKD_RUN", "7.1"), None).expect("no NUL");
+        let mut program = start(&launch, &inline).expect("started");
+        let text = output(&mut program);
+        assert!(program.wait().expect("reaped").success());
+        assert!(text.starts_with("one arg|/tmp|"), "{text}");
+        assert!(text.contains("MCP_TASK_ID=from the tool "), "{text}");
+        assert!(text.contains("MCP_TASKD_RUN=7.1 "), "{text}");
+        assert!(!text.contains("MCP_TASKD_RUN=from the tool"), "{text}");
+
+        let task = RunEnv::new(("MCP_TASKD_RUN", "7.2"), Some(("t-1", 3))).expect("no NUL");
+        let mut program = start(&launch, &task).expect("started");
+        let text = output(&mut program);
+        assert!(program.wait().expect("reaped").success());
+        assert!(text.contains("MCP_TASK_ID=t-1 "), "{text}");
+        assert!(text.contains("MCP_TASK_ATTEMPT=3 "), "{text}");
+        assert!(!text.contains("from the tool"), "{text}");
+    }
+
+    #[test]
+    fn a_program_that_cannot_be_executed_is_an_error() {
+        let env = BTreeMap::new();
+        let launch = Launch::new(
+            Path::new("/nonexistent/program"),
+            &[],
+            Path::new("/"),
+            &env,
+            "M",
+        )
+        .expect("no NUL");
+        let run_env = RunEnv::new(("M", "1"), None).expect("no NUL");
+        let error = start(&launch, &run_env).err().expect("not started");
+        assert_eq!(error.kind(), io::ErrorKind::NotFound);
+
+        let missing_dir = Launch::new(
+            Path::new("/bin/true"),
+            &[],
+            Path::new("/nonexistent"),
+            &env,
+            "M",
+        )
+        .expect("no NUL");
+        assert!(start(&missing_dir, &run_env).is_err());
+    }
 }
