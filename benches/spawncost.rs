@@ -21,16 +21,24 @@
 //!   2026-11-30 (clean environment, working directory, three pipes, its own process
 //!   group, and a `pre_exec` hook setting `PR_SET_PDEATHSIG`, which makes std `fork`),
 //!   draining stdout and stderr on two threads and writing stdin on a third;
-//! - `Command as configured`: what a run does now: the same without the hook and the
-//!   threads (std uses `posix_spawn`), pipes served on this thread.
+//! - `Command piped, no hook`: what a run did until 2026-12-01: the same without the
+//!   hook and the threads (std uses `posix_spawn`), pipes served on this thread;
+//! - `as configured`: what a run does now (`mcp_taskd::tools::command::spawn`: our
+//!   own `clone(CLONE_VM | CLONE_VFORK)` on a reused stack, C strings built once),
+//!   pipes served the same way.
 //!
 //! Not part of `cargo test`; built by `cargo bench --no-run --bench spawncost`.
 
+use std::collections::BTreeMap;
 use std::ffi::CString;
+use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
+
+use mcp_taskd::tools::command::spawn::{start, Launch, RunEnv};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -51,6 +59,15 @@ fn main() {
     // Touched, so that every page is mapped (what `fork` has to copy).
     let ballast: Vec<u8> = vec![1u8; ballast_mib * 1024 * 1024];
     let program_c = CString::new(program.clone()).expect("program path without NUL");
+    let env = BTreeMap::from([("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned())]);
+    let launch = Launch::new(
+        Path::new(&program),
+        &[],
+        Path::new("/"),
+        &env,
+        "MCP_TASKD_RUN",
+    )
+    .expect("program path without NUL");
 
     type Method<'a> = (&'a str, Box<dyn Fn() + 'a>);
     let methods: Vec<Method<'_>> = vec![
@@ -62,9 +79,10 @@ fn main() {
             Box::new(|| command_hooked(&program)),
         ),
         (
-            "Command as configured",
+            "Command piped, no hook",
             Box::new(|| command_piped(&program)),
         ),
+        ("as configured", Box::new(|| configured_start(&launch))),
     ];
     for (name, method) in &methods {
         // Warm-up: page cache, dynamic loader cache.
@@ -218,4 +236,28 @@ fn command_piped(program: &str) {
         let _ = stderr.read_to_end(&mut bytes);
     }
     let _ = child.wait();
+}
+
+fn configured_start(launch: &Launch) {
+    let Ok(run_env) = RunEnv::new(
+        ("MCP_TASKD_RUN", "1.1"),
+        Some(("00000000-0000-4000-8000-000000000000", 1)),
+    ) else {
+        return;
+    };
+    let Ok(mut program) = start(launch, &run_env) else {
+        return;
+    };
+    if let Some(stdin) = program.stdin.take() {
+        let _ =
+            File::from(stdin).write_all(b"{\"arguments\":{},\"inputResponses\":{},\"state\":null}");
+    }
+    let mut bytes = Vec::new();
+    for pipe in [program.stdout.take(), program.stderr.take()]
+        .into_iter()
+        .flatten()
+    {
+        let _ = File::from(pipe).read_to_end(&mut bytes);
+    }
+    let _ = program.wait();
 }

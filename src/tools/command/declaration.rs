@@ -10,6 +10,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use thiserror::Error;
 
+use super::reaper::MARKER;
+use super::spawn::Launch;
 use super::CommandTool;
 use crate::tools::{ExecutionPolicy, TaskPolicy, ToolSpec};
 
@@ -233,12 +235,11 @@ impl CommandTool {
             max_concurrency,
             inline_wait: config.inline_wait_ms.map(Duration::from_millis),
         };
+        let launch = Launch::new(&program, args, &working_dir, &env, MARKER);
         Ok(CommandTool {
             spec,
             program,
-            args: args.to_vec(),
-            working_dir,
-            env,
+            launch,
             max_output,
         })
     }

@@ -15,14 +15,14 @@
 //! makes std `fork` the server (about 8 ms of server CPU a run in copy-on-write faults);
 //! a launcher (this binary started with `posix_spawn`, arming the signal, then `exec`ing
 //! the program) cost every run a second `exec` of this large binary, about 0.6 ms of
-//! CPU (benches/README.md, "Command tools"). With the guard, programs start with a
-//! plain `posix_spawn` and a run pays nothing for the guarantee. It also covers more:
+//! CPU (benches/README.md, "Command tools"). With the guard, programs start the way a
+//! plain `posix_spawn` starts them (`spawn`) and a run pays nothing for the guarantee. It also covers more:
 //! the parent-death signal reached the program only, while the guard finds every
 //! descendant that kept the marker, and the program's process group.
 //!
 //! No per-run message is needed, so there is no race between a spawn and its
-//! registration: a program carries the marker from its `exec`. A program whose
-//! `posix_spawn` was between `clone` and `exec` when the server died shows the
+//! registration: a program carries the marker from its `exec`. A program whose start
+//! was between `clone` and `exec` when the server died shows the
 //! server's environment for a moment: the guard looks again twice after
 //! [`SETTLE`] before it exits.
 //!
@@ -122,7 +122,11 @@ impl Guard {
             // supervisor stopping a job) must not take the guard with the server.
             .process_group(0);
         // Registered like a program, so that no sweep takes it for an orphan.
-        let child = reaper::spawn(&mut command)?;
+        let child = reaper::spawn(|| {
+            let child = command.spawn()?;
+            let pid = child.id() as libc::pid_t;
+            Ok((child, pid))
+        })?;
         Ok(Guard {
             child,
             _lifeline: write,

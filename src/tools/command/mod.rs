@@ -72,8 +72,9 @@
 //!   one helper process per server, started with it) sees the server die and kills,
 //!   with SIGKILL, every process carrying the server's run markers, with their process
 //!   groups — the program, what it left in its group, and descendants that left the
-//!   group but kept the marker. Programs themselves start with a plain `posix_spawn`
-//!   (no `fork` of the server, no hook before `exec`). If the guard dies while the
+//!   group but kept the marker. Programs themselves start the way `posix_spawn`
+//!   starts them (`clone(CLONE_VM | CLONE_VFORK)`: no `fork` of the server, nothing of
+//!   ours before `exec`; see `spawn`). If the guard dies while the
 //!   server runs, the server logs it and starts another, which covers the runs already
 //!   going. After such a crash, start-up recovery runs the attempt again.
 //! - `max_concurrency` bounds the runs of one tool at once, inline and as tasks together
@@ -87,8 +88,10 @@ pub mod guard;
 mod output;
 mod process;
 mod reaper;
+// Public for benches/spawncost.rs, which measures the server's way of starting a program.
+#[doc(hidden)]
+pub mod spawn;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -101,15 +104,16 @@ pub use reaper::{become_subreaper, sweep_all};
 /// thing in `main`, before any thread exists.
 ///
 /// Why: nothing here handles SIGCHLD (exits are seen through pidfds and `waitid`), and
-/// its default disposition normally makes the kernel drop it. But glibc's `posix_spawn`
-/// blocks every signal in the spawning thread until the child has `exec`ed; a program
+/// its default disposition normally makes the kernel drop it. But starting a program
+/// (`spawn`, as glibc's `posix_spawn` does) blocks every signal in the spawning thread
+/// until the child has `exec`ed; a program
 /// that exits before the mask is restored (a no-op program on a loaded box) raises a
 /// SIGCHLD that is then *not* dropped, and is delivered to some other thread. A thread
 /// blocked in a socket read with a timeout (every HTTP connection's, see
 /// vendor/tiny_http patch 9) returns `EINTR` — socket calls with a timeout are never
 /// restarted — and tiny_http closes that client's connection. Blocked in every
 /// thread, SIGCHLD just stays pending and interrupts nothing. Programs do not inherit
-/// the mask: std resets it in the children it starts.
+/// the mask: the child clears it before its `exec`.
 pub fn block_child_exit_signal() {
     // SAFETY: plain calls on a signal set we own; pthread_sigmask cannot fail with
     // these arguments.
@@ -129,9 +133,9 @@ pub struct CommandTool {
     /// hard limit of one run).
     spec: ToolSpec,
     program: PathBuf,
-    args: Vec<String>,
-    working_dir: PathBuf,
-    env: BTreeMap<String, String>,
+    /// The program, its arguments, working directory and environment as `execve` takes
+    /// them, built once (or why they cannot be: each run fails with it).
+    launch: Result<spawn::Launch, String>,
     max_output: usize,
 }
 

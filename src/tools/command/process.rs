@@ -1,5 +1,5 @@
-//! Process supervision: starting the program (no shell, its own process group, a plain
-//! `posix_spawn`), feeding and draining its pipes, stopping the whole group, and having
+//! Process supervision: starting the program (no shell, its own process group, no
+//! `fork` of the server: see `spawn`), feeding and draining its pipes, stopping the whole group, and having
 //! the reaper kill what left the group before the program is reaped.
 //!
 //! One run is supervised by the thread that runs it, with one `poll(2)` loop over the
@@ -13,18 +13,17 @@
 //! cancellation (which the host only shows as a flag).
 //!
 //! The program dies with the server, even on `kill -9`, through the run guard
-//! (`guard`), so nothing runs in the new process before its `exec` and std can start it
-//! with `posix_spawn` rather than `fork` the server.
+//! (`guard`), so nothing of ours runs in the new process before its `exec`, and it can
+//! start the way `posix_spawn` starts a program rather than `fork` the server.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::output::{forward, interpret, parse_progress, truncate, Progress};
 use super::reaper::{self, Run};
+use super::spawn::{self, Program, RunEnv};
 use super::CommandTool;
 use crate::tools::{Invocation, Outcome};
 
@@ -51,26 +50,17 @@ const READS_PER_TURN: usize = 16;
 
 impl CommandTool {
     /// Starts the program: no shell, its own process group, a clean environment (plus
-    /// the run's marker, which its descendants inherit). Nothing runs between `fork`
-    /// and `exec` (no `pre_exec` hook), so std uses `posix_spawn`.
-    fn spawn(&self, run: &Run, task: Option<(&str, i64)>) -> std::io::Result<Child> {
-        let mut command = std::process::Command::new(&self.program);
-        command
-            .args(&self.args)
-            .current_dir(&self.working_dir)
-            .env_clear()
-            .envs(&self.env)
-            .env(reaper::MARKER, run.marker())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if let Some((task_id, attempt)) = task {
-            command
-                .env("MCP_TASK_ID", task_id)
-                .env("MCP_TASK_ATTEMPT", attempt.to_string());
-        }
-        reaper::spawn(&mut command)
+    /// the run's marker, which its descendants inherit), no `fork` of the server.
+    fn spawn(&self, run: &Run, task: Option<(&str, i64)>) -> std::io::Result<Program> {
+        let launch = self.launch.as_ref().map_err(|error| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, error.clone())
+        })?;
+        let run_env = RunEnv::new((reaper::MARKER, run.marker()), task)?;
+        reaper::spawn(|| {
+            let program = spawn::start(launch, &run_env)?;
+            let pid = program.pid;
+            Ok((program, pid))
+        })
     }
 
     /// Runs the program once and supervises it until it ends or must be stopped.
@@ -92,7 +82,7 @@ impl CommandTool {
                 ))
             }
         };
-        let pid = child.id() as libc::pid_t;
+        let pid = child.pid;
         run.watch_pipes(&child);
         let mut pump = match Pump::new(&mut child, payload, self.max_output) {
             Ok(pump) => pump,
@@ -306,11 +296,11 @@ enum Slot {
 impl Pump {
     /// Takes the child's pipes (non-blocking from here on) and writes what of the
     /// payload fits at once: usually all of it, and stdin is closed.
-    fn new(child: &mut Child, payload: Vec<u8>, limit: usize) -> std::io::Result<Pump> {
+    fn new(child: &mut Program, payload: Vec<u8>, limit: usize) -> std::io::Result<Pump> {
         let missing = || std::io::Error::other("a pipe to the program is missing");
-        let stdin = OwnedFd::from(child.stdin.take().ok_or_else(missing)?);
-        let stdout = OwnedFd::from(child.stdout.take().ok_or_else(missing)?);
-        let stderr = OwnedFd::from(child.stderr.take().ok_or_else(missing)?);
+        let stdin = child.stdin.take().ok_or_else(missing)?;
+        let stdout = child.stdout.take().ok_or_else(missing)?;
+        let stderr = child.stderr.take().ok_or_else(missing)?;
         for fd in [&stdin, &stdout, &stderr] {
             // SAFETY: plain system call on a descriptor we own. A pipe has no other
             // status flag worth keeping.
@@ -324,7 +314,7 @@ impl Pump {
             written: 0,
             stdout_pipe: Some(stdout),
             stderr_pipe: Some(stderr),
-            pidfd: pidfd_of(child.id() as libc::pid_t),
+            pidfd: pidfd_of(child.pid),
             pidfd_fired: false,
             stdout: StdoutScan::new(limit),
             stderr: StderrTail::default(),
@@ -539,8 +529,8 @@ fn has_exited(pid: libc::pid_t) -> bool {
 /// Kills what the run left behind outside its process group, then reaps the program.
 /// In this order: while the program is unreaped its pid, which names its group, stays
 /// taken.
-fn reap_program(child: &mut Child, run: Run) -> std::io::Result<std::process::ExitStatus> {
-    let pid = child.id() as libc::pid_t;
+fn reap_program(child: &mut Program, run: Run) -> std::io::Result<std::process::ExitStatus> {
+    let pid = child.pid;
     reaper::sweep(run, pid, || has_exited(pid));
     let status = child.wait();
     reaper::forget(pid);

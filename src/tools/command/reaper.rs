@@ -39,11 +39,13 @@
 //! end: about 10 ms at 120 processes and 100 ms at 1,000 on a loaded 2-core box.
 
 use std::collections::{BTreeSet, HashSet};
+use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
+
+use super::spawn::Program;
 
 /// The environment variable that marks a run's descendants.
 pub const MARKER: &str = "MCP_TASKD_RUN";
@@ -83,6 +85,13 @@ fn registry() -> MutexGuard<'static, Registry> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// This process's id, asked of the kernel once: every run needs it twice (its marker,
+/// its sweep).
+fn server_pid() -> libc::pid_t {
+    static PID: OnceLock<libc::pid_t> = OnceLock::new();
+    *PID.get_or_init(|| std::process::id() as libc::pid_t)
+}
+
 /// Makes the server the reaper of its orphaned descendants. Returns whether it worked
 /// (it needs Linux 3.4); without it orphans go to init and sweeps find none.
 pub fn become_subreaper() -> bool {
@@ -118,7 +127,7 @@ impl Run {
     pub fn start() -> Run {
         let marker = format!(
             "{}{}",
-            marker_prefix(std::process::id() as libc::pid_t),
+            marker_prefix(server_pid()),
             NEXT_RUN.fetch_add(1, Ordering::Relaxed)
         );
         registry().running.insert(marker.clone());
@@ -131,7 +140,7 @@ impl Run {
 
     /// Remembers the program's pipes: an orphan that still holds one of them inherited
     /// it from the program, whatever its environment says.
-    pub fn watch_pipes(&mut self, program: &Child) {
+    pub fn watch_pipes(&mut self, program: &Program) {
         let fds = [
             program.stdin.as_ref().map(AsRawFd::as_raw_fd),
             program.stdout.as_ref().map(AsRawFd::as_raw_fd),
@@ -168,12 +177,16 @@ impl Drop for Run {
     }
 }
 
-/// Spawns a program and registers it, so that no sweep takes it for an orphan.
-pub fn spawn(command: &mut Command) -> std::io::Result<Child> {
+/// Starts a program with `start`, which returns it with its pid, and registers it, so
+/// that no sweep takes it for an orphan (a child that failed to `exec` is reaped by
+/// `start` itself, under the same gate).
+pub(super) fn spawn<T>(
+    start: impl FnOnce() -> std::io::Result<(T, libc::pid_t)>,
+) -> std::io::Result<T> {
     let _gate = GATE.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let child = command.spawn()?;
-    registry().programs.insert(child.id() as libc::pid_t);
-    Ok(child)
+    let (program, pid) = start()?;
+    registry().programs.insert(pid);
+    Ok(program)
 }
 
 /// Called once the program has been reaped by its `Child`.
@@ -234,7 +247,7 @@ enum Doom<'a> {
 /// descendants already known to be doomed; each pass adds those seen below the orphans
 /// it kills: once their parent dies they are ours, marker or not.
 fn sweep_until_clear(doom: &Doom<'_>, mut doomed: HashSet<(libc::pid_t, u64)>, deadline: Instant) {
-    let server = std::process::id() as libc::pid_t;
+    let server = server_pid();
     let mut second_looks = SECOND_LOOKS;
     loop {
         let pass = sweep_pass(server, doom, &mut doomed);
@@ -380,8 +393,8 @@ struct Stat {
 
 impl Stat {
     fn read(pid: libc::pid_t) -> Option<Stat> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        Stat::parse(&text)
+        let bytes = read_proc(&format!("/proc/{pid}/stat"))?;
+        Stat::parse(&String::from_utf8_lossy(&bytes))
     }
 
     fn parse(text: &str) -> Option<Stat> {
@@ -430,7 +443,7 @@ pub fn start_time(pid: libc::pid_t) -> u64 {
 }
 
 fn marker_of(pid: libc::pid_t) -> Environ {
-    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+    let Some(environ) = read_proc(&format!("/proc/{pid}/environ")) else {
         return Environ::Unreadable;
     };
     if environ.is_empty() {
@@ -483,12 +496,30 @@ fn children_of(parent: libc::pid_t, main_thread_only: bool) -> Vec<libc::pid_t> 
 }
 
 fn read_pids(path: &str) -> Option<Vec<libc::pid_t>> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let bytes = read_proc(path)?;
     Some(
-        text.split_whitespace()
+        String::from_utf8_lossy(&bytes)
+            .split_whitespace()
             .filter_map(|pid| pid.parse().ok())
             .collect(),
     )
+}
+
+/// The contents of a `/proc` file. Not `fs::read`: it asks for the file's size first
+/// (a `statx`, and a `/proc` file has none), one system call more for every run's
+/// look at the server's children.
+fn read_proc(path: &str) -> Option<Vec<u8>> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => return Some(bytes),
+            Ok(read) => bytes.extend_from_slice(&chunk[..read]),
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Without `CONFIG_PROC_CHILDREN`: every process whose parent is `parent`.
