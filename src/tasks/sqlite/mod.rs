@@ -210,6 +210,7 @@ impl Store {
         })?;
         // Taken with the lock: no attempt of this run can have started before it.
         let opened_at = now_ms();
+        connection::configure_library();
         let path = data_dir.join("tasks.db");
         let uri = database_uri(&path, config.locking)?;
         let opening = |e: rusqlite::Error| OpenError::File {
