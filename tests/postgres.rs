@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::common::postgres::{self, Cluster};
 use crate::common::tasks::{self, wait_terminal};
-use crate::common::{Rpc, Server};
+use crate::common::{assert_mrtr_round_trip, Server};
 
 fn node_config(url: &str) -> String {
     format!(
@@ -108,28 +108,7 @@ fn a_request_state_sealed_by_one_node_opens_on_another() {
     let config = node_config(&cluster.url(&name));
     let (_a_dir, a) = node(&config);
     let (_b_dir, b) = node(&config);
-    let tool = "test_input_required_result_request_state";
-    let caps = json!({"elicitation": {}});
-    let first = Rpc::tool(tool, json!({}))
-        .caps(caps.clone())
-        .send(&a)
-        .result();
-    let state = first["requestState"].as_str().expect("requestState");
-    let done = Rpc::tool(tool, json!({}))
-        .caps(caps)
-        .param(
-            "inputResponses",
-            json!({"confirm": {"action": "accept", "content": {"ok": true}}}),
-        )
-        .param("requestState", json!(state))
-        .send(&b)
-        .result();
-    assert!(
-        done["content"][0]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("state-ok")),
-        "{done}"
-    );
+    assert_mrtr_round_trip(&a, &b);
 }
 
 #[test]

@@ -5,7 +5,9 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::common::{self, postgres, HttpResponse, Listen, Rpc, Server, ALL_SETS};
+use crate::common::{
+    self, assert_mrtr_round_trip, postgres, HttpResponse, Listen, Rpc, Server, ALL_SETS,
+};
 use mcp_taskd::protocol::METHODS;
 use serde_json::{json, Value};
 
@@ -171,32 +173,6 @@ fn check_no_server_error(what: &str, response: Option<HttpResponse>) {
             response.text()
         );
     }
-}
-
-/// One MRTR round trip still works (the request-state key and the signer are intact).
-fn assert_mrtr_round_trip(server: &Server) {
-    let tool = "test_input_required_result_request_state";
-    let caps = json!({"elicitation": {}});
-    let first = Rpc::tool(tool, json!({}))
-        .caps(caps.clone())
-        .send(server)
-        .result();
-    let state = first["requestState"].as_str().expect("requestState");
-    let done = Rpc::tool(tool, json!({}))
-        .caps(caps)
-        .param(
-            "inputResponses",
-            json!({"confirm": {"action": "accept", "content": {"ok": true}}}),
-        )
-        .param("requestState", json!(state))
-        .send(server)
-        .result();
-    assert!(
-        done["content"][0]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("state-ok")),
-        "{done}"
-    );
 }
 
 #[test]
@@ -458,7 +434,7 @@ fn one_server_survives_a_barrage_of_hostile_input() {
     assert!(result.get("isError").is_none());
     let tools = Rpc::new("tools/list", json!({})).send(&server).result();
     assert_eq!(tools["tools"][0]["name"], "test_simple_text");
-    assert_mrtr_round_trip(&server);
+    assert_mrtr_round_trip(&server, &server);
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "the barrage took {:?}",

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 pub use http::HttpResponse;
 pub use listen::Listen;
-pub use rpc::{tasks_caps, Rpc};
+pub use rpc::{assert_mrtr_round_trip, tasks_caps, Rpc};
 pub use server::Server;
 
 pub const VERSION: &str = "2026-07-28";

@@ -216,3 +216,33 @@ impl HttpResponse {
         message["error"].clone()
     }
 }
+
+/// One MRTR round trip through the testing set's request-state tool: `sealer` answers
+/// the first call with an input request and its sealed `requestState`; `opener` takes
+/// the retry carrying the responses and that state, and completes the call. It fails
+/// unless `opener` can open what `sealer` sealed (the same request-state key: after a
+/// restart, a hostile barrage, or on another node of a cluster).
+pub fn assert_mrtr_round_trip(sealer: &Server, opener: &Server) {
+    let tool = "test_input_required_result_request_state";
+    let caps = json!({"elicitation": {}});
+    let first = Rpc::tool(tool, json!({}))
+        .caps(caps.clone())
+        .send(sealer)
+        .result();
+    let state = first["requestState"].as_str().expect("requestState");
+    let done = Rpc::tool(tool, json!({}))
+        .caps(caps)
+        .param(
+            "inputResponses",
+            json!({"confirm": {"action": "accept", "content": {"ok": true}}}),
+        )
+        .param("requestState", json!(state))
+        .send(opener)
+        .result();
+    assert!(
+        done["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("state-ok")),
+        "{done}"
+    );
+}
