@@ -87,8 +87,8 @@ fn assert_gone(process: &Process) {
     );
 }
 
-/// The server's children that are zombies.
-fn zombies_of(server: &Server) -> Vec<u32> {
+/// The server's children (of every one of its threads), by pid.
+fn children_of(server: &Server) -> Vec<u32> {
     let pid = server.pid();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
@@ -101,6 +101,13 @@ fn zombies_of(server: &Server) -> Vec<u32> {
                 .filter_map(|child| child.parse().ok())
                 .collect::<Vec<u32>>()
         })
+        .collect()
+}
+
+/// The server's children that are zombies.
+fn zombies_of(server: &Server) -> Vec<u32> {
+    children_of(server)
+        .into_iter()
         .filter(|&child| stat(child).is_some_and(|fields| fields[0] == "Z"))
         .collect()
 }
@@ -352,20 +359,10 @@ fn assert_dead(processes: &[Process]) {
 
 /// The server's live run guard: its child running this binary in guard mode.
 fn guard_of(server: &Server) -> Option<u32> {
-    let pid = server.pid();
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|child| child.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .find(|child| {
-            std::fs::read(format!("/proc/{child}/cmdline"))
-                .is_ok_and(|cmdline| cmdline.split(|&b| b == 0).any(|arg| arg == b"__run-guard"))
-        })
+    children_of(server).into_iter().find(|child| {
+        std::fs::read(format!("/proc/{child}/cmdline"))
+            .is_ok_and(|cmdline| cmdline.split(|&b| b == 0).any(|arg| arg == b"__run-guard"))
+    })
 }
 
 #[test]
