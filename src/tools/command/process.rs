@@ -1,6 +1,7 @@
 //! Process supervision: starting the program (no shell, its own process group, no
-//! `fork` of the server: see `spawn`), feeding and draining its pipes, stopping the whole group, and having
-//! the reaper kill what left the group before the program is reaped.
+//! `fork` of the server: see `spawn`), feeding and draining its pipes, stopping the
+//! whole group, and having the reaper kill what left the group before the program is
+//! reaped.
 //!
 //! One run is supervised by the thread that runs it, with one `poll(2)` loop over the
 //! program's stdin, stdout and stderr and, on Linux, a pidfd that becomes readable when
