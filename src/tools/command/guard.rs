@@ -15,16 +15,16 @@
 //! makes std `fork` the server (about 8 ms of server CPU a run in copy-on-write faults);
 //! a launcher (this binary started with `posix_spawn`, arming the signal, then `exec`ing
 //! the program) cost every run a second `exec` of this large binary, about 0.6 ms of
-//! CPU (benches/README.md, "Command tools"). With the guard, programs start the way a
-//! plain `posix_spawn` starts them (`spawn`) and a run pays nothing for the guarantee. It also covers more:
-//! the parent-death signal reached the program only, while the guard finds every
-//! descendant that kept the marker, and the program's process group.
+//! CPU (benches/README.md, "Command tools"). With the guard, nothing of ours runs in the
+//! new process before its `exec` (`spawn` starts it as `posix_spawn` would), and a run
+//! pays nothing for the guarantee. It also covers more: the parent-death signal reached
+//! the program only, while the guard finds every descendant that kept the marker, and
+//! the program's process group.
 //!
 //! No per-run message is needed, so there is no race between a spawn and its
 //! registration: a program carries the marker from its `exec`. A program whose start
-//! was between `clone` and `exec` when the server died shows the
-//! server's environment for a moment: the guard looks again twice after
-//! [`SETTLE`] before it exits.
+//! was between `clone` and `exec` when the server died shows the server's environment
+//! for a moment: the guard looks again twice after [`SETTLE`] before it exits.
 //!
 //! If the guard itself dies while the server lives, the server logs an error and
 //! starts a new one ([`keep`]): at once, or no sooner than [`RESTART_PAUSE`] after the
