@@ -266,3 +266,68 @@ CREATE TRIGGER jobs_counted_delete AFTER DELETE ON jobs BEGIN
     UPDATE job_counts SET n = n - 1 WHERE state = OLD.state;
 END;
 
+
+-- migration 5
+-- The counting triggers of migration 4, the same counts, rewritten so that the
+-- statements firing them need no statement journal. An UPSERT's DO UPDATE part may
+-- ABORT whatever the statement's own conflict clause says, and SQLite then gives every
+-- statement that fires the trigger its own sub-journal: a copy of each page the
+-- statement changes, taken and freed again per statement. Here a missing count row is
+-- inserted by an INSERT ... SELECT ... WHERE NOT EXISTS (it never conflicts) and every
+-- step says OR FAIL, so that a step cannot ask for that rollback either. Their caller
+-- rolls back instead: every write the server makes runs under a savepoint of the
+-- writer's transaction (src/tasks/sqlite/writer), which undoes a failed write whole.
+-- The steps cannot fail on a constraint in practice: the count tables have no CHECK,
+-- and every value written is computed, never NULL.
+DROP TRIGGER tasks_counted_insert;
+DROP TRIGGER tasks_counted_status;
+DROP TRIGGER tasks_counted_delete;
+DROP TRIGGER jobs_counted_insert;
+DROP TRIGGER jobs_counted_state;
+DROP TRIGGER jobs_counted_delete;
+CREATE TRIGGER tasks_counted_insert AFTER INSERT ON tasks BEGIN
+    INSERT OR FAIL INTO task_counts (tool, status, n) SELECT NEW.tool, NEW.status, 0
+        WHERE NOT EXISTS (SELECT 1 FROM task_counts
+                          WHERE tool = NEW.tool AND status = NEW.status);
+    UPDATE OR FAIL task_counts SET n = n + 1 WHERE tool = NEW.tool AND status = NEW.status;
+    INSERT OR FAIL INTO task_totals (tool) SELECT NEW.tool
+        WHERE NOT EXISTS (SELECT 1 FROM task_totals WHERE tool = NEW.tool);
+    UPDATE OR FAIL task_totals SET created = created + 1,
+        completed = completed + (NEW.status = 'completed'),
+        failed = failed + (NEW.status = 'failed'),
+        cancelled = cancelled + (NEW.status = 'cancelled')
+        WHERE tool = NEW.tool;
+END;
+CREATE TRIGGER tasks_counted_status AFTER UPDATE OF status ON tasks
+    WHEN OLD.status IS NOT NEW.status
+BEGIN
+    UPDATE OR FAIL task_counts SET n = n - 1 WHERE tool = OLD.tool AND status = OLD.status;
+    INSERT OR FAIL INTO task_counts (tool, status, n) SELECT NEW.tool, NEW.status, 0
+        WHERE NOT EXISTS (SELECT 1 FROM task_counts
+                          WHERE tool = NEW.tool AND status = NEW.status);
+    UPDATE OR FAIL task_counts SET n = n + 1 WHERE tool = NEW.tool AND status = NEW.status;
+    UPDATE OR FAIL task_totals SET completed = completed + (NEW.status = 'completed'),
+        failed = failed + (NEW.status = 'failed'),
+        cancelled = cancelled + (NEW.status = 'cancelled')
+        WHERE tool = NEW.tool
+        AND (NEW.status = 'completed' OR NEW.status = 'failed'
+             OR NEW.status = 'cancelled');
+END;
+CREATE TRIGGER tasks_counted_delete AFTER DELETE ON tasks BEGIN
+    UPDATE OR FAIL task_counts SET n = n - 1 WHERE tool = OLD.tool AND status = OLD.status;
+END;
+-- job_counts holds a row for each state a job can be in (the CHECK of jobs.state), so
+-- that its triggers only update. A state added later needs its row added too.
+INSERT OR IGNORE INTO job_counts (state, n) VALUES ('queued', 0), ('running', 0), ('waiting', 0);
+CREATE TRIGGER jobs_counted_insert AFTER INSERT ON jobs BEGIN
+    UPDATE OR FAIL job_counts SET n = n + 1 WHERE state = NEW.state;
+END;
+CREATE TRIGGER jobs_counted_state AFTER UPDATE OF state ON jobs
+    WHEN OLD.state IS NOT NEW.state
+BEGIN
+    UPDATE OR FAIL job_counts SET n = n - 1 WHERE state = OLD.state;
+    UPDATE OR FAIL job_counts SET n = n + 1 WHERE state = NEW.state;
+END;
+CREATE TRIGGER jobs_counted_delete AFTER DELETE ON jobs BEGIN
+    UPDATE OR FAIL job_counts SET n = n - 1 WHERE state = OLD.state;
+END;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bulk loader for benches/scale.sh: fills DATA_DIR/tasks.db with N stored no-op tasks in
 # minutes, writing rows in the server's own schema (BIN creates and migrates the store
-# first; the sqlite3 CLI then inserts, so the counting triggers of migration 4 keep
+# first; the sqlite3 CLI then inserts, so the counting triggers (migrations 4, 5) keep
 # task_counts / task_totals / job_counts exactly as the server's inserts would).
 #
 #   BIN=target/release/mcp-taskd benches/scale-fill.sh DATA_DIR N [LEASED [EXPIRED]]

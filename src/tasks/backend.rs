@@ -77,6 +77,10 @@ pub trait Claimant: Send {
     /// it meanwhile): the job stays queued as if never claimed, and its tool is passed
     /// over for the rest of this claim.
     fn take(&mut self, claim: &Claim) -> bool;
+    /// Undoes every [`Claimant::take`] so far: the write that claimed those jobs was
+    /// rolled back, and runs again (a write that failed among others sharing its
+    /// savepoint runs again alone). Their slots and registrations are free again.
+    fn give_back(&mut self);
 }
 
 /// Which ready jobs to claim, and who takes each before the claim commits.

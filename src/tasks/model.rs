@@ -273,14 +273,28 @@ impl Finish {
     /// What the store records for attempt `attempt` of `max_attempts`: a requested
     /// cancellation overrides anything but a result, and the last retry fails the task.
     pub fn resolve(self, attempt: i64, max_attempts: i64, cancel_requested: bool) -> Finish {
+        self.overridden(attempt, max_attempts, cancel_requested)
+            .unwrap_or(self)
+    }
+
+    /// What [`Finish::resolve`] records instead of this outcome, if anything: the
+    /// outcome itself is not copied (a result can be megabytes).
+    pub fn overridden(
+        &self,
+        attempt: i64,
+        max_attempts: i64,
+        cancel_requested: bool,
+    ) -> Option<Finish> {
         match self {
-            Finish::Completed { .. } => self,
-            _ if cancel_requested => Finish::Cancelled,
-            Finish::Retry { reason } if attempt >= max_attempts => Finish::failed(&RpcError::new(
-                code::INTERNAL_ERROR,
-                format!("Task failed after {attempt} attempts: {reason}"),
-            )),
-            other => other,
+            Finish::Completed { .. } => None,
+            _ if cancel_requested => Some(Finish::Cancelled),
+            Finish::Retry { reason } if attempt >= max_attempts => {
+                Some(Finish::failed(&RpcError::new(
+                    code::INTERNAL_ERROR,
+                    format!("Task failed after {attempt} attempts: {reason}"),
+                )))
+            }
+            _ => None,
         }
     }
 

@@ -352,20 +352,31 @@ fn fresh_token() -> String {
 }
 
 /// Runs a [`ClaimRequest`] inside a write.
-fn claim(conn: &Connection, request: ClaimRequest) -> rusqlite::Result<Vec<Claim>> {
-    let ClaimRequest {
-        limit,
-        lease_ms,
-        mut claimant,
-    } = request;
+fn claim(conn: &Connection, request: &mut ClaimRequest) -> rusqlite::Result<Vec<Claim>> {
     attempts::claim(
         conn,
-        limit,
+        request.limit,
         now_ms(),
-        lease_ms,
+        request.lease_ms,
         fresh_token,
-        claimant.as_mut(),
+        request.claimant.as_mut(),
     )
+}
+
+/// A worker's outcome, fenced, and the claim of its next jobs: one write. It may run
+/// twice (see the writer's batch), so it takes what it writes by reference.
+fn finish_and_claim(
+    conn: &Connection,
+    lease: &Lease,
+    finish: &Finish,
+    then_claim: Option<&mut ClaimRequest>,
+) -> rusqlite::Result<Finished> {
+    let applied = attempts::finish(conn, &lease.task_id, &lease.token, finish, now_ms())?;
+    let next = match then_claim {
+        Some(next) => claim(conn, next)?,
+        None => Vec::new(),
+    };
+    Ok(Finished { applied, next })
 }
 
 impl TaskStore for Store {
@@ -416,8 +427,8 @@ impl TaskStore for Store {
         self.write(move |conn| client::cancel(conn, &identity, &id, now_ms()))
     }
 
-    fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError> {
-        self.write(move |conn| claim(conn, request))
+    fn claim(&self, mut request: ClaimRequest) -> Result<Vec<Claim>, StoreError> {
+        self.write(move |conn| claim(conn, &mut request))
     }
 
     fn finish(
@@ -426,14 +437,7 @@ impl TaskStore for Store {
         outcome: Finish,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError> {
-        self.write(move |conn| {
-            let applied = attempts::finish(conn, &lease.task_id, &lease.token, outcome, now_ms())?;
-            let next = match then_claim {
-                Some(next) => claim(conn, next)?,
-                None => Vec::new(),
-            };
-            Ok(Finished { applied, next })
-        })
+        self.finish_attempt(lease, outcome, then_claim)
     }
 
     fn renew_leases(&self, leases: Vec<Lease>, lease_ms: i64) -> Result<Vec<bool>, StoreError> {
@@ -473,11 +477,9 @@ impl TaskStore for Store {
             return Ok(0);
         }
         self.write(move |conn| {
+            let retry = Finish::Retry { reason };
             for (task_id, token) in &leases {
-                let retry = Finish::Retry {
-                    reason: reason.clone(),
-                };
-                attempts::finish(conn, task_id, token, retry, now_ms())?;
+                attempts::finish(conn, task_id, token, &retry, now_ms())?;
             }
             Ok(())
         })?;

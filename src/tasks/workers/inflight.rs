@@ -165,9 +165,12 @@ impl Registered {
             .push((claim.task_id.clone(), claim.token.clone()));
     }
 
+    /// Takes every attempt noted so far back out of `inflight` (freeing its slot), and
+    /// forgets them.
     pub(super) fn forget(&self, inflight: &Inflight) {
-        for (task_id, token) in self.0.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            inflight.remove(task_id, token);
+        let noted = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        for (task_id, token) in noted {
+            inflight.remove(&task_id, &token);
         }
     }
 }
@@ -205,6 +208,10 @@ impl Claimant for Registering {
         self.inflight.insert(&claim.task_id, Arc::new(control));
         self.registered.note(claim);
         true
+    }
+
+    fn give_back(&mut self) {
+        self.registered.forget(&self.inflight);
     }
 }
 

@@ -1,5 +1,10 @@
 //! The attempt lifecycle, as workers and upkeep drive it: claim, finish, renew the
 //! lease, set the status message. Every write after the claim is fenced by its token.
+//!
+//! The statements that fire the counting triggers say `OR FAIL`: with the default
+//! (`ABORT`), SQLite gives each of them a statement journal, a copy of every page it
+//! changes, to undo that one statement. The writer's savepoint around every write
+//! already undoes a failed write whole (schema.sql, migration 5).
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
@@ -9,41 +14,58 @@ use crate::protocol::TaskStatus;
 use crate::tasks::backend::Claimant;
 use crate::tasks::model::{Claim, Finish};
 
-/// Claims the oldest ready job: one seek in `jobs_ready`.
-const CLAIM_OLDEST: &str = "UPDATE jobs SET state = 'running', attempt = attempt + 1, \
-     lease_token = ?2, lease_expires = ?1 + ?3, deadline = ?1 + timeout_ms \
-     WHERE task_id = (SELECT task_id FROM jobs WHERE state = 'queued' \
-                      AND run_after <= ?1 ORDER BY run_after LIMIT 1) \
-     RETURNING task_id, attempt, deadline, ?1 - run_after";
+/// What a claim reads of the job it leases and of its task, in [`Claim`]'s order
+/// (`jobs` and `tasks` joined; ?1 is now).
+macro_rules! claim_columns {
+    () => {
+        "jobs.task_id, jobs.attempt + 1, ?1 + jobs.timeout_ms, ?1 - jobs.run_after, \
+         tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state"
+    };
+}
 
-/// Claims the oldest ready job of a tool not in the JSON array ?4. Walking
-/// `jobs_ready` past the passed-over tools' jobs would read every one of them (100 000
-/// queued jobs of a saturated tool: each claim would read them all); instead it visits
+/// The oldest ready job: one seek in `jobs_ready`, one in `tasks`.
+const OLDEST_READY: &str = concat!(
+    "SELECT ",
+    claim_columns!(),
+    " FROM jobs JOIN tasks ON tasks.id = jobs.task_id \
+     WHERE jobs.state = 'queued' AND jobs.run_after <= ?1 ORDER BY jobs.run_after LIMIT 1"
+);
+
+/// The oldest ready job of a tool not in the JSON array ?2. Walking `jobs_ready` past
+/// the passed-over tools' jobs would read every one of them (100 000 queued jobs of a
+/// saturated tool: each claim would read them all); instead it visits
 /// `jobs_queued_by_tool` one tool at a time: one seek to find each queued tool, one to
 /// find its oldest ready job. The cost grows with the number of tools that have queued
 /// jobs, not with the number of jobs. (Measured with 100 000 queued jobs of a saturated
 /// tool and 2 000 of ten others, release build: 60-150 µs per claim this way, against
 /// 100-145 ms filtering `jobs_ready`; an unsaturated claim stays one seek, ~14 µs.)
-const CLAIM_OLDEST_EXCEPT: &str = "UPDATE jobs SET state = 'running', attempt = attempt + 1, \
-     lease_token = ?2, lease_expires = ?1 + ?3, deadline = ?1 + timeout_ms \
-     WHERE task_id = ( \
-       WITH RECURSIVE queued(tool) AS ( \
-         SELECT MIN(tool) FROM jobs WHERE state = 'queued' \
-         UNION ALL \
-         SELECT (SELECT MIN(tool) FROM jobs WHERE state = 'queued' AND tool > queued.tool) \
-         FROM queued WHERE queued.tool IS NOT NULL), \
-       oldest(task_id) AS ( \
-         SELECT (SELECT task_id FROM jobs WHERE state = 'queued' AND tool = queued.tool \
-                 AND run_after <= ?1 ORDER BY run_after LIMIT 1) \
-         FROM queued WHERE queued.tool IS NOT NULL \
-         AND queued.tool NOT IN (SELECT value FROM json_each(?4))) \
-       SELECT jobs.task_id FROM oldest JOIN jobs ON jobs.task_id = oldest.task_id \
-       ORDER BY jobs.run_after LIMIT 1) \
-     RETURNING task_id, attempt, deadline, ?1 - run_after";
+const OLDEST_READY_EXCEPT: &str = concat!(
+    "WITH RECURSIVE queued(tool) AS ( \
+       SELECT MIN(tool) FROM jobs WHERE state = 'queued' \
+       UNION ALL \
+       SELECT (SELECT MIN(tool) FROM jobs WHERE state = 'queued' AND tool > queued.tool) \
+       FROM queued WHERE queued.tool IS NOT NULL), \
+     oldest(task_id) AS ( \
+       SELECT (SELECT task_id FROM jobs WHERE state = 'queued' AND tool = queued.tool \
+               AND run_after <= ?1 ORDER BY run_after LIMIT 1) \
+       FROM queued WHERE queued.tool IS NOT NULL \
+       AND queued.tool NOT IN (SELECT value FROM json_each(?2))) \
+     SELECT ",
+    claim_columns!(),
+    " FROM oldest JOIN jobs ON jobs.task_id = oldest.task_id \
+     JOIN tasks ON tasks.id = jobs.task_id ORDER BY jobs.run_after LIMIT 1"
+);
+
+/// Leases a job found by [`OLDEST_READY`] or [`OLDEST_READY_EXCEPT`]. A separate
+/// statement rather than an `UPDATE ... RETURNING`: `RETURNING` opens a temporary
+/// b-tree for its rows on every run (~7% of the writer's time draining quick jobs), and
+/// a job the claimant refuses is then never written at all.
+const LEASE: &str = "UPDATE OR FAIL jobs SET state = 'running', attempt = ?2, \
+     lease_token = ?3, lease_expires = ?4, deadline = ?5 WHERE task_id = ?1";
 
 /// Claims up to `limit` ready jobs, oldest first, each with a fresh fencing token,
 /// passing over the jobs of the tools `claimant` says are saturated. Each job goes to
-/// `claimant` before the write commits; one it refuses is put back as it was.
+/// `claimant` before it is leased; one it refuses stays queued, untouched.
 pub fn claim(
     conn: &Connection,
     limit: usize,
@@ -57,57 +79,54 @@ pub fn claim(
     while claims.len() < limit {
         let mut passed_over = claimant.saturated();
         passed_over.extend(refused.iter().cloned());
-        let fresh = token();
-        let claimed = if passed_over.is_empty() {
-            conn.prepare_cached(CLAIM_OLDEST)?
-                .query_row(params![now, fresh, lease_ms], claimed_job)
+        let found = if passed_over.is_empty() {
+            conn.prepare_cached(OLDEST_READY)?
+                .query_row([now], |row| ready_job(row, &mut token))
         } else {
             let passed_over = Value::from(passed_over).to_string();
-            conn.prepare_cached(CLAIM_OLDEST_EXCEPT)?
-                .query_row(params![now, fresh, lease_ms, passed_over], claimed_job)
+            conn.prepare_cached(OLDEST_READY_EXCEPT)?
+                .query_row(params![now, passed_over], |row| ready_job(row, &mut token))
         }
         .optional()?;
-        let Some((task_id, attempt, deadline, queue_wait_ms)) = claimed else {
+        let Some(claim) = found else {
             break;
         };
-        let (tool, origin, input_responses, tool_state) = conn
-            .prepare_cached(
-                "SELECT tool, origin, input_responses, tool_state FROM tasks WHERE id = ?1",
-            )?
-            .query_row([&task_id], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-            })?;
-        let claim = Claim {
-            task_id,
-            token: fresh,
-            attempt,
-            deadline,
-            queue_wait_ms,
-            tool,
-            origin,
-            input_responses,
-            tool_state,
-        };
         if !claimant.take(&claim) {
-            conn.prepare_cached(
-                "UPDATE jobs SET state = 'queued', attempt = attempt - 1, lease_token = NULL, \
-                 lease_expires = NULL, deadline = NULL WHERE task_id = ?1",
-            )?
-            .execute([&claim.task_id])?;
             refused.push(claim.tool);
             continue;
         }
+        conn.prepare_cached(LEASE)?.execute(params![
+            claim.task_id,
+            claim.attempt,
+            claim.token,
+            now.saturating_add(lease_ms),
+            claim.deadline
+        ])?;
         conn.prepare_cached(
             "INSERT OR REPLACE INTO attempts (task_id, attempt, started_at) VALUES (?1, ?2, ?3)",
         )?
-        .execute(params![claim.task_id, attempt, now])?;
+        .execute(params![claim.task_id, claim.attempt, now])?;
         claims.push(claim);
     }
     Ok(claims)
 }
 
-fn claimed_job(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, i64, i64)> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+/// A [`claim_columns`] row as the [`Claim`] it becomes once leased with a fresh token.
+fn ready_job(
+    row: &rusqlite::Row<'_>,
+    token: &mut impl FnMut() -> String,
+) -> rusqlite::Result<Claim> {
+    Ok(Claim {
+        task_id: row.get(0)?,
+        attempt: row.get(1)?,
+        deadline: row.get(2)?,
+        queue_wait_ms: row.get(3)?,
+        tool: row.get(4)?,
+        origin: row.get(5)?,
+        input_responses: row.get(6)?,
+        tool_state: row.get(7)?,
+        token: token(),
+    })
 }
 
 /// The job as its lease holder left it, for [`finish`].
@@ -115,40 +134,43 @@ struct Held {
     attempt: i64,
     max_attempts: i64,
     backoff_ms: i64,
+    /// Whether the task's client asked to cancel it meanwhile.
+    cancel_requested: bool,
 }
 
 /// The job still leased with `token`, if it is.
 fn held(conn: &Connection, task_id: &str, token: &str) -> rusqlite::Result<Option<Held>> {
     conn.prepare_cached(
-        "SELECT attempt, max_attempts, backoff_ms FROM jobs \
-         WHERE task_id = ?1 AND lease_token = ?2 AND state = 'running'",
+        "SELECT jobs.attempt, jobs.max_attempts, jobs.backoff_ms, tasks.cancel_requested \
+         FROM jobs JOIN tasks ON tasks.id = jobs.task_id \
+         WHERE jobs.task_id = ?1 AND jobs.lease_token = ?2 AND jobs.state = 'running'",
     )?
     .query_row(params![task_id, token], |row| {
         Ok(Held {
             attempt: row.get(0)?,
             max_attempts: row.get(1)?,
             backoff_ms: row.get(2)?,
+            cancel_requested: row.get(3)?,
         })
     })
     .optional()
 }
 
 /// The fenced end of an attempt. Returns `false` (and writes nothing) when the lease is
-/// no longer this worker's.
+/// no longer this worker's. Takes the outcome by reference: a write that fails among
+/// others grouped with it runs again alone (see the writer's batch).
 pub fn finish(
     conn: &Connection,
     task_id: &str,
     token: &str,
-    outcome: Finish,
+    outcome: &Finish,
     now: i64,
 ) -> rusqlite::Result<bool> {
     let Some(job) = held(conn, task_id, token)? else {
         return Ok(false);
     };
-    let cancel_requested: bool = conn
-        .prepare_cached("SELECT cancel_requested FROM tasks WHERE id = ?1")?
-        .query_row([task_id], |row| row.get(0))?;
-    let outcome = outcome.resolve(job.attempt, job.max_attempts, cancel_requested);
+    let overridden = outcome.overridden(job.attempt, job.max_attempts, job.cancel_requested);
+    let outcome = overridden.as_ref().unwrap_or(outcome);
     conn.prepare_cached(
         "UPDATE attempts SET ended_at = ?3, outcome = ?4 WHERE task_id = ?1 AND attempt = ?2",
     )?
@@ -156,18 +178,18 @@ pub fn finish(
     match outcome {
         Finish::Completed { result } => {
             let status = TaskStatus::Completed;
-            set_terminal(conn, task_id, status, Some(&result), None, now)?;
+            set_terminal(conn, task_id, status, Some(result), None, now)?;
         }
         Finish::Failed { error } => {
-            set_terminal(conn, task_id, TaskStatus::Failed, None, Some(&error), now)?;
+            set_terminal(conn, task_id, TaskStatus::Failed, None, Some(error), now)?;
         }
         Finish::Cancelled => {
             set_terminal(conn, task_id, TaskStatus::Cancelled, None, None, now)?;
         }
         Finish::InputRequired { requests, state } => {
-            ask_for_input(conn, task_id, requests, state, now)?;
+            ask_for_input(conn, task_id, requests, state.as_deref(), now)?;
         }
-        Finish::Retry { reason } => schedule_retry(conn, task_id, &job, &reason, now)?,
+        Finish::Retry { reason } => schedule_retry(conn, task_id, &job, reason, now)?,
         Finish::Release => release(conn, task_id, now)?,
     }
     Ok(true)
@@ -178,8 +200,8 @@ pub fn finish(
 fn ask_for_input(
     conn: &Connection,
     task_id: &str,
-    requests: Map<String, Value>,
-    state: Option<String>,
+    requests: &Map<String, Value>,
+    state: Option<&str>,
     now: i64,
 ) -> rusqlite::Result<()> {
     for key in requests.keys() {
@@ -193,18 +215,19 @@ fn ask_for_input(
         }
     }
     conn.prepare_cached(concat!(
-        "UPDATE tasks SET status = 'input_required', input_requests = ?2, tool_state = ?3, \
-         updated_at = ?4, version = version + 1 WHERE id = ?1 AND ",
+        "UPDATE OR FAIL tasks SET status = 'input_required', input_requests = ?2, \
+         tool_state = ?3, updated_at = ?4, version = version + 1 WHERE id = ?1 AND ",
         live!()
     ))?
     .execute(params![
         task_id,
-        Value::Object(requests).to_string(),
+        serde_json::to_string(requests)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?,
         state,
         now
     ])?;
     conn.prepare_cached(
-        "UPDATE jobs SET state = 'waiting', lease_token = NULL, lease_expires = NULL, \
+        "UPDATE OR FAIL jobs SET state = 'waiting', lease_token = NULL, lease_expires = NULL, \
          deadline = NULL WHERE task_id = ?1",
     )?
     .execute([task_id])?;
@@ -222,7 +245,7 @@ fn schedule_retry(
     let exponent = (job.attempt - 1).clamp(0, 20) as u32;
     let delay = job.backoff_ms.saturating_mul(1 << exponent).min(600_000);
     conn.prepare_cached(
-        "UPDATE jobs SET state = 'queued', run_after = ?2, lease_token = NULL, \
+        "UPDATE OR FAIL jobs SET state = 'queued', run_after = ?2, lease_token = NULL, \
          lease_expires = NULL, deadline = NULL, last_error = ?3 WHERE task_id = ?1",
     )?
     .execute(params![task_id, now + delay, reason])?;
@@ -242,7 +265,7 @@ fn schedule_retry(
 /// Hands the job back to the queue with its attempt uncounted (graceful shutdown).
 fn release(conn: &Connection, task_id: &str, now: i64) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "UPDATE jobs SET state = 'queued', attempt = attempt - 1, run_after = ?2, \
+        "UPDATE OR FAIL jobs SET state = 'queued', attempt = attempt - 1, run_after = ?2, \
          lease_token = NULL, lease_expires = NULL, deadline = NULL WHERE task_id = ?1",
     )?
     .execute(params![task_id, now])?;
@@ -318,6 +341,8 @@ mod tests {
         fn take(&mut self, claim: &Claim) -> bool {
             !self.refuse.contains(&claim.tool)
         }
+
+        fn give_back(&mut self) {}
     }
 
     fn job_of(id: &str, tool: &str, now: i64) -> crate::tasks::model::NewTask {
@@ -378,7 +403,7 @@ mod tests {
                 let claimed = claim(conn, 1, 10, 100, || "t".into(), &mut takes)?;
                 assert_eq!(claimed[0].task_id, "quick");
                 let steps = conn
-                    .prepare_cached(CLAIM_OLDEST_EXCEPT)?
+                    .prepare_cached(OLDEST_READY_EXCEPT)?
                     .get_status(rusqlite::StatementStatus::VmStep);
                 Ok(steps)
             })
@@ -408,7 +433,7 @@ mod tests {
                     conn,
                     "task",
                     &first.token,
-                    Finish::Retry {
+                    &Finish::Retry {
                         reason: "lost".into()
                     },
                     200
@@ -429,7 +454,7 @@ mod tests {
                         conn,
                         "task",
                         &stale,
-                        Finish::Completed {
+                        &Finish::Completed {
                             result: "{}".into(),
                         },
                         400,
@@ -451,7 +476,7 @@ mod tests {
                     conn,
                     "task",
                     &current,
-                    Finish::Completed {
+                    &Finish::Completed {
                         result: "{\"content\":[]}".into()
                     },
                     500

@@ -70,7 +70,7 @@ fn append_outbox(conn: &Connection, task_id: &str, now: i64) -> rusqlite::Result
 
 /// Moves a live task to a terminal status and drops its job. A completed task keeps
 /// its last status message; a failed or cancelled one drops it (a stale "retrying"
-/// would contradict the outcome).
+/// would contradict the outcome). `OR FAIL`: see [`attempts`].
 fn set_terminal(
     conn: &Connection,
     task_id: &str,
@@ -81,7 +81,8 @@ fn set_terminal(
 ) -> rusqlite::Result<bool> {
     let changed = conn
         .prepare_cached(concat!(
-            "UPDATE tasks SET status = ?2, result = ?3, error = ?4, input_requests = NULL, \
+            "UPDATE OR FAIL tasks SET status = ?2, result = ?3, error = ?4, \
+             input_requests = NULL, \
              status_message = CASE WHEN ?2 = 'completed' THEN status_message END, \
              updated_at = ?5, version = version + 1 WHERE id = ?1 AND ",
             live!()

@@ -15,12 +15,12 @@ use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
 use super::health::{Health, Problem};
-use super::reply::reply_slot;
+use super::reply::{reply_slot, Replier};
 use super::sql::create::create_task;
 use super::{classify, OpenError, Store};
 use crate::later::{later, Fulfil, Later};
-use crate::tasks::backend::StoreError;
-use crate::tasks::model::{Created, NewTask};
+use crate::tasks::backend::{ClaimRequest, Finished, StoreError};
+use crate::tasks::model::{Created, Finish, Lease, NewTask};
 use batch::{run_cached, run_in_savepoint, Batch};
 use completion::{deliver, run_continuations, Continuations, COMPLETION_THREADS};
 use recovery::{refuse, refuse_into, Failing};
@@ -123,12 +123,24 @@ pub(super) enum Write {
     /// A task creation without an idempotency key (the writer's most frequent write).
     /// Consecutive ones in a batch are inserted together, see [`Batch`].
     Create(Box<Creation>),
+    /// A worker's outcome with the claim of its next job (the drain's only write). The
+    /// ones in a batch share one savepoint, see [`Batch`].
+    Finish(Box<Outcome>),
 }
 
 pub(super) struct Creation {
     task: NewTask,
     fulfil: Fulfil<Result<Created, StoreError>>,
     owed: Owed,
+}
+
+/// What [`TaskStore::finish`](crate::tasks::backend::TaskStore::finish) asks, with the
+/// worker waiting for the answer.
+pub(super) struct Outcome {
+    lease: Lease,
+    finish: Finish,
+    then_claim: Option<ClaimRequest>,
+    reply: Replier<Result<Finished, StoreError>>,
 }
 
 /// Counts continuations handed to [`Store::write_later`] until they have run, so that
@@ -237,6 +249,30 @@ impl Store {
             .writes
             .send(Write::Create(Box::new(Creation { task, fulfil, owed })));
         result
+    }
+
+    /// Records a worker's outcome and claims its next jobs, in the writer's next
+    /// transaction, and returns once committed (see [`Batch`] for how it shares the
+    /// transaction with the other workers' outcomes).
+    pub(super) fn finish_attempt(
+        &self,
+        lease: Lease,
+        finish: Finish,
+        then_claim: Option<ClaimRequest>,
+    ) -> Result<Finished, StoreError> {
+        let (reply, answer) = reply_slot();
+        let outcome = Outcome {
+            lease,
+            finish,
+            then_claim,
+            reply,
+        };
+        self.writes
+            .send(Write::Finish(Box::new(outcome)))
+            .map_err(|_| StoreError::NotCommitted("the writer has stopped".into()))?;
+        answer
+            .wait()
+            .ok_or_else(|| StoreError::NotCommitted("the writer dropped the write".into()))?
     }
 
     /// Waits up to `limit` until every [`Store::write_later`] continuation has run;

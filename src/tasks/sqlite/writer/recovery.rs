@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::super::health::{Problem, Space};
 use super::completion::{deliver, Continuations};
-use super::{settle, Completion, Creation, Write, Writer};
+use super::{settle, Completion, Creation, Outcome, Write, Writer};
+use crate::tasks::backend::Finished;
 use crate::tasks::model::Created;
 use crossbeam_channel::Sender;
 
@@ -152,6 +153,13 @@ pub(super) fn refuse_into(write: Write, problem: &Problem, completions: &mut Vec
             completions.push(Completion::Continue(Box::new(move |batch| {
                 fulfil.fulfil(settle::<Created>(batch, Err(refused)));
                 drop(owed);
+            })));
+        }
+        Write::Finish(outcome) => {
+            let Outcome { reply, .. } = *outcome;
+            let refused = problem.clone();
+            completions.push(Completion::Wake(Box::new(move |batch| {
+                reply.send(settle::<Finished>(batch, Err(refused)));
             })));
         }
     }
