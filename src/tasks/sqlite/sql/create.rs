@@ -7,15 +7,19 @@ use super::task_row_at;
 use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origin, TaskRow};
 
 /// The columns of a new `tasks` row, and the values of one row ([`task_values`]).
-const TASK_INSERT: &str = "INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, \
-     status, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses, \
-     idempotency_key, arguments_digest) VALUES ";
+/// Every `INSERT` here says `OR FAIL`: a statement that inserts several rows, or fires
+/// the counting triggers, would otherwise get a statement journal (a copy of each page
+/// it changes, to undo that one statement); the writer's savepoint around every write
+/// undoes a failed one whole (see [`attempts`](super::attempts)).
+const TASK_INSERT: &str = "INSERT OR FAIL INTO tasks (id, endpoint, tenant, principal, \
+     tool, origin, status, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, \
+     input_responses, idempotency_key, arguments_digest) VALUES ";
 const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?)";
 /// The columns of a new `jobs` row, and the values of one row ([`job_values`]).
-const JOB_INSERT: &str = "INSERT INTO jobs (task_id, state, max_attempts, backoff_ms, \
+const JOB_INSERT: &str = "INSERT OR FAIL INTO jobs (task_id, state, max_attempts, backoff_ms, \
      timeout_ms, run_after, tool) VALUES ";
 const JOB_ROW: &str = "(?, 'queued', ?, ?, ?, ?, ?)";
-const OUTBOX_INSERT: &str = "INSERT INTO outbox (task_id, created_at) VALUES ";
+const OUTBOX_INSERT: &str = "INSERT OR FAIL INTO outbox (task_id, created_at) VALUES ";
 const OUTBOX_ROW: &str = "(?, ?)";
 
 fn task_values<'t>(task: &'t NewTask, expires_at: &'t Option<i64>) -> [&'t dyn ToSql; 14] {
