@@ -273,12 +273,14 @@ END;
 -- ABORT whatever the statement's own conflict clause says, and SQLite then gives every
 -- statement that fires the trigger its own sub-journal: a copy of each page the
 -- statement changes, taken and freed again per statement. Here a missing count row is
--- inserted by an INSERT ... SELECT ... WHERE NOT EXISTS (it never conflicts) and every
--- step says OR FAIL, so that a step cannot ask for that rollback either. Their caller
--- rolls back instead: every write the server makes runs under a savepoint of the
--- writer's transaction (src/tasks/sqlite/writer), which undoes a failed write whole.
--- The steps cannot fail on a constraint in practice: the count tables have no CHECK,
--- and every value written is computed, never NULL.
+-- inserted with DO NOTHING and then updated, and every step says OR FAIL, so that no
+-- step can ask for that rollback. (Not INSERT ... SELECT ... WHERE NOT EXISTS: a
+-- SELECT that reads the table it inserts into goes through a temporary table, opened
+-- and closed on every run.) Their caller rolls back instead: every write the server
+-- makes runs under a savepoint of the writer's transaction (src/tasks/sqlite/writer),
+-- which undoes a failed write whole. The steps cannot fail on a constraint in
+-- practice: the count tables have no CHECK, and every value written is computed,
+-- never NULL.
 DROP TRIGGER tasks_counted_insert;
 DROP TRIGGER tasks_counted_status;
 DROP TRIGGER tasks_counted_delete;
@@ -286,12 +288,10 @@ DROP TRIGGER jobs_counted_insert;
 DROP TRIGGER jobs_counted_state;
 DROP TRIGGER jobs_counted_delete;
 CREATE TRIGGER tasks_counted_insert AFTER INSERT ON tasks BEGIN
-    INSERT OR FAIL INTO task_counts (tool, status, n) SELECT NEW.tool, NEW.status, 0
-        WHERE NOT EXISTS (SELECT 1 FROM task_counts
-                          WHERE tool = NEW.tool AND status = NEW.status);
+    INSERT OR FAIL INTO task_counts (tool, status, n) VALUES (NEW.tool, NEW.status, 0)
+        ON CONFLICT (tool, status) DO NOTHING;
     UPDATE OR FAIL task_counts SET n = n + 1 WHERE tool = NEW.tool AND status = NEW.status;
-    INSERT OR FAIL INTO task_totals (tool) SELECT NEW.tool
-        WHERE NOT EXISTS (SELECT 1 FROM task_totals WHERE tool = NEW.tool);
+    INSERT OR FAIL INTO task_totals (tool) VALUES (NEW.tool) ON CONFLICT (tool) DO NOTHING;
     UPDATE OR FAIL task_totals SET created = created + 1,
         completed = completed + (NEW.status = 'completed'),
         failed = failed + (NEW.status = 'failed'),
@@ -302,9 +302,8 @@ CREATE TRIGGER tasks_counted_status AFTER UPDATE OF status ON tasks
     WHEN OLD.status IS NOT NEW.status
 BEGIN
     UPDATE OR FAIL task_counts SET n = n - 1 WHERE tool = OLD.tool AND status = OLD.status;
-    INSERT OR FAIL INTO task_counts (tool, status, n) SELECT NEW.tool, NEW.status, 0
-        WHERE NOT EXISTS (SELECT 1 FROM task_counts
-                          WHERE tool = NEW.tool AND status = NEW.status);
+    INSERT OR FAIL INTO task_counts (tool, status, n) VALUES (NEW.tool, NEW.status, 0)
+        ON CONFLICT (tool, status) DO NOTHING;
     UPDATE OR FAIL task_counts SET n = n + 1 WHERE tool = NEW.tool AND status = NEW.status;
     UPDATE OR FAIL task_totals SET completed = completed + (NEW.status = 'completed'),
         failed = failed + (NEW.status = 'failed'),
