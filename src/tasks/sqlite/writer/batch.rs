@@ -87,42 +87,21 @@ impl Batch {
         if self.creations.is_empty() {
             return;
         }
-        let (tasks, replies): (Vec<NewTask>, Vec<_>) = std::mem::take(&mut self.creations)
+        let (mut tasks, replies): (Vec<NewTask>, Vec<_>) = std::mem::take(&mut self.creations)
             .into_iter()
             .map(|creation| (creation.task, (creation.fulfil, creation.owed)))
             .unzip();
-        let outcomes: Vec<Ran<Created>> = if let Some(broken) = &self.broken {
-            tasks.iter().map(|_| Err(broken.clone())).collect()
-        } else {
-            match run_in_savepoint(conn, |conn| create_tasks(conn, &tasks)) {
-                Ok(rows) => rows
-                    .into_iter()
-                    .map(|row| Ok(Ok(Created::Task(row))))
-                    .collect(),
-                Err(error) if conn.is_autocommit() => {
-                    let broken = Problem::of(&error);
-                    self.broken = Some(broken.clone());
-                    tasks.iter().map(|_| Err(broken.clone())).collect()
-                }
-                Err(error) => {
-                    log::warn!(
-                        "creating {} tasks together: {error}; one by one",
-                        tasks.len()
-                    );
-                    let mut outcomes = Vec::with_capacity(tasks.len());
-                    for task in &tasks {
-                        let outcome = match &self.broken {
-                            None => Ok(run_in_savepoint(conn, |conn| create_task(conn, task))),
-                            Some(broken) => Err(broken.clone()),
-                        };
-                        let failure = failure_of(&outcome);
-                        outcomes.push(outcome);
-                        self.note_failure(conn, failure);
-                    }
-                    outcomes
-                }
-            }
-        };
+        let outcomes = self.together_or_alone(
+            conn,
+            "task creations",
+            &mut tasks,
+            |conn, tasks| {
+                let rows = create_tasks(conn, tasks)?;
+                Ok(rows.into_iter().map(Created::Task).collect())
+            },
+            |conn, task| create_task(conn, task),
+            |_| {},
+        );
         for ((fulfil, owed), outcome) in replies.into_iter().zip(outcomes) {
             self.completions
                 .push(Completion::Continue(Box::new(move |batch| {
@@ -137,48 +116,21 @@ impl Batch {
             return;
         }
         let mut outcomes = std::mem::take(&mut self.outcomes);
-        let together = match &self.broken {
-            Some(broken) => Err(Err(broken.clone())),
-            None => run_in_savepoint(conn, |conn| {
+        let results = self.together_or_alone(
+            conn,
+            "attempt outcomes",
+            &mut outcomes,
+            |conn, outcomes| {
                 outcomes
                     .iter_mut()
                     .map(|outcome| outcome.apply(conn))
-                    .collect::<rusqlite::Result<Vec<Finished>>>()
-            })
-            .map_err(Ok),
-        };
-        let results: Vec<Ran<Finished>> = match together {
-            Ok(done) => done.into_iter().map(|finished| Ok(Ok(finished))).collect(),
-            Err(Err(broken)) => outcomes.iter().map(|_| Err(broken.clone())).collect(),
-            Err(Ok(error)) if conn.is_autocommit() || outcomes.len() == 1 => {
-                let failure = Problem::of(&error);
-                self.note_failure(conn, Some(failure.clone()));
-                let mut results = vec![Ok(Err(error))];
-                results.extend(outcomes.iter().skip(1).map(|_| Err(failure.clone())));
-                results
-            }
-            Err(Ok(error)) => {
-                log::warn!(
-                    "committing {} outcomes together: {error}; one by one",
-                    outcomes.len()
-                );
-                // The savepoint took back the claims made under it.
-                for outcome in &mut outcomes {
-                    outcome.give_back();
-                }
-                let mut results = Vec::with_capacity(outcomes.len());
-                for outcome in &mut outcomes {
-                    let ran = match &self.broken {
-                        None => Ok(run_in_savepoint(conn, |conn| outcome.apply(conn))),
-                        Some(broken) => Err(broken.clone()),
-                    };
-                    let failure = failure_of(&ran);
-                    results.push(ran);
-                    self.note_failure(conn, failure);
-                }
-                results
-            }
-        };
+                    .collect()
+            },
+            |conn, outcome| outcome.apply(conn),
+            // The savepoint took back the claims made under it; the claimants give
+            // back what they took outside the database.
+            Outcome::give_back,
+        );
         for (outcome, ran) in outcomes.into_iter().zip(results) {
             let reply = outcome.reply;
             self.completions
@@ -186,6 +138,46 @@ impl Batch {
                     reply.send(settle(batch, ran));
                 })));
         }
+    }
+
+    /// Runs `items` together under one savepoint; if that fails and the transaction
+    /// survives, undoes what each did outside the database (`give_back`) and runs them
+    /// again one by one, each under its own savepoint, so that only the failing ones
+    /// fail. One result per item, in order.
+    fn together_or_alone<T, R>(
+        &mut self,
+        conn: &Connection,
+        what: &str,
+        items: &mut [T],
+        together: impl FnOnce(&Connection, &mut [T]) -> rusqlite::Result<Vec<R>>,
+        mut alone: impl FnMut(&Connection, &mut T) -> rusqlite::Result<R>,
+        give_back: impl FnMut(&mut T),
+    ) -> Vec<Ran<R>> {
+        if let Some(broken) = &self.broken {
+            return items.iter().map(|_| Err(broken.clone())).collect();
+        }
+        let error = match run_in_savepoint(conn, |conn| together(conn, items)) {
+            Ok(done) => return done.into_iter().map(|one| Ok(Ok(one))).collect(),
+            Err(error) => error,
+        };
+        if conn.is_autocommit() {
+            let broken = Problem::of(&error);
+            self.broken = Some(broken.clone());
+            return items.iter().map(|_| Err(broken.clone())).collect();
+        }
+        log::warn!("{} {what} together: {error}; one by one", items.len());
+        items.iter_mut().for_each(give_back);
+        let mut results = Vec::with_capacity(items.len());
+        for item in items.iter_mut() {
+            let ran = match &self.broken {
+                None => Ok(run_in_savepoint(conn, |conn| alone(conn, item))),
+                Some(broken) => Err(broken.clone()),
+            };
+            let failure = failure_of(&ran);
+            results.push(ran);
+            self.note_failure(conn, failure);
+        }
+        results
     }
 
     /// Runs the creations and outcomes still waiting; returns how to report every
