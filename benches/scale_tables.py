@@ -128,13 +128,14 @@ def main(results, out):
             for line in st[name]["log"]:
                 print(f"    {line}")
             print()
-    for other in ("spawn", "drain"):
-        path = os.path.join(out, f"{other}.txt")
-        if os.path.exists(path):
-            print(f"`benches/{other}.sh`:\n")
-            print("```")
-            print(open(path).read().rstrip())
-            print("```\n")
+    # spawn.sh and drain.sh refresh their own sections of the README; their output
+    # stays in the results folder rather than being copied in here, where their
+    # section markers would appear a second time.
+    ran = [o for o in ("spawn", "drain") if os.path.exists(os.path.join(out, f"{o}.txt"))]
+    if ran:
+        names = " and ".join(f"`benches/{o}.sh`" for o in ran)
+        print(f"{names} ran after these steps; their tables are in their own sections "
+              f"below, their output in the results folder ({', '.join(o + '.txt' for o in ran)}).\n")
 
 
 if __name__ == "__main__":
