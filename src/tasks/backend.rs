@@ -13,6 +13,7 @@ use super::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
     TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
+use super::payload_gate::{Admitted, PayloadGate};
 use crate::auth::Identity;
 use crate::later::Later;
 
@@ -138,14 +139,17 @@ pub trait TaskStore: Send + Sync {
         after: &str,
         limit: usize,
     ) -> Result<Vec<TaskRow>, StoreError>;
-    /// Bytes of the stored payloads (result, error, input requests) of the task that
-    /// [`TaskStore::find_authorized`] would return, without reading them; `None` when
-    /// it would return none.
-    fn payload_bytes_authorized(
+    /// [`TaskStore::find_authorized`] through `gate`: the bytes of the task's stored
+    /// payloads (result, error, input requests) are measured without reading them, and
+    /// the row is read only once the gate has room for them. Both reads use one
+    /// connection, so the pages the first brings in serve the second (on a store too
+    /// large for the page cache, two connections would each read them).
+    fn find_authorized_admitted<'g>(
         &self,
         identity: &Identity,
         task_id: &str,
-    ) -> Result<Option<usize>, StoreError>;
+        gate: &'g PayloadGate,
+    ) -> Result<Admitted<'g>, StoreError>;
     /// `tasks/update`: accepts the responses that answer outstanding requests.
     fn update(
         &self,

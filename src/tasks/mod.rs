@@ -36,7 +36,7 @@
 
 pub mod backend;
 pub mod model;
-mod payload_gate;
+pub mod payload_gate;
 pub mod postgres;
 mod service;
 pub mod sqlite;

@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::protocol::error::{code, RpcError};
+use crate::tasks::model::TaskRow;
 
 /// Payloads up to this size are never held back: the request thread count bounds them.
 const UNGATED_BYTES: usize = 1024 * 1024;
@@ -56,6 +57,39 @@ impl PayloadGate {
     }
 }
 
+/// What [`crate::tasks::TaskStore::find_authorized_admitted`] found.
+pub enum Admitted<'a> {
+    /// No such task for the caller (unknown, expired or foreign).
+    Unknown,
+    /// The gate had no room for its payloads; nothing was read.
+    Refused(RpcError),
+    /// The task, with the room its payloads take until the permit is dropped (once
+    /// the answer is built).
+    Read(TaskRow, PayloadPermit<'a>),
+}
+
+impl<'a> Admitted<'a> {
+    /// The outcome for a task whose payloads measure `bytes` (`None`: no such task):
+    /// `read` loads it only once the gate has made room.
+    pub fn after_sizing<E>(
+        gate: &'a PayloadGate,
+        bytes: Option<usize>,
+        read: impl FnOnce() -> Result<Option<TaskRow>, E>,
+    ) -> Result<Admitted<'a>, E> {
+        let Some(bytes) = bytes else {
+            return Ok(Admitted::Unknown);
+        };
+        let permit = match gate.admit(bytes) {
+            Ok(permit) => permit,
+            Err(busy) => return Ok(Admitted::Refused(busy)),
+        };
+        Ok(match read()? {
+            Some(task) => Admitted::Read(task, permit),
+            None => Admitted::Unknown,
+        })
+    }
+}
+
 impl Drop for PayloadPermit<'_> {
     fn drop(&mut self) {
         self.gate.in_flight.fetch_sub(self.bytes, Ordering::AcqRel);
@@ -64,7 +98,26 @@ impl Drop for PayloadPermit<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{PayloadGate, UNGATED_BYTES};
+    use super::{Admitted, PayloadGate, UNGATED_BYTES};
+    use crate::tasks::model::TaskRow;
+
+    #[test]
+    fn a_task_is_read_only_when_the_gate_has_room_for_it() {
+        let gate = PayloadGate::new(3 * UNGATED_BYTES);
+        let unread = || -> Result<Option<TaskRow>, ()> { panic!("read without room") };
+        assert!(matches!(
+            Admitted::after_sizing(&gate, None, unread),
+            Ok(Admitted::Unknown)
+        ));
+        assert!(matches!(
+            Admitted::after_sizing(&gate, Some(4 * UNGATED_BYTES), unread),
+            Ok(Admitted::Refused(busy)) if busy.http_status == 503
+        ));
+        let gone = Admitted::after_sizing(&gate, Some(2 * UNGATED_BYTES), || Ok::<_, ()>(None));
+        assert!(matches!(gone, Ok(Admitted::Unknown)));
+        // A task that vanished between the two reads gives its room back at once.
+        assert!(gate.admit(3 * UNGATED_BYTES).is_ok());
+    }
 
     #[test]
     fn large_payloads_share_the_budget_and_small_ones_pass() {

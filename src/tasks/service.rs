@@ -12,7 +12,7 @@ use super::model::{
     arguments_digest, CancelEffect, Created, KeyConflict, NewTask, Origin, Stats, TaskRow,
     UpdateEffect, ORIGIN_VERSION,
 };
-use super::payload_gate::PayloadGate;
+use super::payload_gate::{Admitted, PayloadGate};
 use super::workers::Inflight;
 use crate::auth::Identity;
 use crate::clock::{now_ms, rfc3339};
@@ -204,17 +204,19 @@ impl TaskService {
         capabilities: &ClientCapabilities,
     ) -> Result<Value, RpcError> {
         check_task_id(task_id)?;
-        // Sized before it is read, so a large payload waits for room outside the store
-        // and the request thread. Task notifications are not gated: dropping one would
-        // lose it, and the relay delivers them one at a time.
-        let size = self
+        // Sized before it is read, in the same snapshot, so a large payload is loaded
+        // only when the gate has room for it (else a quick 503 to retry). Task
+        // notifications are not gated: dropping one would lose it, and the relay
+        // delivers them one at a time.
+        let admitted = self
             .store
-            .payload_bytes_authorized(identity, task_id)
-            .map_err(internal)?
-            .ok_or_else(RpcError::task_not_found)?;
-        let _permit = self.payloads.admit(size)?;
-        self.snapshot(identity, task_id, capabilities)
-            .map(|(_, detailed)| detailed)
+            .find_authorized_admitted(identity, task_id, &self.payloads)
+            .map_err(internal)?;
+        match admitted {
+            Admitted::Unknown => Err(RpcError::task_not_found()),
+            Admitted::Refused(busy) => Err(busy),
+            Admitted::Read(task, _permit) => self.detailed(&task, capabilities),
+        }
     }
 
     /// [`TaskService::get`] with the status it found, for callers that act on it.

@@ -74,6 +74,7 @@ use crate::tasks::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
     TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
+use crate::tasks::payload_gate::{Admitted, PayloadGate};
 
 /// Why a statement failed: the database's error, or a row it should not hold.
 #[derive(Debug)]
@@ -599,12 +600,18 @@ impl TaskStore for Store {
         self.read(|conn| client::list_authorized(conn, identity, after, limit))
     }
 
-    fn payload_bytes_authorized(
+    fn find_authorized_admitted<'g>(
         &self,
         identity: &Identity,
         task_id: &str,
-    ) -> Result<Option<usize>, StoreError> {
-        self.read(|conn| client::payload_bytes_authorized(conn, identity, task_id))
+        gate: &'g PayloadGate,
+    ) -> Result<Admitted<'g>, StoreError> {
+        self.read(|conn| {
+            let bytes = client::payload_bytes_authorized(conn, identity, task_id)?;
+            Admitted::after_sizing(gate, bytes, || {
+                client::find_authorized(conn, identity, task_id)
+            })
+        })
     }
 
     fn update(

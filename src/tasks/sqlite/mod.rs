@@ -131,6 +131,7 @@ use crate::tasks::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
     TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
+use crate::tasks::payload_gate::{Admitted, PayloadGate};
 
 /// Why the store did not open. The messages are the ones operators know from the log.
 #[derive(Debug, thiserror::Error)]
@@ -403,13 +404,22 @@ impl TaskStore for Store {
         client::list_authorized(&conn, identity, after, limit, now_ms()).map_err(classify)
     }
 
-    fn payload_bytes_authorized(
+    fn find_authorized_admitted<'g>(
         &self,
         identity: &Identity,
         task_id: &str,
-    ) -> Result<Option<usize>, StoreError> {
+        gate: &'g PayloadGate,
+    ) -> Result<Admitted<'g>, StoreError> {
         let conn = self.read()?;
-        client::payload_bytes_authorized(&conn, identity, task_id, now_ms()).map_err(classify)
+        // One snapshot for both reads, so the size the gate let through is the size
+        // of what is read. A deferred read transaction takes no lock.
+        let snapshot = conn.unchecked_transaction().map_err(classify)?;
+        let now = now_ms();
+        let bytes = client::payload_bytes_authorized(&snapshot, identity, task_id, now)
+            .map_err(classify)?;
+        Admitted::after_sizing(gate, bytes, || {
+            client::find_authorized(&snapshot, identity, task_id, now).map_err(classify)
+        })
     }
 
     fn update(
