@@ -4,7 +4,8 @@
 # through MCP), then, each figure next to its small-store counterpart, servers started
 # one at a time on loopback with examples/bench.toml (synchronous = FULL):
 #
-#   get       tasks/get of random existing ids (taskload get, c=64), 10M vs 10k, A B B A
+#   get       tasks/get of random existing ids (taskload get, c=64 then c=8), 10M vs 10k,
+#             A B B A
 #   create    task creations/s (oha, noop_task, c=64), 10M vs 10k (a fresh copy each), A B B A
 #   startup   start to /healthz 200: 1M tasks of which 100k leased at kill -9, vs 10k;
 #             the recovery lines of its log
@@ -24,15 +25,16 @@
 #
 # Environment: BIN (release binary; default target/release/mcp-taskd), OUT (results
 # folder, default /tmp/taskd-scale-STAMP), BIG (10000000), MID (1000000), SMALL (10000),
-# GET_S (8), CREATE_S (5), ROUNDS (1: get and create run small big big small, ROUNDS
-# times), KEEP=1 keeps the stores, REUSE=1 reuses those of OUT (and appends to its
+# GET_S (8), GET_CONC ("64 8": the tasks/get concurrencies, each on the same server),
+# CREATE_S (5), ROUNDS (1: get and create run small big big small, ROUNDS times),
+# KEEP=1 keeps the stores, REUSE=1 reuses those of OUT (and appends to its
 # results), STEPS (a subset of "metrics get create startup expiry others"). Needs sqlite3, curl, python3, oha.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 BIN=${BIN:-$REPO/target/release/mcp-taskd}
 BIG=${BIG:-10000000} MID=${MID:-1000000} SMALL=${SMALL:-10000}
-GET_S=${GET_S:-8} CREATE_S=${CREATE_S:-5}
+GET_S=${GET_S:-8} GET_CONC=${GET_CONC:-64 8} CREATE_S=${CREATE_S:-5}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-/tmp/taskd-scale-$STAMP}
 OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
@@ -139,9 +141,11 @@ ROUNDS=${ROUNDS:-1}
 step get && for store in $(for _ in $(seq "$ROUNDS"); do echo small big big small; done); do
   log "get: $store"
   start "$OUT/$store"
-  l=$(load); c0=$(cpu_ticks); r=$("$TASKLOAD" 127.0.0.1:$PORT get "$OUT/$store.ids" "$GET_S" 64); c1=$(cpu_ticks)
-  us=$(python3 -c "import json; print(round(($c1 - $c0) * $TICK_US / json.loads('$r')['requests'], 1))")
-  record "{\"step\":\"get\",\"store\":\"$store\",\"load\":$l,\"result\":$r,\"cpu_us\":$us,\"hwm_kib\":$(hwm_kib)}"
+  for conc in $GET_CONC; do
+    l=$(load); c0=$(cpu_ticks); r=$("$TASKLOAD" 127.0.0.1:$PORT get "$OUT/$store.ids" "$GET_S" "$conc"); c1=$(cpu_ticks)
+    us=$(python3 -c "import json; print(round(($c1 - $c0) * $TICK_US / json.loads('$r')['requests'], 1))")
+    record "{\"step\":\"get\",\"store\":\"$store\",\"load\":$l,\"result\":$r,\"cpu_us\":$us,\"hwm_kib\":$(hwm_kib)}"
+  done
   stop
 done
 META='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
