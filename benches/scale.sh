@@ -5,7 +5,7 @@
 # one at a time on loopback with examples/bench.toml (synchronous = FULL):
 #
 #   get       tasks/get of random existing ids (taskload get, c=64 then c=8), 10M vs 10k,
-#             A B B A; each also with store.read_mmap_bytes = 2147418112
+#             A B B A
 #   create    task creations/s (oha, noop_task, c=64), 10M vs 10k (a fresh copy each), A B B A
 #   startup   start to /healthz 200: 1M tasks of which 100k leased at kill -9, vs 10k;
 #             the recovery lines of its log
@@ -138,19 +138,15 @@ done
 
 # --- tasks/get and creation, A B B A ---------------------------------------------------
 ROUNDS=${ROUNDS:-1}
-MMAP_CONFIG=$OUT/bench-mmap.toml
-sed 's/^\[store\]$/[store]\nread_mmap_bytes = 2147418112/' "$CONFIG" > "$MMAP_CONFIG"
 step get && for store in $(for _ in $(seq "$ROUNDS"); do echo small big big small; done); do
-  for mmap in false true; do
-    log "get: $store (read_mmap_bytes: $mmap)"
-    if [ $mmap = true ]; then CONFIG=$MMAP_CONFIG start "$OUT/$store"; else start "$OUT/$store"; fi
-    for conc in $GET_CONC; do
-      l=$(load); c0=$(cpu_ticks); r=$("$TASKLOAD" 127.0.0.1:$PORT get "$OUT/$store.ids" "$GET_S" "$conc"); c1=$(cpu_ticks)
-      us=$(python3 -c "import json; print(round(($c1 - $c0) * $TICK_US / json.loads('$r')['requests'], 1))")
-      record "{\"step\":\"get\",\"store\":\"$store\",\"mmap\":$mmap,\"load\":$l,\"result\":$r,\"cpu_us\":$us,\"hwm_kib\":$(hwm_kib)}"
-    done
-    stop
+  log "get: $store"
+  start "$OUT/$store"
+  for conc in $GET_CONC; do
+    l=$(load); c0=$(cpu_ticks); r=$("$TASKLOAD" 127.0.0.1:$PORT get "$OUT/$store.ids" "$GET_S" "$conc"); c1=$(cpu_ticks)
+    us=$(python3 -c "import json; print(round(($c1 - $c0) * $TICK_US / json.loads('$r')['requests'], 1))")
+    record "{\"step\":\"get\",\"store\":\"$store\",\"load\":$l,\"result\":$r,\"cpu_us\":$us,\"hwm_kib\":$(hwm_kib)}"
   done
+  stop
 done
 META='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
 H=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28')
