@@ -181,13 +181,6 @@ pub struct StoreConfig {
     pub busy_timeout_ms: u64,
     /// Read connections in the pool.
     pub read_connections: u32,
-    /// Bytes at the start of `tasks.db` that each read connection reads through a
-    /// shared memory map instead of `pread` (SQLite's `mmap_size`, capped at its limit
-    /// of 2147418112). `0` (default): none. On a store far larger than the readers'
-    /// page caches it makes a `tasks/get` as cheap as on a small one, and the mapped
-    /// pages it touches count in the process's resident set (file pages the kernel can
-    /// drop, not heap): benches/README.md, "The store at scale".
-    pub read_mmap_bytes: u64,
     /// Longest the start-up integrity check (`PRAGMA quick_check`, every page) may run;
     /// past it the rest of the database goes unchecked. `0` skips the check. The
     /// default keeps start-up under a second at any size (a full check of 1M tasks
@@ -215,7 +208,6 @@ impl Default for StoreConfig {
             synchronous: Synchronous::Full,
             busy_timeout_ms: 5000,
             read_connections: 8,
-            read_mmap_bytes: 0,
             integrity_check_ms: 500,
             min_free_bytes: 1 << 20,
             locking: Locking::Exclusive,

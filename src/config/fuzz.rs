@@ -127,11 +127,6 @@ const SECTIONS: &[Section] = &[
                 &["1", "8"],
                 &["-1", "4294967296", "\"8\""],
             ),
-            key(
-                "read_mmap_bytes",
-                &["0", "2147418112", "4294967296"],
-                ANY_MS_BAD,
-            ),
             key("integrity_check_ms", ANY_MS_GOOD, ANY_MS_BAD),
             key("min_free_bytes", &["0", "1048576"], ANY_MS_BAD),
             key(

@@ -115,18 +115,6 @@ pub(super) fn make_query_only(conn: &Connection) -> Result<(), OpenError> {
     set_verified(conn, "query_only", "ON", 1)
 }
 
-/// The most of a file SQLite maps on Linux (its `SQLITE_MAX_MMAP_SIZE`); it caps
-/// larger `mmap_size` values to this.
-const SQLITE_MAX_MMAP_BYTES: u64 = 0x7fff_0000;
-
-/// Lets a read connection read the first `bytes` of the database through a memory map
-/// (see `StoreConfig::read_mmap_bytes` for what that trades). Each connection maps it
-/// on its own, so the resident set counts a page once for every reader that touched it.
-pub(super) fn map_for_reading(conn: &Connection, bytes: u64) -> Result<(), OpenError> {
-    let bytes = bytes.min(SQLITE_MAX_MMAP_BYTES);
-    set_verified(conn, "mmap_size", &bytes.to_string(), bytes as i64)
-}
-
 /// Applies the pragmas every connection needs and checks SQLite took them.
 pub(super) fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), OpenError> {
     let sync = match config.synchronous {

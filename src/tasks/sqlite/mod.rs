@@ -118,7 +118,7 @@ use serde_json::{Map, Value};
 
 pub use self::backup::{verify_database_file, VerifyError};
 use self::connection::{
-    configure, database_uri, keep_temp_in_memory, make_query_only, map_for_reading, open_connection,
+    configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
 use self::health::{Health, Problem};
 use self::sql::{admin, attempts, client, upkeep};
@@ -330,7 +330,6 @@ fn read_pool(uri: &str, config: &StoreConfig) -> Result<Pool<SqliteConnectionMan
         .with_init(move |conn| {
             configure(conn, &read_config)
                 .and_then(|()| make_query_only(conn))
-                .and_then(|()| map_for_reading(conn, read_config.read_mmap_bytes))
                 .map_err(|why| {
                     rusqlite::Error::SqliteFailure(
                         rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),

@@ -116,29 +116,6 @@ fn migrate_is_idempotent_and_pragmas_are_verified() {
 }
 
 #[test]
-fn readers_map_the_file_only_when_asked_and_at_most_sqlites_limit() {
-    let mmap_size = |config: &StoreConfig| -> i64 {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), config).unwrap().store;
-        let reader = store.read().unwrap();
-        reader
-            .query_row("PRAGMA mmap_size", [], |r| r.get(0))
-            .unwrap()
-    };
-    assert_eq!(mmap_size(&StoreConfig::default()), 0);
-    let mapped = |bytes| StoreConfig {
-        read_mmap_bytes: bytes,
-        ..StoreConfig::default()
-    };
-    assert_eq!(mmap_size(&mapped(1 << 20)), 1 << 20);
-    assert_eq!(
-        mmap_size(&mapped(1 << 40)),
-        0x7fff_0000,
-        "capped, not refused"
-    );
-}
-
-#[test]
 fn the_store_opens_any_data_dir_path_and_its_readers_cannot_write() {
     // A data dir whose name needs escaping in a SQLite URI.
     let parent = tempfile::tempdir().unwrap();
