@@ -141,9 +141,10 @@ pub trait TaskStore: Send + Sync {
     ) -> Result<Vec<TaskRow>, StoreError>;
     /// [`TaskStore::find_authorized`] through `gate`: the bytes of the task's stored
     /// payloads (result, error, input requests) are measured without reading them, and
-    /// the row is read only once the gate has room for them. Both reads use one
-    /// connection, so the pages the first brings in serve the second (on a store too
-    /// large for the page cache, two connections would each read them).
+    /// the row is read only once the gate has room for them. Both reads use one pooled
+    /// connection. On SQLite they also share one snapshot, so the size admitted is the
+    /// size read; on PostgreSQL (read committed) a payload written between the two
+    /// statements is read without having been sized.
     fn find_authorized_admitted<'g>(
         &self,
         identity: &Identity,
