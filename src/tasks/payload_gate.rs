@@ -99,6 +99,7 @@ impl Drop for PayloadPermit<'_> {
 #[cfg(test)]
 mod tests {
     use super::{Admitted, PayloadGate, UNGATED_BYTES};
+    use crate::protocol::TaskStatus;
     use crate::tasks::model::TaskRow;
 
     #[test]
@@ -117,6 +118,33 @@ mod tests {
         assert!(matches!(gone, Ok(Admitted::Unknown)));
         // A task that vanished between the two reads gives its room back at once.
         assert!(gate.admit(3 * UNGATED_BYTES).is_ok());
+
+        let row = TaskRow {
+            id: "task".into(),
+            tool: "noop".into(),
+            status: TaskStatus::Completed,
+            status_message: None,
+            created_at: 0,
+            updated_at: 0,
+            ttl_ms: None,
+            poll_interval_ms: 1000,
+            result: None,
+            error: None,
+            input_requests: None,
+            version: 1,
+        };
+        let read =
+            Admitted::after_sizing(&gate, Some(2 * UNGATED_BYTES), || Ok::<_, ()>(Some(row)));
+        let Ok(Admitted::Read(task, permit)) = read else {
+            panic!("a task with room is read");
+        };
+        assert_eq!(task.id, "task");
+        assert!(
+            gate.admit(2 * UNGATED_BYTES).is_err(),
+            "the read task's payloads keep their room"
+        );
+        drop(permit);
+        assert!(gate.admit(2 * UNGATED_BYTES).is_ok());
     }
 
     #[test]
