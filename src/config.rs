@@ -708,3 +708,6 @@ mod tests;
 
 #[cfg(test)]
 mod fuzz;
+
+#[cfg(test)]
+mod reference;

@@ -21,7 +21,7 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 pub const DEFAULT_MAX_OUTPUT: usize = 4 * 1024 * 1024;
 
 /// One `[[tools]]` entry: an executable served as an MCP tool. See
-/// [`crate::tools::command`] for how it runs and README.md for every key.
+/// [`crate::tools::command`] for how it runs and docs/configuration.md for every key.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandToolConfig {
