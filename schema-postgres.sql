@@ -224,3 +224,9 @@ CREATE TABLE secrets (
     name  text PRIMARY KEY,
     value bytea NOT NULL
 );
+
+-- migration 2
+-- OAuth identities: the issuer that vouched for a task's principal is part of its
+-- authorization binding (src/auth.rs, Identity); empty for static tokens and anonymous
+-- callers, which is what every task stored before was. A constant default: no rewrite.
+ALTER TABLE tasks ADD COLUMN issuer text NOT NULL DEFAULT '';

@@ -330,3 +330,12 @@ END;
 CREATE TRIGGER jobs_counted_delete AFTER DELETE ON jobs BEGIN
     UPDATE OR FAIL job_counts SET n = n - 1 WHERE state = OLD.state;
 END;
+
+-- migration 6
+-- OAuth identities: the issuer that vouched for a task's principal is part of its
+-- authorization binding (src/auth.rs, Identity), so that two authorization servers'
+-- subjects, or a static token's principal, never reach each other's tasks. Empty for
+-- static tokens and anonymous callers, which is what every task stored before was.
+-- Lookups match it beside endpoint, tenant and principal; the idempotency index needs
+-- no change (the issuer only narrows the rows that index finds).
+ALTER TABLE tasks ADD COLUMN issuer TEXT NOT NULL DEFAULT '';

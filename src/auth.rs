@@ -12,9 +12,18 @@ use crate::config::TokenConfig;
 
 /// Who is asking, as far as task authorization is concerned. Every task is bound to the
 /// identity that created it and is visible to that identity only.
+///
+/// A static token's identity has an empty `issuer`; an OAuth access token's names the
+/// authorization server that vouches for its principal, so that two issuers' `sub`
+/// claims (or a static token's principal that happens to read like one) never meet.
+/// The identity is the person, never the token: a refreshed token of the same
+/// (issuer, tenant, principal) reaches the same tasks.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Identity {
     pub endpoint: String,
+    /// The OAuth issuer (`iss`) that vouched for `principal`; empty for static tokens
+    /// and anonymous callers.
+    pub issuer: String,
     pub tenant: String,
     pub principal: String,
 }
@@ -25,6 +34,7 @@ impl Identity {
     pub fn anonymous(endpoint: &str) -> Identity {
         Identity {
             endpoint: endpoint.to_owned(),
+            issuer: String::new(),
             tenant: String::new(),
             principal: "anonymous".into(),
         }
@@ -125,6 +135,7 @@ impl Authenticator {
         let (tenant, principal) = self.tokens.get(&digest).ok_or(Unauthorized)?;
         Ok(Identity {
             endpoint: self.endpoint.clone(),
+            issuer: String::new(),
             tenant: tenant.clone(),
             principal: principal.clone(),
         })

@@ -136,6 +136,13 @@ fn binding_digest(binding: &Binding<'_>) -> String {
         hasher.update(part.as_bytes());
     }
     hasher.update(canonical(&Value::Object(binding.arguments.clone())).as_bytes());
+    // Last and only when set, so that the states of static-token callers sealed before
+    // identities had an issuer still open.
+    let issuer = binding.identity.issuer.as_str();
+    if !issuer.is_empty() {
+        hasher.update((issuer.len() as u64).to_be_bytes());
+        hasher.update(issuer.as_bytes());
+    }
     hex::encode(hasher.finalize())
 }
 
@@ -173,6 +180,7 @@ mod tests {
     fn identity(principal: &str) -> Identity {
         Identity {
             endpoint: "/mcp".into(),
+            issuer: String::new(),
             tenant: String::new(),
             principal: principal.into(),
         }
@@ -217,6 +225,18 @@ mod tests {
         assert!(
             signer.open_state(&other, &sealed, 10).is_err(),
             "other principal"
+        );
+        let alice_elsewhere = Identity {
+            issuer: "https://idp.example".into(),
+            ..identity("alice")
+        };
+        let other_issuer = Binding {
+            identity: &alice_elsewhere,
+            ..binding
+        };
+        assert!(
+            signer.open_state(&other_issuer, &sealed, 10).is_err(),
+            "same principal, other issuer"
         );
     }
 }

@@ -380,6 +380,7 @@ mod tests {
     fn someone(principal: &str) -> Identity {
         Identity {
             endpoint: "/mcp".into(),
+            issuer: String::new(),
             tenant: "t".into(),
             principal: principal.into(),
         }

@@ -5,6 +5,7 @@ use super::*;
 fn someone() -> Identity {
     Identity {
         endpoint: "/mcp".into(),
+        issuer: String::new(),
         tenant: String::new(),
         principal: "someone".into(),
     }

@@ -109,7 +109,7 @@ mod tests {
     use crate::protocol::TaskStatus;
     use crate::tasks::sqlite::sql;
 
-    const LATEST: u32 = 5;
+    const LATEST: u32 = 6;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -168,7 +168,11 @@ mod tests {
     }
 
     /// Columns added after version 1 (checked by the test of their migration).
-    const ADDED: [(&str, &str); 2] = [("jobs", "tool"), ("tasks", "arguments_digest")];
+    const ADDED: [(&str, &str); 3] = [
+        ("jobs", "tool"),
+        ("tasks", "arguments_digest"),
+        ("tasks", "issuer"),
+    ];
 
     /// Every row of the version 1 columns, as text, in a fixed order (the migrations
     /// must keep them all).
@@ -423,6 +427,25 @@ mod tests {
             rows(totals),
             ["Integer(4) Integer(1) Integer(1) Integer(0)"],
             "deletions never decrement the totals"
+        );
+    }
+
+    #[test]
+    fn migration_6_binds_every_stored_task_to_no_issuer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = version_1_database(&dir.path().join("tasks.db"));
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        let issuers: Vec<String> = conn
+            .prepare("SELECT DISTINCT issuer FROM tasks")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            issuers,
+            vec![String::new()],
+            "static tokens' tasks stay theirs"
         );
     }
 

@@ -17,6 +17,7 @@ pub(crate) fn rows_in(store: &Store, table: &str) -> i64 {
 pub(crate) fn identity() -> Identity {
     Identity {
         endpoint: "/mcp".into(),
+        issuer: String::new(),
         tenant: "t".into(),
         principal: "p".into(),
     }
@@ -144,4 +145,52 @@ fn the_store_opens_any_data_dir_path_and_its_readers_cannot_write() {
         [],
     );
     assert!(written.is_err(), "pool connections are query-only");
+}
+
+/// The issuer is part of the binding: the same tenant and principal vouched for by
+/// another issuer (or by a static token, whose issuer is empty) finds nothing, and an
+/// idempotency key is its own per issuer.
+#[test]
+fn a_task_is_bound_to_its_issuer_too() {
+    use crate::tasks::TaskStore;
+    let (_dir, store) = fresh_store();
+    let now = now_ms();
+    let oauth = Identity {
+        issuer: "https://idp.example".into(),
+        ..identity()
+    };
+    let keyed = |id: &str, identity: &Identity| NewTask {
+        identity: identity.clone(),
+        idempotency_key: Some("k".into()),
+        arguments_digest: Some(vec![1]),
+        ..task_at(id, now)
+    };
+    let by_idp = keyed("by-idp", &oauth);
+    store
+        .write(move |conn| sql::create::create_task(conn, &by_idp))
+        .unwrap();
+    assert!(store.find_authorized(&oauth, "by-idp").unwrap().is_some());
+    assert!(store
+        .find_authorized(&identity(), "by-idp")
+        .unwrap()
+        .is_none());
+    let elsewhere = Identity {
+        issuer: "https://other.example".into(),
+        ..identity()
+    };
+    assert!(store
+        .find_authorized(&elsewhere, "by-idp")
+        .unwrap()
+        .is_none());
+    assert!(store
+        .list_authorized(&identity(), "", 10)
+        .unwrap()
+        .is_empty());
+    // The static token's identity holds the same key for a task of its own.
+    let by_static = keyed("static", &identity());
+    let created = store
+        .write(move |conn| sql::create::create_task(conn, &by_static))
+        .unwrap();
+    assert!(matches!(created, Created::Task(ref task) if task.id == "static"));
+    assert_eq!(rows_in(&store, "tasks"), 2);
 }

@@ -147,7 +147,7 @@ pub fn rerun_source(
     task_id: &str,
 ) -> Result<Option<RerunSource>, Failure> {
     let Some(row) = conn.query_opt(
-        "SELECT endpoint, tenant, principal, tool, origin FROM tasks WHERE id = $1",
+        "SELECT endpoint, issuer, tenant, principal, tool, origin FROM tasks WHERE id = $1",
         &[&task_id],
     )?
     else {
@@ -156,11 +156,12 @@ pub fn rerun_source(
     Ok(Some(RerunSource {
         identity: Identity {
             endpoint: row.try_get(0)?,
-            tenant: row.try_get(1)?,
-            principal: row.try_get(2)?,
+            issuer: row.try_get(1)?,
+            tenant: row.try_get(2)?,
+            principal: row.try_get(3)?,
         },
-        tool: row.try_get(3)?,
-        origin: row.try_get(4)?,
+        tool: row.try_get(4)?,
+        origin: row.try_get(5)?,
     }))
 }
 

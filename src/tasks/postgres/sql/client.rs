@@ -15,10 +15,10 @@ use crate::tasks::model::InputRound;
 use crate::tasks::model::{CancelEffect, TaskRow, UpdateEffect};
 
 /// The `WHERE` condition that finds a task only for its own identity and only while it
-/// has not expired (by the database clock); parameters `$1`-`$4`: id and identity.
+/// has not expired (by the database clock); parameters `$1`-`$5`: id and identity.
 macro_rules! authorized {
     () => {
-        "id = $1 AND endpoint = $2 AND tenant = $3 AND principal = $4 \
+        "id = $1 AND endpoint = $2 AND tenant = $3 AND principal = $4 AND issuer = $5 \
          AND (expires_at IS NULL OR expires_at > taskd_now_ms())"
     };
 }
@@ -41,6 +41,7 @@ pub fn find_authorized(
             &identity.endpoint,
             &identity.tenant,
             &identity.principal,
+            &identity.issuer,
         ],
     )?;
     row.as_ref().map(task_row).transpose()
@@ -65,6 +66,7 @@ fn lock_authorized(
             &identity.endpoint,
             &identity.tenant,
             &identity.principal,
+            &identity.issuer,
         ],
     )?;
     row.as_ref().map(task_row).transpose()
@@ -84,8 +86,8 @@ pub fn list_authorized(
             "SELECT ",
             task_columns!(),
             " FROM tasks WHERE id > $1 AND endpoint = $2 AND tenant = $3 \
-             AND principal = $4 AND (expires_at IS NULL OR expires_at > taskd_now_ms()) \
-             ORDER BY id LIMIT $5"
+             AND principal = $4 AND issuer = $6 \
+             AND (expires_at IS NULL OR expires_at > taskd_now_ms()) ORDER BY id LIMIT $5"
         ),
         &[
             &after,
@@ -93,6 +95,7 @@ pub fn list_authorized(
             &identity.tenant,
             &identity.principal,
             &limit,
+            &identity.issuer,
         ],
     )?;
     rows.iter().map(task_row).collect()
@@ -115,6 +118,7 @@ pub fn payload_bytes_authorized(
             &identity.endpoint,
             &identity.tenant,
             &identity.principal,
+            &identity.issuer,
         ],
     )?;
     Ok(match row {

@@ -13,13 +13,13 @@ use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origi
 const CREATE_BATCH: &str = "WITH new AS ( \
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
          $6::bytea[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], \
-         $12::bigint[], $13::bigint[]) \
+         $12::bigint[], $13::bigint[], $14::text[]) \
        AS n(id, endpoint, tenant, principal, tool, origin, now, ttl_ms, poll_interval_ms, \
-         input_responses, max_attempts, backoff_ms, timeout_ms)), \
+         input_responses, max_attempts, backoff_ms, timeout_ms, issuer)), \
      task_rows AS ( \
-       INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, created_at, \
-         updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses) \
-       SELECT id, endpoint, tenant, principal, tool, origin, 'working', now, now, ttl_ms, \
+       INSERT INTO tasks (id, endpoint, issuer, tenant, principal, tool, origin, status, \
+         created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses) \
+       SELECT id, endpoint, issuer, tenant, principal, tool, origin, 'working', now, now, ttl_ms, \
          CASE WHEN ttl_ms IS NOT NULL THEN taskd_after_ms(ttl_ms) END, poll_interval_ms, \
          input_responses FROM new), \
      job_rows AS ( \
@@ -49,6 +49,7 @@ pub fn create_tasks(tx: &mut Tx<'_, '_>, tasks: &[&NewTask]) -> Result<(), Failu
             &column(tasks, |t| t.max_attempts),
             &column(tasks, |t| t.backoff_ms),
             &column(tasks, |t| t.timeout_ms),
+            &column(tasks, |t| t.identity.issuer.as_str()),
         ],
     )?;
     Ok(())
@@ -80,12 +81,13 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
         // An expired task may still hold the key until the janitor removes it.
         tx.execute(
             "DELETE FROM tasks WHERE endpoint = $1 AND tenant = $2 AND principal = $3 \
-             AND idempotency_key = $4",
+             AND idempotency_key = $4 AND issuer = $5",
             &[
                 &task.identity.endpoint,
                 &task.identity.tenant,
                 &task.identity.principal,
                 key,
+                &task.identity.issuer,
             ],
         )?;
     }
@@ -94,9 +96,9 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
     tx.execute(
         "INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, \
          created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses, \
-         idempotency_key, arguments_digest) VALUES ($1, $2, $3, $4, $5, $6, 'working', \
-         $7, $7, $8, CASE WHEN $8::bigint IS NOT NULL THEN taskd_after_ms($8) END, \
-         $9, $10, $11, $12)",
+         idempotency_key, arguments_digest, issuer) VALUES ($1, $2, $3, $4, $5, $6, \
+         'working', $7, $7, $8, CASE WHEN $8::bigint IS NOT NULL THEN taskd_after_ms($8) END, \
+         $9, $10, $11, $12, $13)",
         &[
             &task.id,
             &task.identity.endpoint,
@@ -110,6 +112,7 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
             &task.input_responses,
             &task.idempotency_key,
             &task.arguments_digest,
+            &task.identity.issuer,
         ],
     )?;
     tx.execute(
@@ -134,13 +137,15 @@ fn key_holder(tx: &mut Tx<'_, '_>, task: &NewTask, key: &str) -> Result<Option<C
             "SELECT arguments_digest, CASE WHEN arguments_digest IS NULL THEN origin END, ",
             task_columns!(),
             " FROM tasks WHERE endpoint = $1 AND tenant = $2 AND principal = $3 \
-             AND idempotency_key = $4 AND (expires_at IS NULL OR expires_at > taskd_now_ms())"
+             AND idempotency_key = $4 AND issuer = $5 \
+             AND (expires_at IS NULL OR expires_at > taskd_now_ms())"
         ),
         &[
             &task.identity.endpoint,
             &task.identity.tenant,
             &task.identity.principal,
             &key,
+            &task.identity.issuer,
         ],
     )?;
     let mut conflict = None;

@@ -191,17 +191,18 @@ pub fn cancel(conn: &Connection, task_id: &str, now: i64) -> rusqlite::Result<Ca
 /// The binding, tool and origin a rerun copies.
 pub fn rerun_source(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<RerunSource>> {
     conn.prepare_cached(
-        "SELECT endpoint, tenant, principal, tool, origin FROM tasks WHERE id = ?1",
+        "SELECT endpoint, issuer, tenant, principal, tool, origin FROM tasks WHERE id = ?1",
     )?
     .query_row([task_id], |row| {
         Ok(RerunSource {
             identity: Identity {
                 endpoint: row.get(0)?,
-                tenant: row.get(1)?,
-                principal: row.get(2)?,
+                issuer: row.get(1)?,
+                tenant: row.get(2)?,
+                principal: row.get(3)?,
             },
-            tool: row.get(3)?,
-            origin: row.get(4)?,
+            tool: row.get(4)?,
+            origin: row.get(5)?,
         })
     })
     .optional()

@@ -14,7 +14,7 @@ use crate::tasks::model::{CancelEffect, TaskRow, UpdateEffect};
 /// has not expired; its parameters are [`authorized_params`].
 macro_rules! authorized {
     () => {
-        "id = ?1 AND endpoint = ?2 AND tenant = ?3 AND principal = ?4 \
+        "id = ?1 AND endpoint = ?2 AND tenant = ?3 AND principal = ?4 AND issuer = ?6 \
          AND (expires_at IS NULL OR expires_at > ?5)"
     };
 }
@@ -23,13 +23,14 @@ fn authorized_params<'a>(
     identity: &'a Identity,
     task_id: &'a &'a str,
     now: &'a i64,
-) -> [&'a dyn ToSql; 5] {
+) -> [&'a dyn ToSql; 6] {
     [
         task_id,
         &identity.endpoint,
         &identity.tenant,
         &identity.principal,
         now,
+        &identity.issuer,
     ]
 }
 
@@ -64,7 +65,8 @@ pub fn list_authorized(
         "SELECT ",
         task_columns!(),
         " FROM tasks WHERE id > ?1 AND endpoint = ?2 AND tenant = ?3 \
-             AND principal = ?4 AND (expires_at IS NULL OR expires_at > ?5) ORDER BY id LIMIT ?6"
+             AND principal = ?4 AND issuer = ?7 AND (expires_at IS NULL OR expires_at > ?5) \
+             ORDER BY id LIMIT ?6"
     ))?;
     let rows = statement.query_map(
         params![
@@ -73,7 +75,8 @@ pub fn list_authorized(
             identity.tenant,
             identity.principal,
             now,
-            i64::try_from(limit).unwrap_or(i64::MAX)
+            i64::try_from(limit).unwrap_or(i64::MAX),
+            identity.issuer,
         ],
         task_row,
     )?;

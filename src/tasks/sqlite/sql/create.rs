@@ -11,10 +11,10 @@ use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origi
 /// the counting triggers, would otherwise get a statement journal (a copy of each page
 /// it changes, to undo that one statement); the writer's savepoint around every write
 /// undoes a failed one whole (see [`attempts`](super::attempts)).
-const TASK_INSERT: &str = "INSERT OR FAIL INTO tasks (id, endpoint, tenant, principal, \
-     tool, origin, status, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, \
-     input_responses, idempotency_key, arguments_digest) VALUES ";
-const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?)";
+const TASK_INSERT: &str = "INSERT OR FAIL INTO tasks (id, endpoint, issuer, tenant, \
+     principal, tool, origin, status, created_at, updated_at, ttl_ms, expires_at, \
+     poll_interval_ms, input_responses, idempotency_key, arguments_digest) VALUES ";
+const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?)";
 /// The columns of a new `jobs` row, and the values of one row ([`job_values`]).
 const JOB_INSERT: &str = "INSERT OR FAIL INTO jobs (task_id, state, max_attempts, backoff_ms, \
      timeout_ms, run_after, tool) VALUES ";
@@ -22,10 +22,11 @@ const JOB_ROW: &str = "(?, 'queued', ?, ?, ?, ?, ?)";
 const OUTBOX_INSERT: &str = "INSERT OR FAIL INTO outbox (task_id, created_at) VALUES ";
 const OUTBOX_ROW: &str = "(?, ?)";
 
-fn task_values<'t>(task: &'t NewTask, expires_at: &'t Option<i64>) -> [&'t dyn ToSql; 14] {
+fn task_values<'t>(task: &'t NewTask, expires_at: &'t Option<i64>) -> [&'t dyn ToSql; 15] {
     [
         &task.id,
         &task.identity.endpoint,
+        &task.identity.issuer,
         &task.identity.tenant,
         &task.identity.principal,
         &task.tool,
@@ -130,13 +131,14 @@ pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<Create
         // An expired task may still hold the key until the janitor removes it.
         conn.prepare_cached(
             "DELETE FROM tasks WHERE endpoint = ?1 AND tenant = ?2 AND principal = ?3 \
-             AND idempotency_key = ?4",
+             AND issuer = ?5 AND idempotency_key = ?4",
         )?
         .execute(params![
             task.identity.endpoint,
             task.identity.tenant,
             task.identity.principal,
-            key
+            key,
+            task.identity.issuer,
         ])?;
     }
     insert_chunk(
@@ -156,7 +158,7 @@ fn key_holder(conn: &Connection, task: &NewTask, key: &str) -> rusqlite::Result<
         "SELECT arguments_digest, CASE WHEN arguments_digest IS NULL THEN origin END, ",
         task_columns!(),
         " FROM tasks WHERE endpoint = ?1 AND tenant = ?2 AND principal = ?3 \
-         AND idempotency_key = ?4 AND (expires_at IS NULL OR expires_at > ?5)"
+         AND issuer = ?6 AND idempotency_key = ?4 AND (expires_at IS NULL OR expires_at > ?5)"
     ))?;
     let holders = statement.query_map(
         params![
@@ -164,7 +166,8 @@ fn key_holder(conn: &Connection, task: &NewTask, key: &str) -> rusqlite::Result<
             task.identity.tenant,
             task.identity.principal,
             key,
-            task.now
+            task.now,
+            task.identity.issuer,
         ],
         |row| {
             let digest: Option<Vec<u8>> = row.get(0)?;
@@ -213,10 +216,12 @@ mod tests {
             })
             .unwrap()
         };
-        let mut values = row("SELECT endpoint, tenant, principal, tool, origin, status, \
+        let mut values = row(
+            "SELECT endpoint, issuer, tenant, principal, tool, origin, status, \
              created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, result, error, \
              input_requests, input_responses, tool_state, cancel_requested, \
-             idempotency_key, version FROM tasks WHERE id = ?1");
+             idempotency_key, version FROM tasks WHERE id = ?1",
+        );
         values.extend(row(
             "SELECT state, attempt, max_attempts, backoff_ms, timeout_ms, \
              run_after, lease_token, lease_expires, deadline, last_error \
