@@ -230,3 +230,8 @@ CREATE TABLE secrets (
 -- authorization binding (src/auth.rs, Identity); empty for static tokens and anonymous
 -- callers, which is what every task stored before was. A constant default: no rewrite.
 ALTER TABLE tasks ADD COLUMN issuer text NOT NULL DEFAULT '';
+
+-- migration 3
+-- The W3C trace context a task was created in (issue 33), as in schema.sql (migration
+-- 7): its `traceparent`, then a space and its `tracestate` when there is one.
+ALTER TABLE tasks ADD COLUMN trace_context text;

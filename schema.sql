@@ -339,3 +339,11 @@ END;
 -- Lookups match it beside endpoint, tenant and principal; the idempotency index needs
 -- no change (the issuer only narrows the rows that index finds).
 ALTER TABLE tasks ADD COLUMN issuer TEXT NOT NULL DEFAULT '';
+
+-- migration 7
+-- The W3C trace context a task was created in (issue 33): its `traceparent`, then a
+-- space and its `tracestate` when there is one; NULL when the caller sent none and
+-- telemetry is off. Every span of the task's life joins this context, in whichever
+-- process or node runs it and after any restart; command tools see it as TRACEPARENT
+-- and TRACESTATE. A trace id is not task content: it is fine in logs and dashboards.
+ALTER TABLE tasks ADD COLUMN trace_context TEXT;

@@ -242,6 +242,7 @@ fn configured_start(launch: &Launch) {
     let Ok(run_env) = RunEnv::new(
         ("MCP_TASKD_RUN", "1.1"),
         Some(("00000000-0000-4000-8000-000000000000", 1)),
+        None,
     ) else {
         return;
     };

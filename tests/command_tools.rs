@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::common::{poll_until, tasks_caps, Server};
+use crate::common::{poll_until, tasks_caps, Rpc, Server};
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -436,7 +436,14 @@ fn a_server_crash_mid_run_reruns_the_attempt_after_restart() {
         ))
     );
     let mut server = Server::start_in(&dir, &tools);
-    let task = start_task(&server, "durable", json!({}));
+    // The caller's trace context is stored with the task: the run after the restart
+    // joins the same trace.
+    let created = Rpc::tool("durable", json!({}))
+        .caps(tasks_caps())
+        .meta("traceparent", json!(TRACEPARENT))
+        .send(&server)
+        .result();
+    let task = created["taskId"].as_str().expect("taskId").to_owned();
     let pid = poll_until(LIMIT, || {
         let pid = std::fs::read_to_string(work.join("pid")).ok()?;
         Some(pid.trim().to_owned()).filter(|pid| !pid.is_empty())
@@ -453,6 +460,48 @@ fn a_server_crash_mid_run_reruns_the_attempt_after_restart() {
         lines(&work.join("runs")),
         vec![format!("{task}:1"), format!("{task}:2")]
     );
+    assert_eq!(lines(&work.join("traces")), vec![TRACEPARENT; 2]);
+}
+
+/// A client's W3C trace context (telemetry is off in these tests: programs see it as
+/// it came).
+const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+
+#[test]
+fn programs_see_the_callers_trace_context() {
+    let (_temp, work) = temp();
+    let server = Server::start(&config(&modes_tool("modes", &work, "")));
+    let env = |rpc: Rpc| -> Value {
+        let answer = rpc.send(&server).result();
+        let answer = match answer["taskId"].as_str() {
+            Some(task) => wait_for(&server, task, "completed")["result"].clone(),
+            None => answer,
+        };
+        answer["structuredContent"].clone()
+    };
+    // From `_meta`, as a task: both values.
+    let task = env(Rpc::tool("modes", json!({"mode": "env"}))
+        .caps(tasks_caps())
+        .meta("traceparent", json!(TRACEPARENT))
+        .meta("tracestate", json!("vendor=abc")));
+    assert_eq!(task["TRACEPARENT"], TRACEPARENT, "{task}");
+    assert_eq!(task["TRACESTATE"], "vendor=abc", "{task}");
+    // From the HTTP headers, inline; `_meta` wins over them.
+    let header = "00-11111111111111111111111111111111-2222222222222222-00";
+    let inline = env(Rpc::tool("modes", json!({"mode": "env"})).header("traceparent", header));
+    assert_eq!(inline["TRACEPARENT"], header, "{inline}");
+    assert_eq!(inline["TRACESTATE"], Value::Null, "{inline}");
+    let both = env(Rpc::tool("modes", json!({"mode": "env"}))
+        .header("traceparent", header)
+        .meta("traceparent", json!(TRACEPARENT)));
+    assert_eq!(both["TRACEPARENT"], TRACEPARENT, "{both}");
+    // What breaks the W3C format is ignored, and the call goes on.
+    for bad in [json!("00-zz-00f067aa0ba902b7-01"), json!(42)] {
+        let none = env(Rpc::tool("modes", json!({"mode": "env"}))
+            .caps(tasks_caps())
+            .meta("traceparent", bad));
+        assert_eq!(none["TRACEPARENT"], Value::Null, "{none}");
+    }
 }
 
 #[test]

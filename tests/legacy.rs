@@ -857,3 +857,36 @@ fn a_legacy_client_that_can_answer_is_sent_to_task_wait_which_asks_it() {
         "{result}"
     );
 }
+
+#[test]
+fn a_legacy_calls_trace_context_reaches_its_command_tool() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/modes.py");
+    let work = tempfile::tempdir().expect("temp dir");
+    let config = format!(
+        "[builtin]\nsets = []\n\n[[tools]]\nname = \"modes\"\ndescription = \"modes.py\"\n\
+         command = [\"python3\", {script:?}]\nenv = {{ WORK = {work:?} }}\n\
+         input_schema = {{ type = \"object\", properties = {{ mode = {{ type = \"string\" }} }} }}\n",
+        script = script.to_string_lossy(),
+        work = work.path().to_string_lossy(),
+    );
+    let server = Server::start(&config);
+    let client = Client::connect(&server, "2025-06-18", json!({}));
+    let traced = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+    let from_meta = client
+        .request(
+            "tools/call",
+            json!({"name": "modes", "arguments": {"mode": "env"},
+                   "_meta": {"traceparent": traced, "tracestate": "v=1"}}),
+        )
+        .result();
+    assert_eq!(from_meta["structuredContent"]["TRACEPARENT"], traced);
+    assert_eq!(from_meta["structuredContent"]["TRACESTATE"], "v=1");
+    // The headers, when `_meta` carries none (a call without any `_meta`).
+    let header = "00-11111111111111111111111111111111-2222222222222222-01";
+    let mut headers = client.headers();
+    headers.push(("traceparent", header));
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "modes", "arguments": {"mode": "env"}}});
+    let from_header = post(&server, &headers, &body).result();
+    assert_eq!(from_header["structuredContent"]["TRACEPARENT"], header);
+}

@@ -10,7 +10,7 @@ use super::request_state::Binding;
 use super::tasks::tasks_required;
 use super::{complete, input_responses, object_param, Emitter, Reply, Request, Service};
 use crate::liveness;
-use crate::protocol::{LogLevel, RpcError, META_IDEMPOTENCY_KEY};
+use crate::protocol::{LogLevel, RpcError, TraceContext, META_IDEMPOTENCY_KEY};
 use crate::tasks::Submission;
 use crate::tools::panics::run_tool;
 use crate::tools::{Admission, Invocation, InvocationHost, Outcome, TaskPolicy};
@@ -87,6 +87,7 @@ impl Service {
             progress_token: request.meta.progress_token.clone(),
             log_level: request.meta.log_level,
             tool: &tool.spec.name,
+            trace: request.meta.trace.clone(),
         };
         let mut invocation = Invocation {
             arguments: &arguments,
@@ -146,6 +147,7 @@ impl Service {
                     capabilities,
                     input_responses: &input_responses,
                     idempotency_key: key,
+                    trace: request.meta.trace.clone(),
                 });
                 if !bridged {
                     return Ok(Reply::Later(creation));
@@ -210,6 +212,7 @@ struct InlineHost<'a> {
     progress_token: Option<Value>,
     log_level: Option<LogLevel>,
     tool: &'a str,
+    trace: Option<TraceContext>,
 }
 
 impl InvocationHost for InlineHost<'_> {
@@ -238,6 +241,10 @@ impl InvocationHost for InlineHost<'_> {
 
     fn cancelled(&self) -> bool {
         self.emitter.cancelled()
+    }
+
+    fn trace(&self) -> Option<TraceContext> {
+        self.trace.clone()
     }
 
     /// Sleeps in short slices so that a cancelled request stops within one of them.

@@ -18,7 +18,7 @@ use crate::handlers::{Reply, Request, Service};
 use crate::later::Later;
 use crate::protocol::envelope::TASKS_EXTENSION;
 use crate::protocol::RpcError;
-use crate::protocol::{Envelope, LogLevel, RequestMeta, METHODS};
+use crate::protocol::{Envelope, LogLevel, RequestMeta, TraceContext, METHODS};
 
 /// Methods of 2026-07-28 ([`METHODS`]) that a legacy session does not share: discovery
 /// and listen streams have no legacy form, and legacy tasks have their own shapes. The
@@ -152,11 +152,16 @@ impl Legacy {
             }
             capabilities
         };
+        let trace = match envelope.params.get("_meta") {
+            Some(Value::Object(meta)) => TraceContext::from_meta(meta),
+            _ => None,
+        };
         let meta = RequestMeta {
             protocol_version: session.version.to_owned(),
             capabilities,
             progress_token,
             log_level: session.log_level(),
+            trace,
         };
         let timeout = Duration::from_millis(self.sessions.limits().client_request_timeout_ms);
         for _ in 0..MAX_INPUT_ROUNDS {

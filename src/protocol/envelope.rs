@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 use super::capabilities::ClientCapabilities;
 use super::error::RpcError;
 use super::log_level::LogLevel;
+use super::trace::TraceContext;
 
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -83,6 +84,9 @@ pub struct RequestMeta {
     pub capabilities: ClientCapabilities,
     pub progress_token: Option<Value>,
     pub log_level: Option<LogLevel>,
+    /// The caller's trace context (`_meta.traceparent` and `tracestate`; over HTTP, the
+    /// headers of those names when `_meta` has none). Invalid values are ignored.
+    pub trace: Option<TraceContext>,
 }
 
 impl RequestMeta {
@@ -135,6 +139,7 @@ impl RequestMeta {
             capabilities,
             progress_token,
             log_level,
+            trace: TraceContext::from_meta(meta),
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The protocol's vocabulary: the ground floor every other module builds on. It imports
 //! nothing else from this crate — JSON-RPC errors and their codes, the request envelope
-//! and its `_meta`, client capabilities, log levels, input-request kinds, task statuses.
+//! and its `_meta`, client capabilities, log levels, input-request kinds, task statuses,
+//! W3C trace context.
 //! The dispatcher that answers each method lives above it, in `handlers`.
 
 pub mod capabilities;
@@ -9,6 +10,7 @@ pub mod error;
 pub mod input;
 pub mod log_level;
 pub mod task_status;
+pub mod trace;
 
 pub use capabilities::{missing_for_input_requests, ClientCapabilities};
 pub use envelope::{Envelope, RequestMeta};
@@ -16,6 +18,7 @@ pub use error::{code, RpcError};
 pub use input::InputKind;
 pub use log_level::LogLevel;
 pub use task_status::TaskStatus;
+pub use trace::TraceContext;
 
 /// Protocol revisions this server speaks.
 pub const SUPPORTED_VERSIONS: &[&str] = &["2026-07-28"];

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::auth::Identity;
 use crate::protocol::input::response_matches;
-use crate::protocol::{code, RpcError, TaskStatus};
+use crate::protocol::{code, RpcError, TaskStatus, TraceContext};
 
 /// The opaque origin persisted with a task: everything a worker needs to run it again,
 /// in any process, after any restart. Sensitive: never logged.
@@ -81,6 +81,8 @@ pub struct TaskRow {
     pub error: Option<String>,
     pub input_requests: Option<String>,
     pub version: i64,
+    /// The trace context the task was created in (see [`NewTask::trace`]).
+    pub trace: Option<TraceContext>,
 }
 
 /// A task to create, with its first job.
@@ -99,6 +101,10 @@ pub struct NewTask {
     pub idempotency_key: Option<String>,
     /// [`arguments_digest`] of the arguments, with an idempotency key only.
     pub arguments_digest: Option<Vec<u8>>,
+    /// The trace context every later span of the task joins (and its command tools
+    /// see): the span of its creation when telemetry is on, else the caller's context
+    /// as it came. Stored as `tasks.trace_context`.
+    pub trace: Option<TraceContext>,
 }
 
 impl NewTask {
@@ -122,6 +128,7 @@ impl NewTask {
             error: None,
             input_requests: None,
             version: 1,
+            trace: self.trace.clone(),
         }
     }
 }
@@ -223,6 +230,8 @@ pub struct Claim {
     pub origin: Vec<u8>,
     pub input_responses: String,
     pub tool_state: Option<String>,
+    /// The task's stored trace context.
+    pub trace: Option<TraceContext>,
 }
 
 /// A job's lease: whose attempt it is (the claim's fencing token).

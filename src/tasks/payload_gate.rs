@@ -132,6 +132,7 @@ mod tests {
             error: None,
             input_requests: None,
             version: 1,
+            trace: None,
         };
         let read =
             Admitted::after_sizing(&gate, Some(2 * UNGATED_BYTES), || Ok::<_, ()>(Some(row)));

@@ -18,7 +18,9 @@ use crate::auth::Identity;
 use crate::clock::{now_ms, rfc3339};
 use crate::config::TaskDefaults;
 use crate::later::Later;
-use crate::protocol::{missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus};
+use crate::protocol::{
+    missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus, TraceContext,
+};
 use crate::tools::{Registered, Registry};
 
 /// Longest task id accepted from a client.
@@ -34,6 +36,8 @@ pub struct Submission<'a> {
     /// Responses gathered by an MRTR exchange before creation.
     pub input_responses: &'a Map<String, Value>,
     pub idempotency_key: Option<String>,
+    /// The trace context the task joins (stored with it).
+    pub trace: Option<TraceContext>,
 }
 
 pub struct TaskService {
@@ -120,6 +124,7 @@ impl TaskService {
             capabilities,
             input_responses,
             idempotency_key,
+            trace,
         } = submission;
         let origin = Origin {
             v: ORIGIN_VERSION,
@@ -138,7 +143,7 @@ impl TaskService {
             .then(|| arguments_digest(arguments));
         let key = idempotency_key.clone();
         let task = match self.new_task(identity, tool, origin, responses, idempotency_key, digest) {
-            Ok(task) => task,
+            Ok(task) => NewTask { trace, ..task },
             Err(error) => return Later::ready(Err(error)),
         };
         let wake = self.wake.clone();
@@ -193,6 +198,7 @@ impl TaskService {
             timeout_ms: execution.timeout.as_millis() as i64,
             idempotency_key,
             arguments_digest,
+            trace: None,
         })
     }
 

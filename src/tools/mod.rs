@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::protocol::RpcError;
-use crate::protocol::{ClientCapabilities, LogLevel};
+use crate::protocol::{ClientCapabilities, LogLevel, TraceContext};
 
 pub use registry::{Registered, RegistrationError, RegistrationProblem, Registry};
 
@@ -200,6 +200,11 @@ pub trait InvocationHost {
     /// The task id and attempt number (1-based) when this run is a task attempt; `None`
     /// inline.
     fn task_attempt(&self) -> Option<(&str, i64)> {
+        None
+    }
+    /// The trace context the run belongs to (a command tool's `TRACEPARENT`): the
+    /// tool run's span when telemetry is on, else the caller's context as it came.
+    fn trace(&self) -> Option<TraceContext> {
         None
     }
 }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tiny_http::{Header, Method, Response, StatusCode};
 
 use crate::auth::Authenticator;
@@ -28,7 +28,7 @@ use crate::handlers::{Emitter, Listen, Reply, Request, Service};
 use crate::metrics::{Metrics, Snapshot};
 use crate::notifications::Hub;
 use crate::protocol::envelope::{Envelope, RequestMeta};
-use crate::protocol::{RpcError, METHODS, SUPPORTED_VERSIONS};
+use crate::protocol::{RpcError, TraceContext, METHODS, SUPPORTED_VERSIONS};
 pub use era::{Inbound, SessionEra, Wire};
 use headers::{check_param_headers, header};
 pub use headers::{decode_header_value, OriginPolicy};
@@ -108,6 +108,37 @@ fn with_header(mut response: Response<Body>, name: &str, value: &str) -> Respons
         response.add_header(header);
     }
     response
+}
+
+/// The W3C trace context of the request's `traceparent` and `tracestate` headers.
+fn header_trace(request: &tiny_http::Request) -> Option<TraceContext> {
+    TraceContext::parse(
+        header(request, "traceparent")?,
+        header(request, "tracestate"),
+    )
+}
+
+/// Puts the headers' trace context into a legacy message's `_meta` when it carries none
+/// there, so that the session era reads one place for both (`_meta` wins, as in the
+/// 2026 era). A message whose `params` or `_meta` is not an object is left as it is:
+/// its own checks answer it.
+fn adopt_header_trace(message: &mut Value, trace: &TraceContext) {
+    let Some(Value::Object(params)) = message.get_mut("params") else {
+        return;
+    };
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(meta) = meta else {
+        return;
+    };
+    if meta.contains_key("traceparent") {
+        return;
+    }
+    meta.insert("traceparent".into(), Value::from(trace.traceparent()));
+    if let Some(state) = trace.tracestate() {
+        meta.insert("tracestate".into(), Value::from(state));
+    }
 }
 
 /// Where the body value named by `Mcp-Name` lives, per method.
@@ -325,6 +356,10 @@ impl Frontend {
             header(request, "MCP-Protocol-Version"),
             &message,
         ) {
+            let mut message = message;
+            if let Some(trace) = header_trace(request) {
+                adopt_header_trace(&mut message, &trace);
+            }
             let inbound = Inbound {
                 identity,
                 message: Some(message),
@@ -387,7 +422,10 @@ impl Frontend {
                 }
             }
         }
-        let meta = RequestMeta::parse(&envelope.params)?;
+        let mut meta = RequestMeta::parse(&envelope.params)?;
+        if meta.trace.is_none() {
+            meta.trace = header_trace(request);
+        }
         if meta.protocol_version != version_header {
             return Err(RpcError::header_mismatch(
                 "MCP-Protocol-Version header does not match _meta protocolVersion",

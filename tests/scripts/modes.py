@@ -42,7 +42,8 @@ elif mode == "malformed":
 elif mode == "flood":
     sys.stdout.write("x" * 5000 + "\n")
 elif mode == "env":
-    names = ["PATH", "HOME", "CUSTOM", "MCP_TASK_ID", "MCP_TASK_ATTEMPT"]
+    names = ["PATH", "HOME", "CUSTOM", "MCP_TASK_ID", "MCP_TASK_ATTEMPT", "TRACEPARENT",
+             "TRACESTATE"]
     emit({"result": {"content": [{"type": "text", "text": "env"}],
                      "structuredContent": {name: os.environ.get(name) for name in names}}})
 elif mode == "ask":

@@ -4,6 +4,7 @@
 set -eu
 cat > /dev/null
 echo "$MCP_TASK_ID:$MCP_TASK_ATTEMPT" >> "$WORK/runs"
+echo "${TRACEPARENT:-none}" >> "$WORK/traces"
 echo "$$" > "$WORK/pid"
 runs=$(wc -l < "$WORK/runs")
 if [ "$runs" -eq 1 ]; then

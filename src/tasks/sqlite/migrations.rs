@@ -109,7 +109,7 @@ mod tests {
     use crate::protocol::TaskStatus;
     use crate::tasks::sqlite::sql;
 
-    const LATEST: u32 = 6;
+    const LATEST: u32 = 7;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -168,10 +168,11 @@ mod tests {
     }
 
     /// Columns added after version 1 (checked by the test of their migration).
-    const ADDED: [(&str, &str); 3] = [
+    const ADDED: [(&str, &str); 4] = [
         ("jobs", "tool"),
         ("tasks", "arguments_digest"),
         ("tasks", "issuer"),
+        ("tasks", "trace_context"),
     ];
 
     /// Every row of the version 1 columns, as text, in a fixed order (the migrations

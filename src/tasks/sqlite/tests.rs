@@ -39,6 +39,7 @@ pub(crate) fn task_at(id: &str, now: i64) -> NewTask {
         timeout_ms: 60_000,
         idempotency_key: None,
         arguments_digest: None,
+        trace: None,
     }
 }
 

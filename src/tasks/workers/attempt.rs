@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use super::inflight::{registering, AttemptControl, Stop};
 use super::Shared;
 use crate::clock::now_ms;
-use crate::protocol::{ClientCapabilities, InputKind, LogLevel, RpcError};
+use crate::protocol::{ClientCapabilities, InputKind, LogLevel, RpcError, TraceContext};
 use crate::tasks::backend::{Finished, StoreError, TaskStore};
 use crate::tasks::model::{Claim, Finish, Lease, Origin};
 use crate::tools::panics::run_tool;
@@ -135,6 +135,7 @@ fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Fin
         token: &claim.token,
         control,
         last_status: None,
+        trace: claim.trace.as_ref(),
     };
     let mut invocation = Invocation {
         arguments: &origin.arguments,
@@ -213,6 +214,7 @@ struct TaskHost<'a> {
     token: &'a str,
     control: &'a Arc<AttemptControl>,
     last_status: Option<Instant>,
+    trace: Option<&'a TraceContext>,
 }
 
 /// Least time between two status-message writes of one attempt.
@@ -270,5 +272,9 @@ impl InvocationHost for TaskHost<'_> {
 
     fn task_attempt(&self) -> Option<(&str, i64)> {
         Some((self.task_id, self.attempt))
+    }
+
+    fn trace(&self) -> Option<TraceContext> {
+        self.trace.cloned()
     }
 }

@@ -256,6 +256,7 @@ mod tests {
             origin: Vec::new(),
             input_responses: "{}".into(),
             tool_state: None,
+            trace: None,
         }
     }
 

@@ -15,7 +15,9 @@
 //!   default). Its environment is exactly `env` plus `PATH` (default
 //!   `/usr/local/bin:/usr/bin:/bin` unless `env` sets it); nothing is inherited from
 //!   the server. A task attempt also gets `MCP_TASK_ID` and `MCP_TASK_ATTEMPT` (1, 2, …);
-//!   inline calls get neither. Every run also gets `MCP_TASKD_RUN`, an opaque marker
+//!   inline calls get neither. A run whose call carried a W3C trace context gets
+//!   `TRACEPARENT` (and `TRACESTATE`): the tool run's span with telemetry on, else the
+//!   caller's context. Every run also gets `MCP_TASKD_RUN`, an opaque marker
 //!   that tells the run's descendants apart (leave it in their environment). `MCP_TASK_ID` (one key per task) or
 //!   `$MCP_TASK_ID:$MCP_TASK_ATTEMPT` (one per attempt) make good idempotency keys for
 //!   side effects, since an attempt may run again after a crash.

@@ -26,6 +26,7 @@ use super::output::{forward, interpret, parse_progress, truncate, Progress};
 use super::reaper::{self, Run};
 use super::spawn::{self, Program, RunEnv};
 use super::CommandTool;
+use crate::protocol::TraceContext;
 use crate::tools::{Invocation, Outcome};
 
 /// How much of stderr is kept for the log.
@@ -52,11 +53,16 @@ const READS_PER_TURN: usize = 16;
 impl CommandTool {
     /// Starts the program: no shell, its own process group, a clean environment (plus
     /// the run's marker, which its descendants inherit), no `fork` of the server.
-    fn spawn(&self, run: &Run, task: Option<(&str, i64)>) -> std::io::Result<Program> {
+    fn spawn(
+        &self,
+        run: &Run,
+        task: Option<(&str, i64)>,
+        trace: Option<&TraceContext>,
+    ) -> std::io::Result<Program> {
         let launch = self.launch.as_ref().map_err(|error| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, error.clone())
         })?;
-        let run_env = RunEnv::new((reaper::MARKER, run.marker()), task)?;
+        let run_env = RunEnv::new((reaper::MARKER, run.marker()), task, trace)?;
         reaper::spawn(|| {
             let program = spawn::start(launch, &run_env)?;
             let pid = program.pid;
@@ -73,8 +79,9 @@ impl CommandTool {
         });
         let payload = input.to_string().into_bytes();
         let task = call.host.task_attempt();
+        let trace = call.host.trace();
         let mut run = Run::start();
-        let mut child = match self.spawn(&run, task) {
+        let mut child = match self.spawn(&run, task, trace.as_ref()) {
             Ok(child) => child,
             Err(error) => {
                 return Outcome::Retry(format!(

@@ -28,9 +28,27 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
+use crate::protocol::TraceContext;
+
 /// The environment variables a task attempt gets from the server, which replace
 /// values of the same name in the tool's `env`.
 const TASK_KEYS: [&str; 2] = ["MCP_TASK_ID", "MCP_TASK_ATTEMPT"];
+
+/// The W3C trace context a traced run gets (`TRACEPARENT`, and `TRACESTATE` when there
+/// is one), the names OpenTelemetry's environment carrier uses. They replace both
+/// values of the tool's `env`: a `TRACESTATE` of another trace would be wrong.
+const TRACE_KEYS: [&str; 2] = ["TRACEPARENT", "TRACESTATE"];
+
+/// Which of the run's own variables replace a variable of the tool's `env`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplacedBy {
+    /// None: the tool's value stays.
+    Nothing,
+    /// The task attempt's [`TASK_KEYS`].
+    Task,
+    /// A traced run's [`TRACE_KEYS`].
+    Trace,
+}
 
 /// A tool's program, arguments, working directory and environment, as the C strings
 /// `execve` takes.
@@ -41,8 +59,8 @@ pub struct Launch {
     argv: Vec<CString>,
     dir: CString,
     /// `KEY=value` for each variable of the tool's `env` but the run marker (which each
-    /// run sets); the flag says whether a task attempt replaces it.
-    env: Vec<(CString, bool)>,
+    /// run sets), and what of the run's own replaces it.
+    env: Vec<(CString, ReplacedBy)>,
 }
 
 impl Launch {
@@ -68,7 +86,14 @@ impl Launch {
             .filter(|(key, _)| key.as_str() != marker)
             .map(|(key, value)| {
                 let entry = c(format!("{key}={value}").as_bytes())?;
-                Ok((entry, TASK_KEYS.contains(&key.as_str())))
+                let replaced = if TASK_KEYS.contains(&key.as_str()) {
+                    ReplacedBy::Task
+                } else if TRACE_KEYS.contains(&key.as_str()) {
+                    ReplacedBy::Trace
+                } else {
+                    ReplacedBy::Nothing
+                };
+                Ok((entry, replaced))
             })
             .collect::<Result<_, String>>()?;
         Ok(Launch {
@@ -106,15 +131,20 @@ impl Program {
     }
 }
 
-/// The variables a run adds to its tool's environment: its marker, and for a task
-/// attempt the task's id and the attempt's number.
+/// The variables a run adds to its tool's environment: its marker, for a task attempt
+/// the task's id and the attempt's number, and for a traced run its trace context.
 pub struct RunEnv {
     entries: Vec<CString>,
     task: bool,
+    trace: bool,
 }
 
 impl RunEnv {
-    pub fn new(marker: (&str, &str), task: Option<(&str, i64)>) -> io::Result<RunEnv> {
+    pub fn new(
+        marker: (&str, &str),
+        task: Option<(&str, i64)>,
+        trace: Option<&TraceContext>,
+    ) -> io::Result<RunEnv> {
         let c = |key: &str, value: &str| {
             CString::new(format!("{key}={value}"))
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte"))
@@ -124,10 +154,26 @@ impl RunEnv {
             entries.push(c(TASK_KEYS[0], id)?);
             entries.push(c(TASK_KEYS[1], &attempt.to_string())?);
         }
+        if let Some(trace) = trace {
+            entries.push(c(TRACE_KEYS[0], trace.traceparent())?);
+            if let Some(state) = trace.tracestate() {
+                entries.push(c(TRACE_KEYS[1], state)?);
+            }
+        }
         Ok(RunEnv {
             entries,
             task: task.is_some(),
+            trace: trace.is_some(),
         })
+    }
+
+    /// Whether a variable of the tool's `env` stays in this run's environment.
+    fn keeps(&self, replaced: ReplacedBy) -> bool {
+        match replaced {
+            ReplacedBy::Nothing => true,
+            ReplacedBy::Task => !self.task,
+            ReplacedBy::Trace => !self.trace,
+        }
     }
 }
 
@@ -177,7 +223,7 @@ mod linux {
             launch
                 .env
                 .iter()
-                .filter(|(_, task_key)| !(run_env.task && *task_key))
+                .filter(|(_, replaced)| run_env.keeps(*replaced))
                 .map(|(entry, _)| entry)
                 .chain(&run_env.entries),
         );
@@ -371,7 +417,7 @@ pub fn start(launch: &Launch, run_env: &RunEnv) -> io::Result<Program> {
     let entries = launch
         .env
         .iter()
-        .filter(|(_, task_key)| !(run_env.task && *task_key))
+        .filter(|(_, replaced)| run_env.keeps(*replaced))
         .map(|(entry, _)| entry)
         .chain(&run_env.entries);
     for entry in entries {
@@ -416,6 +462,8 @@ mod tests {
             ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
             ("MCP_TASK_ID".to_owned(), "from the tool".to_owned()),
             ("MCP_TASKD_RUN".to_owned(), "from the tool".to_owned()),
+            ("TRACEPARENT".to_owned(), "from the tool".to_owned()),
+            ("TRACESTATE".to_owned(), "from the tool".to_owned()),
         ]);
         let script = r#"printf '%s|%s|' "$1" "$(pwd)"; env | sort | tr '\n' ' '"#;
         let args = [
@@ -433,7 +481,7 @@ mod tests {
         )
         .expect("no NUL");
 
-        let inline = RunEnv::new(("MCP_TASKD_RUN", "7.1"), None).expect("no NUL");
+        let inline = RunEnv::new(("MCP_TASKD_RUN", "7.1"), None, None).expect("no NUL");
         let mut program = start(&launch, &inline).expect("started");
         let text = output(&mut program);
         assert!(program.wait().expect("reaped").success());
@@ -442,12 +490,20 @@ mod tests {
         assert!(text.contains("MCP_TASKD_RUN=7.1 "), "{text}");
         assert!(!text.contains("MCP_TASKD_RUN=from the tool"), "{text}");
 
-        let task = RunEnv::new(("MCP_TASKD_RUN", "7.2"), Some(("t-1", 3))).expect("no NUL");
+        assert!(text.contains("TRACEPARENT=from the tool "), "{text}");
+
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+        let traced = TraceContext::parse(parent, None).expect("valid");
+        let task =
+            RunEnv::new(("MCP_TASKD_RUN", "7.2"), Some(("t-1", 3)), Some(&traced)).expect("no NUL");
         let mut program = start(&launch, &task).expect("started");
         let text = output(&mut program);
         assert!(program.wait().expect("reaped").success());
         assert!(text.contains("MCP_TASK_ID=t-1 "), "{text}");
         assert!(text.contains("MCP_TASK_ATTEMPT=3 "), "{text}");
+        assert!(text.contains(&format!("TRACEPARENT={parent} ")), "{text}");
+        // The tool's TRACESTATE belongs to no trace of this run: it goes too.
+        assert!(!text.contains("TRACESTATE"), "{text}");
         assert!(!text.contains("from the tool"), "{text}");
     }
 
@@ -462,7 +518,7 @@ mod tests {
             "M",
         )
         .expect("no NUL");
-        let run_env = RunEnv::new(("M", "1"), None).expect("no NUL");
+        let run_env = RunEnv::new(("M", "1"), None, None).expect("no NUL");
         let error = start(&launch, &run_env).err().expect("not started");
         assert_eq!(error.kind(), io::ErrorKind::NotFound);
 

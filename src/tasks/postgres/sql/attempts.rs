@@ -30,7 +30,8 @@ const CLAIM_BATCH: &str = "WITH picked AS ( \
      WHERE jobs.task_id = picked.task_id AND tasks.id = jobs.task_id \
      RETURNING jobs.task_id, jobs.lease_token, jobs.attempt, \
        jobs.deadline - taskd_now_ms(), taskd_now_ms() - jobs.run_after, jobs.run_after, \
-       tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state";
+       tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state, \
+       tasks.trace_context";
 
 /// Most claim statements per claim: a round whose jobs the claimant partly refuses
 /// (its tool filled up meanwhile) is followed by one that passes over that tool.
@@ -124,6 +125,7 @@ fn claimed_job(row: &Row) -> Result<(i64, Claim), Failure> {
             origin: row.try_get(7)?,
             input_responses: row.try_get(8)?,
             tool_state: row.try_get(9)?,
+            trace: super::trace_column(row, 10)?,
         },
     ))
 }

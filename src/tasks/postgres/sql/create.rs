@@ -4,6 +4,7 @@
 use super::super::statements::Tx;
 
 use super::{append_outbox, task_row_at, Failure};
+use crate::protocol::TraceContext;
 use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origin};
 
 /// Creates tasks without an idempotency key, their jobs and their outbox rows, in ONE
@@ -13,19 +14,25 @@ use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origi
 const CREATE_BATCH: &str = "WITH new AS ( \
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
          $6::bytea[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], \
-         $12::bigint[], $13::bigint[], $14::text[]) \
+         $12::bigint[], $13::bigint[], $14::text[], $15::text[]) \
        AS n(id, endpoint, tenant, principal, tool, origin, now, ttl_ms, poll_interval_ms, \
-         input_responses, max_attempts, backoff_ms, timeout_ms, issuer)), \
+         input_responses, max_attempts, backoff_ms, timeout_ms, issuer, trace_context)), \
      task_rows AS ( \
        INSERT INTO tasks (id, endpoint, issuer, tenant, principal, tool, origin, status, \
-         created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses) \
+         created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses, \
+         trace_context) \
        SELECT id, endpoint, issuer, tenant, principal, tool, origin, 'working', now, now, ttl_ms, \
          CASE WHEN ttl_ms IS NOT NULL THEN taskd_after_ms(ttl_ms) END, poll_interval_ms, \
-         input_responses FROM new), \
+         input_responses, trace_context FROM new), \
      job_rows AS ( \
        INSERT INTO jobs (task_id, tool, state, max_attempts, backoff_ms, timeout_ms, run_after) \
        SELECT id, tool, 'queued', max_attempts, backoff_ms, timeout_ms, taskd_now_ms() FROM new) \
      INSERT INTO outbox (task_id, created_at) SELECT id, taskd_now_ms() FROM new";
+
+/// The `trace_context` column of a new task.
+fn stored_trace(task: &NewTask) -> Option<String> {
+    task.trace.as_ref().map(TraceContext::to_stored)
+}
 
 /// Creates `tasks` (none with an idempotency key) with their jobs and outbox rows, as
 /// [`create_task`] does one by one.
@@ -50,6 +57,7 @@ pub fn create_tasks(tx: &mut Tx<'_, '_>, tasks: &[&NewTask]) -> Result<(), Failu
             &column(tasks, |t| t.backoff_ms),
             &column(tasks, |t| t.timeout_ms),
             &column(tasks, |t| t.identity.issuer.as_str()),
+            &column(tasks, stored_trace),
         ],
     )?;
     Ok(())
@@ -96,9 +104,9 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
     tx.execute(
         "INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, \
          created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses, \
-         idempotency_key, arguments_digest, issuer) VALUES ($1, $2, $3, $4, $5, $6, \
-         'working', $7, $7, $8, CASE WHEN $8::bigint IS NOT NULL THEN taskd_after_ms($8) END, \
-         $9, $10, $11, $12, $13)",
+         idempotency_key, arguments_digest, issuer, trace_context) VALUES ($1, $2, $3, $4, \
+         $5, $6, 'working', $7, $7, $8, \
+         CASE WHEN $8::bigint IS NOT NULL THEN taskd_after_ms($8) END, $9, $10, $11, $12, $13, $14)",
         &[
             &task.id,
             &task.identity.endpoint,
@@ -113,6 +121,7 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
             &task.idempotency_key,
             &task.arguments_digest,
             &task.identity.issuer,
+            &stored_trace(task),
         ],
     )?;
     tx.execute(

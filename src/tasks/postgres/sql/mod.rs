@@ -19,7 +19,7 @@ macro_rules! live {
 macro_rules! task_columns {
     () => {
         "id, tool, status, status_message, created_at, updated_at, ttl_ms, \
-         poll_interval_ms, result, error, input_requests, version"
+         poll_interval_ms, result, error, input_requests, version, trace_context"
     };
 }
 
@@ -34,13 +34,20 @@ use postgres::{GenericClient, Row};
 use super::statements::Db;
 
 use super::Failure;
-use crate::protocol::TaskStatus;
+use crate::protocol::{TaskStatus, TraceContext};
 use crate::tasks::model::TaskRow;
 
 /// A `status` column as a [`TaskStatus`] (the schema's CHECK admits no other value).
 fn status_column(row: &Row, index: usize) -> Result<TaskStatus, Failure> {
     let name: String = row.try_get(index)?;
     TaskStatus::parse(&name).ok_or_else(|| Failure::Data(format!("unknown task status {name:?}")))
+}
+
+/// A `trace_context` column: what is not a stored context reads as none (the column is
+/// only ever written from a checked one).
+fn trace_column(row: &Row, index: usize) -> Result<Option<TraceContext>, Failure> {
+    let stored: Option<String> = row.try_get(index)?;
+    Ok(stored.as_deref().and_then(TraceContext::from_stored))
 }
 
 fn task_row(row: &Row) -> Result<TaskRow, Failure> {
@@ -62,6 +69,7 @@ fn task_row_at(row: &Row, first: usize) -> Result<TaskRow, Failure> {
         error: row.try_get(first + 9)?,
         input_requests: row.try_get(first + 10)?,
         version: row.try_get(first + 11)?,
+        trace: trace_column(row, first + 12)?,
     })
 }
 

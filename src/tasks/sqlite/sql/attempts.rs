@@ -19,7 +19,8 @@ use crate::tasks::model::{Claim, Finish};
 macro_rules! claim_columns {
     () => {
         "jobs.task_id, jobs.attempt + 1, ?1 + jobs.timeout_ms, ?1 - jobs.run_after, \
-         tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state"
+         tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state, \
+         tasks.trace_context"
     };
 }
 
@@ -125,6 +126,7 @@ fn ready_job(
         origin: row.get(5)?,
         input_responses: row.get(6)?,
         tool_state: row.get(7)?,
+        trace: super::trace_column(row, 8)?,
         token: token(),
     })
 }

@@ -4,6 +4,7 @@
 use rusqlite::{params, params_from_iter, Connection, ToSql};
 
 use super::task_row_at;
+use crate::protocol::TraceContext;
 use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origin, TaskRow};
 
 /// The columns of a new `tasks` row, and the values of one row ([`task_values`]).
@@ -13,8 +14,9 @@ use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origi
 /// undoes a failed one whole (see [`attempts`](super::attempts)).
 const TASK_INSERT: &str = "INSERT OR FAIL INTO tasks (id, endpoint, issuer, tenant, \
      principal, tool, origin, status, created_at, updated_at, ttl_ms, expires_at, \
-     poll_interval_ms, input_responses, idempotency_key, arguments_digest) VALUES ";
-const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?)";
+     poll_interval_ms, input_responses, idempotency_key, arguments_digest, trace_context) \
+     VALUES ";
+const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 /// The columns of a new `jobs` row, and the values of one row ([`job_values`]).
 const JOB_INSERT: &str = "INSERT OR FAIL INTO jobs (task_id, state, max_attempts, backoff_ms, \
      timeout_ms, run_after, tool) VALUES ";
@@ -22,7 +24,11 @@ const JOB_ROW: &str = "(?, 'queued', ?, ?, ?, ?, ?)";
 const OUTBOX_INSERT: &str = "INSERT OR FAIL INTO outbox (task_id, created_at) VALUES ";
 const OUTBOX_ROW: &str = "(?, ?)";
 
-fn task_values<'t>(task: &'t NewTask, expires_at: &'t Option<i64>) -> [&'t dyn ToSql; 15] {
+fn task_values<'t>(
+    task: &'t NewTask,
+    expires_at: &'t Option<i64>,
+    trace: &'t Option<String>,
+) -> [&'t dyn ToSql; 16] {
     [
         &task.id,
         &task.identity.endpoint,
@@ -39,6 +45,7 @@ fn task_values<'t>(task: &'t NewTask, expires_at: &'t Option<i64>) -> [&'t dyn T
         &task.input_responses,
         &task.idempotency_key,
         &task.arguments_digest,
+        trace,
     ]
 }
 
@@ -51,6 +58,11 @@ fn job_values(task: &NewTask) -> [&dyn ToSql; 6] {
         &task.now,
         &task.tool,
     ]
+}
+
+/// The `trace_context` column of a new task.
+fn stored_trace(task: &NewTask) -> Option<String> {
+    task.trace.as_ref().map(TraceContext::to_stored)
 }
 
 /// `INSERT ... VALUES` text for `rows` rows.
@@ -104,10 +116,12 @@ pub fn create_tasks(conn: &Connection, tasks: &[NewTask]) -> rusqlite::Result<Ve
 
 fn insert_chunk(conn: &Connection, sql: &[String; 3], chunk: &[NewTask]) -> rusqlite::Result<()> {
     let expires: Vec<Option<i64>> = chunk.iter().map(NewTask::expires_at).collect();
+    let traces: Vec<Option<String>> = chunk.iter().map(stored_trace).collect();
     let tasks = chunk
         .iter()
         .zip(&expires)
-        .flat_map(|(task, expires_at)| task_values(task, expires_at));
+        .zip(&traces)
+        .flat_map(|((task, expires_at), trace)| task_values(task, expires_at, trace));
     conn.prepare_cached(&sql[0])?
         .execute(params_from_iter(tasks))?;
     conn.prepare_cached(&sql[1])?
@@ -220,7 +234,7 @@ mod tests {
             "SELECT endpoint, issuer, tenant, principal, tool, origin, status, \
              created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, result, error, \
              input_requests, input_responses, tool_state, cancel_requested, \
-             idempotency_key, version FROM tasks WHERE id = ?1",
+             idempotency_key, version, trace_context FROM tasks WHERE id = ?1",
         );
         values.extend(row(
             "SELECT state, attempt, max_attempts, backoff_ms, timeout_ms, \
@@ -238,10 +252,16 @@ mod tests {
         let (_dir, store) = fresh_store();
         store
             .write(|conn| {
-                create_task(conn, &task_at("alone", 7))?;
+                let traced = |id: &str| NewTask {
+                    trace: TraceContext::parse(
+                        "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01",
+                        Some("k=v"),
+                    ),
+                    ..task_at(id, 7)
+                };
+                create_task(conn, &traced("alone"))?;
                 // 21 tasks: one statement shape of each chunk size (16, 4 and 1).
-                let together: Vec<NewTask> =
-                    (0..21).map(|i| task_at(&format!("t{i:02}"), 7)).collect();
+                let together: Vec<NewTask> = (0..21).map(|i| traced(&format!("t{i:02}"))).collect();
                 let created = create_tasks(conn, &together)?;
                 assert_eq!(created.len(), 21);
                 let expected = stored(conn, "alone");

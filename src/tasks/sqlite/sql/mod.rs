@@ -13,7 +13,7 @@ macro_rules! live {
 macro_rules! task_columns {
     () => {
         "id, tool, status, status_message, created_at, updated_at, ttl_ms, \
-         poll_interval_ms, result, error, input_requests, version"
+         poll_interval_ms, result, error, input_requests, version, trace_context"
     };
 }
 
@@ -25,7 +25,7 @@ pub mod upkeep;
 
 use rusqlite::{params, Connection};
 
-use crate::protocol::TaskStatus;
+use crate::protocol::{TaskStatus, TraceContext};
 use crate::tasks::model::TaskRow;
 
 /// A `status` column as a [`TaskStatus`] (the schema's CHECK admits no other value).
@@ -38,6 +38,13 @@ fn status_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Task
             format!("unknown task status {name:?}").into(),
         )
     })
+}
+
+/// A `trace_context` column: what is not a stored context reads as none (the column is
+/// only ever written from a checked one).
+fn trace_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Option<TraceContext>> {
+    let stored: Option<String> = row.get(index)?;
+    Ok(stored.as_deref().and_then(TraceContext::from_stored))
 }
 
 fn task_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
@@ -59,6 +66,7 @@ fn task_row_at(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<TaskRo
         error: row.get(first + 9)?,
         input_requests: row.get(first + 10)?,
         version: row.get(first + 11)?,
+        trace: trace_column(row, first + 12)?,
     })
 }
 
