@@ -62,6 +62,26 @@ pub enum Access {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Unauthorized;
 
+/// What a request authenticated with: a configured token (by its SHA-256 digest, never
+/// the token itself), or nothing at all when no tokens are configured.
+///
+/// Whatever outlives the request that opened it (a listen stream, a legacy session and
+/// its GET stream, a dashboard login) keeps its credential, so that a reload revoking
+/// the token ends it: it lives only while [`Authenticator::still_grants`] says the
+/// credential still grants the identity it was opened for (a rotated token for the same
+/// principal does not keep a leaked one's stream alive). Another kind of credential
+/// (OAuth) becomes a variant here, with its own rule in `still_grants`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Credential {
+    /// No tokens are configured: everyone is anonymous.
+    Anonymous,
+    /// A `[[auth.tokens]]` entry, by the digest of the token presented.
+    Token([u8; 32]),
+    /// The host on stdin/stdout (`mcp-taskd stdio`): the process's own user, whom no
+    /// configuration revokes.
+    Local,
+}
+
 impl Authenticator {
     pub fn new(endpoint: &str, tokens: &[TokenConfig]) -> Authenticator {
         let digest_of = |token: &TokenConfig| -> Option<[u8; 32]> {
@@ -123,8 +143,17 @@ impl Authenticator {
 
     /// Resolves the `Authorization` header value (if any).
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, Unauthorized> {
+        self.authenticate_with(authorization)
+            .map(|(identity, _)| identity)
+    }
+
+    /// Resolves the `Authorization` header value (if any), with the credential it holds.
+    pub fn authenticate_with(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<(Identity, Credential), Unauthorized> {
         if self.tokens.is_empty() {
-            return Ok(Identity::anonymous(&self.endpoint));
+            return Ok((Identity::anonymous(&self.endpoint), Credential::Anonymous));
         }
         let header = authorization.ok_or(Unauthorized)?.trim();
         let (scheme, token) = header.split_once(' ').ok_or(Unauthorized)?;
@@ -132,13 +161,62 @@ impl Authenticator {
             return Err(Unauthorized);
         }
         let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
-        let (tenant, principal) = self.tokens.get(&digest).ok_or(Unauthorized)?;
-        Ok(Identity {
+        let identity = self.identity_of(&digest).ok_or(Unauthorized)?;
+        Ok((identity, Credential::Token(digest)))
+    }
+
+    /// The credential a clear token (a login form's) is, when it is accepted.
+    pub fn credential_of_token(&self, token: &str) -> Result<Credential, Unauthorized> {
+        if self.tokens.is_empty() {
+            return Ok(Credential::Anonymous);
+        }
+        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        if self.tokens.contains_key(&digest) {
+            Ok(Credential::Token(digest))
+        } else {
+            Err(Unauthorized)
+        }
+    }
+
+    fn identity_of(&self, digest: &[u8; 32]) -> Option<Identity> {
+        let (tenant, principal) = self.tokens.get(digest)?;
+        Some(Identity {
             endpoint: self.endpoint.clone(),
             issuer: String::new(),
             tenant: tenant.clone(),
             principal: principal.clone(),
         })
+    }
+
+    /// Whether `credential` still authenticates as `identity` here: false once its token
+    /// is gone, or now names another principal or tenant, and for the anonymous
+    /// credential once tokens are configured.
+    pub fn still_grants(&self, credential: &Credential, identity: &Identity) -> bool {
+        match credential {
+            Credential::Anonymous => {
+                self.tokens.is_empty() && *identity == Identity::anonymous(&self.endpoint)
+            }
+            Credential::Token(digest) => self.identity_of(digest).as_ref() == Some(identity),
+            Credential::Local => true,
+        }
+    }
+
+    /// Every credential that opens the operator surfaces here.
+    pub fn admin_credentials(&self) -> Vec<Credential> {
+        if self.tokens.is_empty() {
+            return vec![Credential::Anonymous];
+        }
+        self.admins.iter().copied().map(Credential::Token).collect()
+    }
+
+    /// Whether `credential` opens the operator surfaces here (the admin role, or no
+    /// tokens at all).
+    pub fn grants_admin(&self, credential: &Credential) -> bool {
+        match credential {
+            Credential::Anonymous => self.tokens.is_empty(),
+            Credential::Token(digest) => self.admins.contains(digest),
+            Credential::Local => false,
+        }
     }
 }
 
@@ -176,5 +254,26 @@ mod tests {
         assert_eq!(auth.access(None), Err(Unauthorized));
         let open = Authenticator::new("/mcp", &[]);
         assert_eq!(open.access(None), Ok(Access::Admin));
+    }
+
+    #[test]
+    fn a_credential_stops_granting_once_its_token_is_gone_or_moved() {
+        let before = Authenticator::new("/mcp", &[token("alice", "s3cret"), token("bob", "b0b")]);
+        let (alice, credential) = before.authenticate_with(Some("Bearer s3cret")).unwrap();
+        assert!(before.still_grants(&credential, &alice));
+        // Revoked, while a new token for the same principal is added.
+        let rotated = Authenticator::new("/mcp", &[token("alice", "n3w"), token("bob", "b0b")]);
+        assert!(!rotated.still_grants(&credential, &alice));
+        // The same token now names someone else.
+        let moved = Authenticator::new("/mcp", &[token("carol", "s3cret")]);
+        assert!(!moved.still_grants(&credential, &alice));
+        // Anonymous lasts only while no token is configured.
+        let open = Authenticator::new("/mcp", &[]);
+        let (anonymous, nobody) = open.authenticate_with(None).unwrap();
+        assert_eq!(nobody, Credential::Anonymous);
+        assert!(open.still_grants(&nobody, &anonymous));
+        assert!(open.grants_admin(&nobody));
+        assert!(!before.still_grants(&nobody, &anonymous));
+        assert!(!before.grants_admin(&nobody));
     }
 }

@@ -710,4 +710,4 @@ mod tests;
 mod fuzz;
 
 #[cfg(test)]
-mod reference;
+pub(crate) mod reference;

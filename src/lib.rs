@@ -44,6 +44,7 @@ mod fuzzing;
 pub mod handlers;
 pub mod later;
 pub mod legacy;
+pub mod live;
 pub mod liveness;
 pub mod metrics;
 pub mod notifications;

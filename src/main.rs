@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use mcp_taskd::config::Config;
 use mcp_taskd::notifications::Hub;
 use mcp_taskd::ops::cli::{self, Location, TasksCommand};
+use mcp_taskd::ops::reload::ConfigSource;
 
 /// A single-binary MCP server whose long-running tool calls are durable tasks.
 #[derive(Parser)]
@@ -21,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve MCP over HTTP until SIGTERM/SIGINT.
+    /// Serve MCP over HTTP until SIGTERM/SIGINT; SIGHUP re-reads the configuration file.
     Serve {
         /// TOML configuration file; without it the embedded default is used
         /// (loopback only, ./mcp-taskd-data, demo tools).
@@ -92,6 +93,13 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         to_config: PathBuf,
     },
+    /// Make the running server re-read its configuration file (as SIGHUP does) and
+    /// print what changed; exits non-zero with the reason when the file is refused
+    /// (the server then keeps its running configuration).
+    Reload {
+        #[command(flatten)]
+        at: Location,
+    },
     /// Check a configuration file and exit (0 when valid).
     ///
     /// The file is named either way: `check-config FILE` or `check-config --config FILE`.
@@ -149,6 +157,7 @@ fn main() -> ExitCode {
         Command::Tasks { command } => cli::tasks(command).map_err(Into::into),
         Command::Stats { at, json } => cli::stats(&at, json).map_err(Into::into),
         Command::Backup { at, file } => cli::backup(&at, &file).map_err(Into::into),
+        Command::Reload { at } => cli::reload(&at).map_err(Into::into),
         Command::Restore { at, file, force } => {
             cli::restore_file(&at, &file, force).map_err(Into::into)
         }
@@ -167,15 +176,16 @@ fn serve(
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
 ) -> Result<(), Box<dyn Error>> {
-    let mut config = Config::load(path)?;
-    if let Some(listen) = listen {
-        config.server.listen = listen;
-    }
-    if let Some(data_dir) = data_dir {
-        config.server.data_dir = data_dir;
-    }
-    config.check()?;
-    Ok(mcp_taskd::server::run(config)?)
+    // A reload reads the same file, with the same overrides, whatever the working
+    // directory has become.
+    let file = path.map(std::path::absolute).transpose()?;
+    let source = ConfigSource {
+        file,
+        listen,
+        data_dir,
+    };
+    let config = source.load()?;
+    Ok(mcp_taskd::server::run(config, source)?)
 }
 
 fn stdio(path: Option<&Path>, data_dir: Option<PathBuf>) -> Result<(), Box<dyn Error>> {

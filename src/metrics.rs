@@ -13,6 +13,9 @@
 //! restart resets them, which Prometheus' `rate` and `histogram_quantile` expect).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -40,9 +43,11 @@ pub struct Metrics {
     rejected: [AtomicU64; REJECTIONS.len()],
     reclaimed: AtomicU64,
     expired: AtomicU64,
-    /// Per served tool: how long claimed jobs had waited, how long attempts ran. The map
-    /// is fixed at start-up, so a tool label is always a configured tool.
-    tools: BTreeMap<String, ToolHistograms>,
+    /// Per served tool: how long claimed jobs had waited, how long attempts ran. Tools
+    /// come from the configuration only (at start-up, and added by reloads; a removed
+    /// tool keeps its series, counters never go back), so a tool label is always one
+    /// the operator configured.
+    tools: ArcSwap<BTreeMap<String, Arc<ToolHistograms>>>,
 }
 
 #[derive(Default)]
@@ -106,10 +111,25 @@ impl Metrics {
             rejected: Default::default(),
             reclaimed: AtomicU64::new(0),
             expired: AtomicU64::new(0),
-            tools: tools
-                .into_iter()
-                .map(|tool| (tool.to_owned(), ToolHistograms::default()))
-                .collect(),
+            tools: ArcSwap::from_pointee(
+                tools
+                    .into_iter()
+                    .map(|tool| (tool.to_owned(), Arc::default()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Starts series for the tools among `tools` that have none yet (a reload added
+    /// them). Reloads are serialized, so no update is lost between load and store.
+    pub fn add_tools<'a>(&self, tools: impl IntoIterator<Item = &'a str>) {
+        let mut map = BTreeMap::clone(&self.tools.load());
+        let before = map.len();
+        for tool in tools {
+            map.entry(tool.to_owned()).or_default();
+        }
+        if map.len() != before {
+            self.tools.store(Arc::new(map));
         }
     }
 }
@@ -296,7 +316,7 @@ impl Metrics {
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-            for (tool, histograms) in &self.tools {
+            for (tool, histograms) in self.tools.load().iter() {
                 histogram(histograms).render(&mut out, name, &label_value(tool));
             }
         }
@@ -316,13 +336,13 @@ fn label_value(value: &str) -> String {
 
 impl AttemptObserver for Metrics {
     fn attempt_started(&self, tool: &str, queue_wait: Duration) {
-        if let Some(histograms) = self.tools.get(tool) {
+        if let Some(histograms) = self.tools.load().get(tool) {
             histograms.queue_wait.observe(queue_wait);
         }
     }
 
     fn attempt_ended(&self, tool: &str, duration: Duration) {
-        if let Some(histograms) = self.tools.get(tool) {
+        if let Some(histograms) = self.tools.load().get(tool) {
             histograms.attempt_duration.observe(duration);
         }
     }

@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
 
 use crate::auth::Identity;
@@ -83,6 +84,9 @@ pub enum Delivery {
     Frames(Vec<Frame>),
     /// The server is shutting down and nothing is pending: answer the listen and close.
     Close,
+    /// A reload revoked the credential the stream was opened with: end it at once,
+    /// with an error, dropping whatever is pending.
+    Revoked,
     /// Nothing happened within the wait.
     Idle,
 }
@@ -99,6 +103,7 @@ struct Pending {
     task_seq: HashMap<String, i64>,
     resources: HashSet<String>,
     closing: bool,
+    revoked: bool,
 }
 
 #[derive(Debug)]
@@ -160,6 +165,13 @@ impl Mailbox {
         self.wake.notify_one();
     }
 
+    fn revoke(&self) {
+        let mut pending = self.lock();
+        pending.revoked = true;
+        pending.closing = true;
+        self.wake.notify_one();
+    }
+
     /// Whether the server is shutting down.
     pub fn is_closing(&self) -> bool {
         self.lock().closing
@@ -168,6 +180,9 @@ impl Mailbox {
     /// Takes everything pending, waiting up to `timeout` for something to arrive.
     pub fn wait(&self, timeout: Duration) -> Delivery {
         let mut pending = self.lock();
+        if pending.revoked {
+            return Delivery::Revoked;
+        }
         if Self::is_empty(&pending) && !pending.closing {
             pending = self
                 .wake
@@ -176,6 +191,9 @@ impl Mailbox {
                 })
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .0;
+        }
+        if pending.revoked {
+            return Delivery::Revoked;
         }
         if Self::is_empty(&pending) {
             return if pending.closing {
@@ -260,7 +278,9 @@ pub struct Hub {
     state: Mutex<HubState>,
     /// Signalled when a subscription that follows tasks opens (see [`Hub::await_followers`]).
     followed: Condvar,
-    limits: NotificationLimits,
+    /// `[notifications]`, replaced by a reload: caps apply to subscriptions opened from
+    /// then on, and each stream keeps the pacing it opened with.
+    limits: ArcSwap<NotificationLimits>,
 }
 
 impl Hub {
@@ -276,12 +296,18 @@ impl Hub {
                 closed: false,
             }),
             followed: Condvar::new(),
-            limits,
+            limits: ArcSwap::from_pointee(limits),
         }
     }
 
-    pub fn limits(&self) -> &NotificationLimits {
-        &self.limits
+    /// The limits in force now.
+    pub fn limits(&self) -> Arc<NotificationLimits> {
+        self.limits.load_full()
+    }
+
+    /// Puts new limits in force (a reload).
+    pub fn set_limits(&self, limits: NotificationLimits) {
+        self.limits.store(Arc::new(limits));
     }
 
     fn lock(&self) -> MutexGuard<'_, HubState> {
@@ -295,11 +321,12 @@ impl Hub {
     /// Opens a subscription for `owner`, within the server-wide and per-identity caps.
     pub fn subscribe(&self, owner: &Identity, filter: Filter) -> Result<Subscription, RpcError> {
         let unavailable = |why: &str| RpcError::new(code::INTERNAL_ERROR, why).with_status(503);
+        let limits = self.limits.load();
         let mut state = self.lock();
         if state.closed {
             return Err(unavailable("Server is shutting down"));
         }
-        if state.subscribers.len() >= self.limits.max_subscriptions {
+        if state.subscribers.len() >= limits.max_subscriptions {
             return Err(unavailable("Too many open subscriptions"));
         }
         let owned = state
@@ -307,7 +334,7 @@ impl Hub {
             .values()
             .filter(|subscriber| subscriber.owner == *owner)
             .count();
-        if owned >= self.limits.max_subscriptions_per_identity {
+        if owned >= limits.max_subscriptions_per_identity {
             return Err(RpcError::new(
                 code::INTERNAL_ERROR,
                 "Too many open subscriptions for this client",
@@ -338,6 +365,14 @@ impl Hub {
 
     pub fn unsubscribe(&self, key: u64) {
         self.lock().remove(key);
+    }
+
+    /// Ends subscription `key` because its credential was revoked: its stream stops
+    /// with an error at its next wait, and the subscription no longer hears anything.
+    pub fn revoke(&self, key: u64) {
+        if let Some(subscriber) = self.lock().remove(key) {
+            subscriber.mailbox.revoke();
+        }
     }
 
     pub fn open_subscriptions(&self) -> usize {
@@ -508,7 +543,10 @@ impl TaskWatch<'_> {
     /// Waits up to `timeout` for a change of the task; `false` once the server is
     /// shutting down.
     pub fn wait(&self, timeout: Duration) -> bool {
-        !matches!(self.mailbox.wait(timeout), Delivery::Close)
+        !matches!(
+            self.mailbox.wait(timeout),
+            Delivery::Close | Delivery::Revoked
+        )
     }
 }
 

@@ -14,24 +14,24 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::auth::Authenticator;
 use crate::config::Backend;
 use crate::config::Config;
 use crate::handlers::bridge::Bridge;
 use crate::handlers::request_state::StateSigner;
-use crate::handlers::{ServerInfo, Service};
+use crate::handlers::Service;
+use crate::live::{Live, Settings};
 use crate::metrics::Metrics;
 use crate::notifications::Hub;
 use crate::ops::admin::{Admin, AdminSocket};
+use crate::ops::reload::{ConfigSource, Reloader};
 use crate::ops::systemd::{Notifier, Serving};
-use crate::registration::build_catalog;
 use crate::tasks::postgres;
 use crate::tasks::sqlite::{OpenError, Opened, Store};
 use crate::tasks::upkeep::{StartError, Upkeep, UpkeepCounters};
 use crate::tasks::workers::{AttemptObserver, Inflight, WorkerPool};
 use crate::tasks::{TaskService, TaskStore};
 use crate::tools::{command, RegistrationError};
-use crate::transport::{Frontend, OriginPolicy};
+use crate::transport::Frontend;
 
 /// How long a drain waits for requests being handled (inline tool runs included) to
 /// answer; past it the drain goes on, and the process exits under them.
@@ -82,6 +82,8 @@ pub enum ServeError {
 /// Everything behind a transport: the store (holding the data dir's lock), the workers,
 /// upkeep, the admin socket, and the MCP service the transports answer through.
 pub struct Engine {
+    /// The configuration in force (a reload swaps it).
+    pub live: Arc<Live>,
     pub service: Arc<Service>,
     pub hub: Arc<Hub>,
     pub metrics: Arc<Metrics>,
@@ -110,8 +112,7 @@ impl Engine {
             source,
         })?;
         let hub = Arc::new(Hub::new(config.notifications.clone()));
-        let (tools, catalog) = build_catalog(config, &hub)?;
-        let tools = Arc::new(tools);
+        let live = Arc::new(Live::new(Settings::build(config.clone(), &hub)?));
         // Before any program runs: descendants that leave their process group must come
         // back to the server, not to init, to be found and killed when their run ends.
         if !command::become_subreaper() {
@@ -154,14 +155,17 @@ impl Engine {
         let inflight = Arc::new(Inflight::default());
         let (wake, woken) = crossbeam_channel::bounded(1);
         let tasks = Arc::new(TaskService::new(
-            config.tasks.clone(),
+            Arc::clone(&live),
             Arc::clone(&store),
-            Arc::clone(&tools),
             Arc::clone(&inflight),
             wake.clone(),
         ));
         let metrics = Arc::new(Metrics::new(
-            tools.all().iter().map(|tool| tool.spec.name.as_str()),
+            live.load()
+                .tools
+                .all()
+                .iter()
+                .map(|tool| tool.spec.name.as_str()),
         ));
         let upkeep = Upkeep::start(
             Arc::clone(&store),
@@ -172,7 +176,7 @@ impl Engine {
         )?;
         let workers = WorkerPool::start(
             Arc::clone(&store),
-            Arc::clone(&tools),
+            Arc::clone(&live),
             Arc::clone(&inflight),
             &config.workers,
             Arc::clone(&metrics) as Arc<dyn AttemptObserver>,
@@ -185,6 +189,7 @@ impl Engine {
             tasks: Arc::clone(&tasks),
             data_dir: data_dir.clone(),
             worker_threads: Some(config.workers.threads),
+            reloader: Default::default(),
         });
         let admin = AdminSocket::start(Arc::clone(&operator)).map_err(|source| {
             ServeError::AdminSocket {
@@ -194,21 +199,14 @@ impl Engine {
         })?;
 
         let service = Arc::new(Service {
-            info: ServerInfo {
-                name: config.server.name.clone(),
-                version: env!("CARGO_PKG_VERSION").into(),
-                instructions: config.server.instructions.clone(),
-            },
-            page_size: config.limits.page_size,
-            cache_ttl_ms: config.limits.cache_ttl_ms,
-            tools,
-            catalog,
+            live: Arc::clone(&live),
             signer,
             hub: Arc::clone(&hub),
             tasks,
             bridge: Bridge::from_config(config, max_waiting_calls(config)),
         });
         Ok(Engine {
+            live,
             service,
             hub,
             metrics,
@@ -274,18 +272,11 @@ fn dashboard(config: &Config, engine: &Engine) -> Option<Arc<crate::dashboard::D
     if !config.dashboard_enabled() {
         return None;
     }
-    let tools = engine
-        .service
-        .tools
-        .all()
-        .iter()
-        .map(|tool| tool.spec.name.clone())
-        .collect();
     let dashboard = crate::dashboard::Dashboard::new(
         &config.dashboard.path,
         Arc::clone(&engine.operator),
         Arc::clone(&engine.hub),
-        tools,
+        Arc::clone(&engine.live),
     );
     if dashboard.is_none() {
         log::error!("dashboard: no randomness for its session key; not served");
@@ -293,8 +284,9 @@ fn dashboard(config: &Config, engine: &Engine) -> Option<Arc<crate::dashboard::D
     dashboard.map(Arc::new)
 }
 
-/// Runs the server until a termination signal, then shuts down gracefully.
-pub fn run(config: Config) -> Result<(), ServeError> {
+/// Runs the server until a termination signal, then shuts down gracefully. SIGHUP
+/// re-reads the configuration from `source` (see [`crate::ops::reload`]).
+pub fn run(config: Config, source: ConfigSource) -> Result<(), ServeError> {
     // Before anything can tell the world we serve (the address line, `READY=1`): a
     // SIGTERM that arrives after those must start the drain, not take the default
     // action and end the process on the spot.
@@ -317,12 +309,11 @@ pub fn run(config: Config) -> Result<(), ServeError> {
     let frontend = Arc::new(Frontend {
         service: Arc::clone(&engine.service),
         hub: Arc::clone(&engine.hub),
-        auth: Authenticator::new(&config.server.endpoint, &config.auth.tokens),
-        origins: OriginPolicy::new(&config.server.allowed_hosts, &config.server.allowed_origins),
+        live: Arc::clone(&engine.live),
         endpoint: config.server.endpoint.clone(),
-        limits: config.limits.clone(),
         draining: Default::default(),
         open_streams: Default::default(),
+        stream_credentials: Default::default(),
         handling: Default::default(),
         metrics: Arc::clone(&engine.metrics),
         legacy,
@@ -352,7 +343,21 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         inflight: Arc::clone(&engine.inflight),
     });
 
-    termination.forever().next();
+    let reloader = Arc::new(Reloader::new(
+        source,
+        Arc::clone(&engine.live),
+        Arc::clone(&engine.hub),
+        Arc::clone(&engine.metrics),
+        &frontend,
+    ));
+    let _ = engine.operator.reloader.set(Arc::clone(&reloader));
+    for signal in termination.forever() {
+        if signal != signal_hook::consts::SIGHUP {
+            break;
+        }
+        // The outcome is logged (and told to systemd) by the reloader.
+        let _ = reloader.reload("SIGHUP");
+    }
 
     log::info!("shutting down");
     systemd.stopping();
@@ -376,8 +381,9 @@ fn max_waiting_calls(config: &Config) -> usize {
     (crate::transport::limits::max_connections(config) / 2).max(1)
 }
 
-/// The signals that start a graceful shutdown, caught from now on.
+/// The signals that start a graceful shutdown, and SIGHUP (a reload), caught from now
+/// on: SIGHUP's default action would end the process.
 fn termination_signals() -> Result<signal_hook::iterator::Signals, ServeError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(ServeError::Signals)
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(ServeError::Signals)
 }

@@ -201,6 +201,21 @@ fn accepted() -> Accepted {
     out
 }
 
+/// Every key the configuration accepts, as `table.key` (`server.listen`,
+/// `auth.tokens.sha256`, `tools.command`): for checks that classify every key, as
+/// `live` does for reloads.
+pub(crate) fn accepted_keys() -> Vec<String> {
+    accepted()
+        .into_iter()
+        .flat_map(|(table, keys)| {
+            keys.keys.into_keys().map(move |key| match table.as_str() {
+                "" => key,
+                _ => format!("{table}.{key}"),
+            })
+        })
+        .collect()
+}
+
 /// One documented key.
 struct Row {
     table: String,

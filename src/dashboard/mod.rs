@@ -38,6 +38,7 @@ use serde_json::{json, Value};
 use tiny_http::{Header, Method, Response, StatusCode};
 
 use crate::auth::{Access, Authenticator};
+use crate::live::Live;
 use crate::notifications::Hub;
 use crate::ops::admin::{summary_json, Admin, Request as Op};
 use crate::protocol::TaskStatus;
@@ -68,8 +69,8 @@ pub struct Dashboard {
     sessions: Sessions,
     failed_logins: LoginThrottle,
     history: Arc<History>,
-    /// Served tool names, for the page's filter.
-    tools: Vec<String>,
+    /// The tools served now, for the page's filter.
+    live: Arc<Live>,
 }
 
 /// Who is asking, once allowed.
@@ -83,15 +84,10 @@ enum Viewer {
 
 impl Dashboard {
     /// The dashboard at `path`; `None` if no session key can be drawn.
-    pub fn new(
-        path: &str,
-        admin: Arc<Admin>,
-        hub: Arc<Hub>,
-        tools: Vec<String>,
-    ) -> Option<Dashboard> {
+    pub fn new(path: &str, admin: Arc<Admin>, hub: Arc<Hub>, live: Arc<Live>) -> Option<Dashboard> {
         let history = History::start(&admin.tasks);
         Some(Dashboard {
-            tools,
+            live,
             path: path.to_owned(),
             admin,
             hub,
@@ -99,6 +95,13 @@ impl Dashboard {
             failed_logins: LoginThrottle::default(),
             history,
         })
+    }
+
+    /// The names of the tools served now.
+    fn tool_names(&self) -> Vec<String> {
+        let settings = self.live.load();
+        let tools = settings.tools.all();
+        tools.iter().map(|tool| tool.spec.name.clone()).collect()
     }
 
     /// Whether `path` (without query) is the dashboard's.
@@ -198,7 +201,10 @@ impl Dashboard {
         };
         match auth.access_of_token(&token) {
             Ok(Access::Admin) => {
-                let Some(value) = self.sessions.issue(now_s()) else {
+                let Ok(credential) = auth.credential_of_token(&token) else {
+                    return refused(401, "unknown token");
+                };
+                let Some(value) = self.sessions.issue(now_s(), &credential) else {
                     return refused(500, "could not open a session");
                 };
                 log::info!("dashboard: a session was opened");
@@ -238,9 +244,16 @@ impl Dashboard {
         let session =
             cookie_value(request, COOKIE).and_then(|value| self.sessions.verify(value, now_s()));
         match session {
-            Some(session) => Ok(Viewer::Session(session)),
-            None if !auth.has_tokens() => Ok(Viewer::Open),
-            None => Err(refused(401, "log in with an admin token")),
+            // A login lasts while its token is an admin's: a reload may revoke it.
+            Some(session)
+                if self
+                    .sessions
+                    .opened_with(&session, &auth.admin_credentials()) =>
+            {
+                Ok(Viewer::Session(session))
+            }
+            _ if !auth.has_tokens() => Ok(Viewer::Open),
+            _ => Err(refused(401, "log in with an admin token")),
         }
     }
 
@@ -275,7 +288,7 @@ impl Dashboard {
                 200,
                 &json!({
                     "csrf": self.csrf_of(viewer),
-                    "tools": self.tools,
+                    "tools": self.tool_names(),
                     "statuses": TaskStatus::ALL.map(TaskStatus::as_str),
                 }),
             ),
@@ -420,7 +433,7 @@ impl Dashboard {
                 "workers": {"threads": self.admin.worker_threads, "busy": tasks.running_attempts()},
                 "openSubscriptions": self.hub.open_subscriptions(),
                 "walBytes": tasks.wal_bytes(),
-                "perMinute": self.history.to_json(crate::clock::now_ms(), &self.tools),
+                "perMinute": self.history.to_json(crate::clock::now_ms(), &self.tool_names()),
             }),
         )
     }

@@ -2,13 +2,18 @@
 //! at start-up (so a restart logs everyone out, and nothing needs storing), and the
 //! per-session CSRF token derived from it.
 //!
-//! The cookie holds only an expiry and a random nonce; it is issued after an admin-role
-//! token was shown, so a valid signature is the proof of that. The CSRF token is the
+//! The cookie holds only an expiry, a random nonce and a tag of the credential shown at
+//! login (a keyed MAC of the token's digest, so the cookie reveals nothing about the
+//! token); it is issued after an admin-role token was shown, so a valid signature is the
+//! proof of that. The session lasts only while that credential is still an admin's: a
+//! reload that revokes the token (or its role) ends the login at its next request. The CSRF token is the
 //! HMAC of the nonce under another label: the page reads it from the API (never from
 //! the HttpOnly cookie) and sends it back in `X-CSRF-Token` with each action.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+
+use crate::auth::Credential;
 
 /// The cookie's name.
 pub const COOKIE: &str = "mcp_taskd_dashboard";
@@ -22,6 +27,8 @@ pub struct Sessions {
 /// A session presented back by the browser, already verified.
 pub struct Session {
     nonce: String,
+    /// [`Sessions::tag`] of the credential the session was opened with.
+    credential: String,
 }
 
 impl Sessions {
@@ -44,11 +51,39 @@ impl Sessions {
         hex::encode(mac.finalize().into_bytes())
     }
 
-    /// A new session's cookie value, expiring `LIFETIME_S` after `now_s`.
-    pub fn issue(&self, now_s: i64) -> Option<String> {
+    /// What a cookie says about a credential: a MAC of it under this process's key.
+    fn tag(&self, credential: &Credential) -> String {
+        let text = match credential {
+            Credential::Anonymous => "anonymous".to_owned(),
+            Credential::Token(digest) => hex::encode(digest),
+            Credential::Local => "local".to_owned(),
+        };
+        let mut tag = self.mac("credential", &text);
+        tag.truncate(32);
+        tag
+    }
+
+    /// Whether `session` was opened with one of `credentials`.
+    pub fn opened_with(&self, session: &Session, credentials: &[Credential]) -> bool {
+        credentials.iter().any(|credential| {
+            constant_time_eq(
+                self.tag(credential).as_bytes(),
+                session.credential.as_bytes(),
+            )
+        })
+    }
+
+    /// A new session's cookie value, for a login with `credential`, expiring
+    /// `LIFETIME_S` after `now_s`.
+    pub fn issue(&self, now_s: i64, credential: &Credential) -> Option<String> {
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce).ok()?;
-        let body = format!("{}.{}", now_s + LIFETIME_S, hex::encode(nonce));
+        let body = format!(
+            "{}.{}.{}",
+            now_s + LIFETIME_S,
+            hex::encode(nonce),
+            self.tag(credential)
+        );
         let mac = self.mac("session", &body);
         Some(format!("{body}.{mac}"))
     }
@@ -56,7 +91,8 @@ impl Sessions {
     /// The session a cookie value names, if its signature holds and it has not expired.
     pub fn verify(&self, value: &str, now_s: i64) -> Option<Session> {
         let (body, mac) = value.rsplit_once('.')?;
-        let (expiry, nonce) = body.split_once('.')?;
+        let (expiry, rest) = body.split_once('.')?;
+        let (nonce, credential) = rest.split_once('.')?;
         let expected = self.mac("session", body);
         if !constant_time_eq(expected.as_bytes(), mac.as_bytes()) {
             return None;
@@ -66,6 +102,7 @@ impl Sessions {
         }
         Some(Session {
             nonce: nonce.to_owned(),
+            credential: credential.to_owned(),
         })
     }
 
@@ -98,8 +135,14 @@ mod tests {
     #[test]
     fn cookies_verify_until_they_expire_and_not_when_altered() {
         let sessions = Sessions::new().unwrap();
-        let cookie = sessions.issue(1_000).unwrap();
+        let admin = Credential::Token([7; 32]);
+        let cookie = sessions.issue(1_000, &admin).unwrap();
         let session = sessions.verify(&cookie, 1_001).unwrap();
+        assert!(sessions.opened_with(&session, &[Credential::Anonymous, admin]));
+        assert!(
+            !sessions.opened_with(&session, &[Credential::Token([8; 32])]),
+            "its token revoked"
+        );
         assert_eq!(sessions.csrf(&session).len(), 64);
         assert!(
             sessions.verify(&cookie, 1_000 + LIFETIME_S).is_none(),

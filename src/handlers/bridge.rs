@@ -205,7 +205,8 @@ impl Service {
     /// The `tools/list` entries a request sees: the registered tools, and for a bridged
     /// client task tools' output schemas that admit a handle, then the `task_*` tools.
     pub(super) fn listed_tools(&self, request: &Request<'_>) -> Vec<Value> {
-        let registered = self.tools.all();
+        let tools = self.tools();
+        let registered = tools.all();
         if !self.bridge.serves(&request.meta.capabilities) {
             return registered.iter().map(|tool| tool.spec.to_json()).collect();
         }
@@ -228,11 +229,7 @@ impl Service {
             listed.extend(
                 task_tools(self.bridge.inline_wait)
                     .into_iter()
-                    .filter(|tool| {
-                        self.tools
-                            .get(tool["name"].as_str().unwrap_or(""))
-                            .is_none()
-                    }),
+                    .filter(|tool| tools.get(tool["name"].as_str().unwrap_or("")).is_none()),
             );
         }
         listed
@@ -248,7 +245,7 @@ impl Service {
         emitter: &mut dyn Emitter,
     ) -> Option<Result<Value, RpcError>> {
         if ![TASK_STATUS, TASK_WAIT, TASK_CANCEL].contains(&name)
-            || self.tools.get(name).is_some()
+            || self.tools().get(name).is_some()
             || !self.bridge.serves(&request.meta.capabilities)
         {
             return None;

@@ -15,6 +15,8 @@ use crate::tools::Outcome;
 
 impl Service {
     pub(super) fn discover(&self) -> Value {
+        let settings = self.live.load();
+        let server = &settings.config.server;
         let mut result = json!({
             "supportedVersions": SUPPORTED_VERSIONS,
             "capabilities": {
@@ -25,9 +27,9 @@ impl Service {
                 "logging": {},
                 "extensions": { TASKS_EXTENSION: {} },
             },
-            "_meta": { META_SERVER_INFO: { "name": self.info.name, "version": self.info.version } },
+            "_meta": { META_SERVER_INFO: { "name": server.name, "version": super::VERSION } },
         });
-        if let Some(instructions) = &self.info.instructions {
+        if let Some(instructions) = &server.instructions {
             result["instructions"] = json!(instructions);
         }
         self.cacheable(result)
@@ -48,7 +50,10 @@ impl Service {
                 .ok_or_else(|| RpcError::invalid_params("invalid cursor"))?,
             Some(_) => return Err(RpcError::invalid_params("cursor must be a string")),
         };
-        let page: Vec<Value> = items.skip(start).take(self.page_size).collect();
+        let page: Vec<Value> = items
+            .skip(start)
+            .take(self.live.load().config.limits.page_size)
+            .collect();
         let end = start + page.len();
         let mut result = json!({ key: page });
         if end < total {
@@ -63,17 +68,20 @@ impl Service {
     }
 
     pub(super) fn resources_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
-        let resources = self.catalog.resources.iter().map(|r| r.to_json());
+        let catalog = self.catalog();
+        let resources = catalog.resources.iter().map(|r| r.to_json());
         self.page(request, "resources", resources)
     }
 
     pub(super) fn templates_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
-        let templates = self.catalog.templates.iter().map(|t| t.to_json());
+        let catalog = self.catalog();
+        let templates = catalog.templates.iter().map(|t| t.to_json());
         self.page(request, "resourceTemplates", templates)
     }
 
     pub(super) fn prompts_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
-        let prompts = self.catalog.prompts.iter().map(|p| p.to_json());
+        let catalog = self.catalog();
+        let prompts = catalog.prompts.iter().map(|p| p.to_json());
         self.page(request, "prompts", prompts)
     }
 
@@ -82,7 +90,7 @@ impl Service {
             .envelope
             .str_param("uri")
             .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
-        let contents = self.catalog.read(uri)?;
+        let contents = self.catalog().read(uri)?;
         Ok(self.cacheable(json!({ "contents": contents })))
     }
 
@@ -92,8 +100,8 @@ impl Service {
             .envelope
             .str_param("name")
             .ok_or_else(|| RpcError::invalid_params("name must be a string"))?;
-        let prompt = self
-            .catalog
+        let catalog = self.catalog();
+        let prompt = catalog
             .prompt(name)
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown prompt: {name}")))?;
         let arguments = object_param(params, "arguments")?;
@@ -173,10 +181,11 @@ impl Service {
                     .get("name")
                     .and_then(Value::as_str)
                     .ok_or_else(|| RpcError::invalid_params("ref.name must be a string"))?;
-                if self.catalog.prompt(name).is_none() {
+                let catalog = self.catalog();
+                if catalog.prompt(name).is_none() {
                     return Err(RpcError::invalid_params(format!("Unknown prompt: {name}")));
                 }
-                self.catalog
+                catalog
                     .complete_prompt_argument(name, arg_name, prefix)
                     .unwrap_or_default()
             }

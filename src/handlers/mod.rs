@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 use crate::auth::Identity;
 use crate::catalog::Catalog;
 use crate::later::Later;
+use crate::live::Live;
 use crate::notifications::{Filter, Hub, Subscription};
 use crate::protocol::envelope::{Envelope, RequestMeta};
 use crate::protocol::{ClientCapabilities, RpcError};
@@ -96,20 +97,10 @@ impl From<Result<Value, RpcError>> for Reply {
     }
 }
 
-/// What `server/discover` says about this server.
-pub struct ServerInfo {
-    pub name: String,
-    pub version: String,
-    pub instructions: Option<String>,
-}
-
 /// The MCP service: everything the method handlers need.
 pub struct Service {
-    pub info: ServerInfo,
-    pub page_size: usize,
-    pub cache_ttl_ms: u64,
-    pub tools: Arc<Registry>,
-    pub catalog: Catalog,
+    /// The tools, catalog, server info and limits in force (swapped by a reload).
+    pub live: Arc<Live>,
     pub signer: StateSigner,
     pub hub: Arc<Hub>,
     pub tasks: Arc<TaskService>,
@@ -117,7 +108,20 @@ pub struct Service {
     pub bridge: bridge::Bridge,
 }
 
+/// This build's version, as `server/discover` and `initialize` report it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 impl Service {
+    /// The tools served now.
+    pub fn tools(&self) -> Arc<Registry> {
+        Arc::clone(&self.live.load().tools)
+    }
+
+    /// The resources and prompts served now.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.live.load().catalog)
+    }
+
     /// Routes one request. The transport has already checked headers, `_meta`, the
     /// protocol version and that the method exists.
     pub fn handle(&self, request: &Request<'_>, emitter: &mut dyn Emitter) -> Reply {
@@ -141,7 +145,7 @@ impl Service {
     /// Adds the caching hints (SEP-2549) and `resultType` to a cacheable result.
     fn cacheable(&self, mut result: Value) -> Value {
         result["resultType"] = json!("complete");
-        result["ttlMs"] = json!(self.cache_ttl_ms);
+        result["ttlMs"] = json!(self.live.load().config.limits.cache_ttl_ms);
         result["cacheScope"] = json!("public");
         result
     }

@@ -41,8 +41,9 @@ impl Service {
             return answer.map(|result| Reply::Result(complete(result)));
         }
         let tool = self
-            .tools
+            .tools()
             .get(name)
+            .cloned()
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?;
         let capabilities = &request.meta.capabilities;
         // A client that does not speak tasks still gets task tools as tasks, through
@@ -141,7 +142,7 @@ impl Service {
                 )?;
                 let creation = self.tasks.create(Submission {
                     identity: request.identity,
-                    tool,
+                    tool: &tool,
                     arguments: &arguments,
                     protocol_version: &request.meta.protocol_version,
                     capabilities,

@@ -47,6 +47,8 @@ const MAX_INPUT_ROUNDS: usize = 16;
 
 /// The `initialize` result for a session at `version`.
 pub fn initialize_result(service: &Service, version: &str) -> Value {
+    let settings = service.live.load();
+    let server = &settings.config.server;
     let mut result = json!({
         "protocolVersion": version,
         "capabilities": {
@@ -56,12 +58,12 @@ pub fn initialize_result(service: &Service, version: &str) -> Value {
             "completions": {},
             "logging": {},
         },
-        "serverInfo": { "name": service.info.name, "version": service.info.version },
+        "serverInfo": { "name": server.name, "version": crate::handlers::VERSION },
     });
     if version == tasks::TASKS_VERSION {
         result["capabilities"]["tasks"] = tasks::capabilities();
     }
-    if let Some(instructions) = &service.info.instructions {
+    if let Some(instructions) = &server.instructions {
         result["instructions"] = json!(instructions);
     }
     result
@@ -100,7 +102,7 @@ impl Legacy {
                 let uri = envelope
                     .str_param("uri")
                     .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
-                self.service.catalog.read(uri).map_err(|_| {
+                self.service.catalog().read(uri).map_err(|_| {
                     RpcError::new(-32002, "Resource not found").with_data(json!({ "uri": uri }))
                 })?;
                 if envelope.method == "resources/subscribe" {
@@ -196,7 +198,7 @@ impl Legacy {
                 _ => {
                     if envelope.method == "tools/list" && session.version == tasks::TASKS_VERSION {
                         let bridged = self.service.bridge.serves(&meta.capabilities);
-                        tasks::annotate_tools(&mut result, &self.service.tools, bridged);
+                        tasks::annotate_tools(&mut result, &self.service.tools(), bridged);
                     }
                     if let Some(fields) = result.as_object_mut() {
                         strip_modern_fields(fields);

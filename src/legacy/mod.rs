@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tiny_http::{Method, Response};
 
-use crate::auth::Identity;
+use crate::auth::{Authenticator, Credential, Identity};
 use crate::config::SessionLimits;
 use crate::handlers::Service;
 use crate::metrics::Metrics;
@@ -112,7 +112,7 @@ impl Legacy {
                     let frames = match mailbox.wait(RELAY_WAIT) {
                         Delivery::Frames(frames) => frames,
                         Delivery::Idle => continue,
-                        Delivery::Close => return,
+                        Delivery::Close | Delivery::Revoked => return,
                     };
                     for frame in frames {
                         let (message, uri) = match frame {
@@ -153,7 +153,11 @@ impl Legacy {
 
     /// Serves one legacy request to the end (a GET stream on its own thread).
     fn serve_request(self: &Arc<Self>, mut request: tiny_http::Request, inbound: Inbound) {
-        let Inbound { identity, message } = inbound;
+        let Inbound {
+            identity,
+            credential,
+            message,
+        } = inbound;
         if message.is_none() && request.body_length().is_none() {
             // An unread chunked body would be parsed as the next request on this
             // connection (see the transport's rejection path): read it to its end.
@@ -171,7 +175,7 @@ impl Legacy {
                 };
                 let _ = request.respond(response);
             }
-            (_, Some(message)) => self.post(request, &identity, message),
+            (_, Some(message)) => self.post(request, &identity, credential, message),
             (_, None) => {
                 let _ = request.respond(refusal(
                     405,
@@ -248,7 +252,13 @@ impl Legacy {
         }
     }
 
-    fn post(&self, request: tiny_http::Request, identity: &Identity, message: Value) {
+    fn post(
+        &self,
+        request: tiny_http::Request,
+        identity: &Identity,
+        credential: Credential,
+        message: Value,
+    ) {
         let is_response = message.get("method").is_none()
             && (message.get("result").is_some() || message.get("error").is_some());
         if is_response {
@@ -277,7 +287,7 @@ impl Legacy {
             && header(&request, "Mcp-Session-Id").is_none()
             && envelope.id.is_some();
         if opening {
-            let response = self.initialize(identity, &envelope);
+            let response = self.initialize(identity, credential, &envelope);
             let _ = request.respond(response);
             return;
         }
@@ -329,7 +339,12 @@ impl Legacy {
         sink.finish(200, message);
     }
 
-    fn initialize(&self, identity: &Identity, envelope: &Envelope) -> Response<Body> {
+    fn initialize(
+        &self,
+        identity: &Identity,
+        credential: Credential,
+        envelope: &Envelope,
+    ) -> Response<Body> {
         let id = envelope.id.clone().unwrap_or(Value::Null);
         let version = era::negotiate(envelope.str_param("protocolVersion"));
         let capabilities = match envelope.params.get("capabilities") {
@@ -338,6 +353,7 @@ impl Legacy {
         };
         let session = match self.sessions.open(
             identity,
+            credential,
             version,
             crate::protocol::ClientCapabilities(capabilities),
         ) {
@@ -364,5 +380,9 @@ impl SessionEra for Legacy {
 
     fn serve(self: Arc<Self>, request: tiny_http::Request, inbound: Inbound) {
         self.serve_request(request, inbound);
+    }
+
+    fn revoke(&self, auth: &Authenticator) -> usize {
+        self.sessions.revoke(auth)
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::sessions::Session;
 use super::stream::CallSink;
 use super::{era, error_body, methods, Legacy};
-use crate::auth::Identity;
+use crate::auth::{Credential, Identity};
 use crate::protocol::{ClientCapabilities, Envelope, RpcError};
 use crate::transport::Wire;
 
@@ -44,10 +44,12 @@ impl Legacy {
             Some(Value::Object(capabilities)) => capabilities.clone(),
             _ => serde_json::Map::new(),
         };
-        let session = match self
-            .sessions
-            .open(identity, version, ClientCapabilities(capabilities))
-        {
+        let session = match self.sessions.open(
+            identity,
+            Credential::Local,
+            version,
+            ClientCapabilities(capabilities),
+        ) {
             Ok(session) => session,
             Err(_) => {
                 let error = RpcError::new(

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use serde_json::Value;
 
-use crate::auth::Identity;
+use crate::auth::{Authenticator, Credential, Identity};
 use crate::config::SessionLimits;
 use crate::notifications::Hub;
 use crate::protocol::{ClientCapabilities, LogLevel};
@@ -36,6 +36,8 @@ pub struct StreamEvent {
 pub struct Session {
     pub id: String,
     pub identity: Identity,
+    /// What `initialize` authenticated with: the session ends when a reload revokes it.
+    pub credential: Credential,
     /// The negotiated protocol revision.
     pub version: &'static str,
     pub capabilities: ClientCapabilities,
@@ -283,6 +285,7 @@ impl Sessions {
     pub fn open(
         &self,
         identity: &Identity,
+        credential: Credential,
         version: &'static str,
         capabilities: ClientCapabilities,
     ) -> Result<Arc<Session>, Refused> {
@@ -303,6 +306,7 @@ impl Sessions {
         let session = Arc::new(Session {
             id: uuid::Uuid::new_v4().to_string(),
             identity: identity.clone(),
+            credential,
             version,
             capabilities,
             hub: Arc::clone(&self.hub),
@@ -359,6 +363,23 @@ impl Sessions {
         }
     }
 
+    /// Ends every session whose credential `auth` no longer grants its identity (a
+    /// reload revoked its token): its streams end and its next request gets 404.
+    /// Returns how many ended.
+    pub fn revoke(&self, auth: &Authenticator) -> usize {
+        let mut table = self.lock();
+        let before = table.len();
+        table.retain(|_, entry| {
+            let session = &entry.session;
+            let keep = auth.still_grants(&session.credential, &session.identity);
+            if !keep {
+                session.close();
+            }
+            keep
+        });
+        before - table.len()
+    }
+
     /// Whether `id` still names a session (streams end once theirs is gone).
     pub fn is_open(&self, id: &str) -> bool {
         self.lock().contains_key(id)
@@ -403,7 +424,12 @@ mod tests {
         let sessions = Sessions::new(limits(4, 60_000), hub());
         let alice = someone("alice");
         let session = sessions
-            .open(&alice, "2025-11-25", ClientCapabilities::default())
+            .open(
+                &alice,
+                Credential::Local,
+                "2025-11-25",
+                ClientCapabilities::default(),
+            )
             .unwrap();
         assert!(sessions.get(&session.id, &alice).is_ok());
         assert_eq!(
@@ -426,18 +452,33 @@ mod tests {
         let sessions = Sessions::new(limits(1, 50), hub());
         let alice = someone("alice");
         let first = sessions
-            .open(&alice, "2025-11-25", ClientCapabilities::default())
+            .open(
+                &alice,
+                Credential::Local,
+                "2025-11-25",
+                ClientCapabilities::default(),
+            )
             .unwrap();
         sessions.touch(&first.id);
         assert_eq!(
             sessions
-                .open(&alice, "2025-11-25", ClientCapabilities::default())
+                .open(
+                    &alice,
+                    Credential::Local,
+                    "2025-11-25",
+                    ClientCapabilities::default()
+                )
                 .err(),
             Some(Refused::Full)
         );
         std::thread::sleep(Duration::from_millis(60));
         assert!(sessions
-            .open(&alice, "2025-11-25", ClientCapabilities::default())
+            .open(
+                &alice,
+                Credential::Local,
+                "2025-11-25",
+                ClientCapabilities::default()
+            )
             .is_ok());
         assert!(!sessions.is_open(&first.id));
     }
@@ -448,7 +489,12 @@ mod tests {
         let sessions = Sessions::new(limits(4, 60_000), Arc::clone(&hub));
         let alice = someone("a");
         let session = sessions
-            .open(&alice, "2025-11-25", ClientCapabilities::default())
+            .open(
+                &alice,
+                Credential::Local,
+                "2025-11-25",
+                ClientCapabilities::default(),
+            )
             .unwrap();
         for n in 0..=MAX_FOLLOWED_TASKS {
             session.follow_task(&format!("t-{n}"), "working");
@@ -472,7 +518,12 @@ mod tests {
     fn replay_starts_after_the_last_seen_event() {
         let sessions = Sessions::new(limits(4, 60_000), hub());
         let session = sessions
-            .open(&someone("a"), "2025-11-25", ClientCapabilities::default())
+            .open(
+                &someone("a"),
+                Credential::Local,
+                "2025-11-25",
+                ClientCapabilities::default(),
+            )
             .unwrap();
         for n in 0..5 {
             session.push_event(Value::from(n), 3);

@@ -173,7 +173,7 @@ impl Legacy {
         let wants_task = envelope.params.get("task").is_some_and(Value::is_object);
         let policy = envelope
             .str_param("name")
-            .and_then(|name| self.service.tools.get(name))
+            .and_then(|name| self.service.tools().get(name).cloned())
             .map(|tool| tool.spec.task_policy);
         match (policy, wants_task) {
             (Some(TaskPolicy::Inline), true) => Err(RpcError::new(
@@ -293,7 +293,7 @@ impl Legacy {
             Some(Value::String(cursor)) => Some(cursor.as_str()),
             Some(_) => return Err(RpcError::invalid_params("cursor must be a string")),
         };
-        let page_size = self.service.page_size;
+        let page_size = self.service.live.load().config.limits.page_size;
         let mut tasks = self.service.tasks.list(identity, cursor, page_size + 1)?;
         let more = tasks.len() > page_size;
         tasks.truncate(page_size);

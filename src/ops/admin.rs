@@ -7,7 +7,8 @@
 //!
 //! `data_dir/admin.sock`, a Unix stream socket of mode 0600 owned by the server's user.
 //! One request per connection: a JSON object on one line (at most [`MAX_REQUEST`]
-//! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "stats" | "backup", …}`. The
+//! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "stats" | "backup" | "reload",
+//! …}`. The
 //! answer is zero or more `{"progress": [done, total]}` lines, then exactly one line
 //! `{"result": …}` or `{"error": "…"}`; then the server closes the connection.
 //!
@@ -20,13 +21,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::reload::Reloader;
 use crate::clock::rfc3339;
 use crate::protocol::TaskStatus;
 use crate::tasks::model::{CancelEffect, Origin, StatsDetail, TaskDetail, TaskFilter, TaskSummary};
@@ -69,6 +71,9 @@ pub enum Request {
     /// names it. The CLI moves it where the operator asked: the server's user may not
     /// be allowed to write there (systemd sandboxing), the operator is.
     Backup,
+    /// Re-reads the server's configuration file (see [`super::reload`]); answered once
+    /// the reload is applied or refused.
+    Reload,
 }
 
 impl Request {
@@ -81,6 +86,7 @@ impl Request {
             Request::Rerun { .. } => "rerun",
             Request::Stats => "stats",
             Request::Backup => "backup",
+            Request::Reload => "reload",
         }
     }
 }
@@ -92,6 +98,8 @@ pub struct Admin {
     pub data_dir: PathBuf,
     /// Worker threads, when this process runs workers (a server); `None` offline.
     pub worker_threads: Option<usize>,
+    /// What applies reloads, once the server serves; unset offline and while starting.
+    pub reloader: OnceLock<Arc<Reloader>>,
 }
 
 impl Admin {
@@ -161,6 +169,15 @@ impl Admin {
                 );
                 Ok(stats_json(&stats, workers))
             }
+            Request::Reload => match self.reloader.get() {
+                Some(reloader) => reloader
+                    .reload("mcp-taskd reload")
+                    .map(|report| report.to_json()),
+                None if self.worker_threads.is_none() => {
+                    Err("no server is running: there is nothing to reload".into())
+                }
+                None => Err("the server is still starting; try again in a moment".into()),
+            },
             Request::Backup => {
                 let staged = super::backup::staging_file(&self.data_dir)
                     .map_err(|e| format!("creating the backup file: {e}"))?;
@@ -402,11 +419,12 @@ fn serve_one(stream: UnixStream, admin: &Admin) {
     let reply = match admin.handle(request, &mut report) {
         Ok(result) => json!({"result": result}),
         Err(why) => {
-            // Most refusals are the operator's (an unknown id); a failed backup is not.
-            if op == "backup" {
-                log::warn!("admin request {op} failed");
-            } else {
-                log::info!("admin request {op} refused");
+            // Most refusals are the operator's (an unknown id); a failed backup is not,
+            // and a refused reload has logged its reason already.
+            match op {
+                "reload" => {}
+                "backup" => log::warn!("admin request {op} failed"),
+                _ => log::info!("admin request {op} refused"),
             }
             json!({"error": why})
         }

@@ -17,6 +17,7 @@ use super::admin::{ask, Admin, Request, SOCKET_NAME};
 use super::backup::{move_into_place, restore, return_store_files, server_running};
 use crate::clock::now_ms;
 use crate::config::Config;
+use crate::live::{Live, Settings};
 use crate::notifications::Hub;
 use crate::protocol::TaskStatus;
 use crate::tasks::model::TaskFilter;
@@ -252,6 +253,85 @@ pub fn stats(at: &Location, json: bool) -> Outcome {
     Ok(())
 }
 
+/// `mcp-taskd reload`: asks the running server to re-read its configuration file, and
+/// prints what changed; fails with the server's reason when it refused the file.
+pub fn reload(at: &Location) -> Outcome {
+    let data_dir = reload_data_dir(at)?;
+    if !server_running(&data_dir).map_err(|e| e.to_string())? {
+        return Err(format!(
+            "no server is running on {}: there is nothing to reload",
+            data_dir.display()
+        )
+        .into());
+    }
+    let report = ask(
+        &data_dir.join(SOCKET_NAME),
+        &Request::Reload,
+        &mut |_, _| {},
+    )?;
+    println!("reloaded {}", text(&report["file"]));
+    for (change, label) in [
+        ("added", "tools added"),
+        ("removed", "tools removed"),
+        ("changed", "tools changed"),
+    ] {
+        let names = names(&report["tools"][change]);
+        if !names.is_empty() {
+            println!("{label}: {names}");
+        }
+    }
+    let tokens = &report["tokens"];
+    if tokens["added"].as_u64().unwrap_or(0) + tokens["removed"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "tokens: {} added, {} removed; ended {} listen stream(s) and {} session(s) of \
+             revoked tokens",
+            tokens["added"],
+            tokens["removed"],
+            report["ended"]["listenStreams"],
+            report["ended"]["sessions"]
+        );
+    }
+    let restart = names(&report["restartNeeded"]);
+    if !restart.is_empty() {
+        println!("needs a restart to take effect (running values kept): {restart}");
+    }
+    Ok(())
+}
+
+/// The names in a JSON array, comma-separated.
+fn names(list: &Value) -> String {
+    let names: Vec<String> = list.as_array().into_iter().flatten().map(text).collect();
+    names.join(", ")
+}
+
+/// The data dir of the server to reload: `--data-dir`, else `server.data_dir` of the
+/// file. The file may be the broken one the reload is about: its data dir is then read
+/// from the TOML alone, unchecked.
+fn reload_data_dir(at: &Location) -> Result<PathBuf, String> {
+    if let Some(data_dir) = &at.data_dir {
+        return Ok(data_dir.clone());
+    }
+    match Config::load(at.config.as_deref()) {
+        Ok(config) => Ok(config.server.data_dir),
+        Err(error) => {
+            let path = at.config.as_deref().unwrap_or(Path::new(""));
+            let table: toml::Table = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .ok_or_else(|| format!("{error} (pass --data-dir to reach the server)"))?;
+            let data_dir = table
+                .get("server")
+                .and_then(|server| server.get("data_dir"))
+                .and_then(toml::Value::as_str)
+                .map_or_else(
+                    || crate::config::ServerConfig::default().data_dir,
+                    PathBuf::from,
+                );
+            Ok(data_dir)
+        }
+    }
+}
+
 /// `mcp-taskd backup FILE`
 pub fn backup(at: &Location, file: &Path) -> Outcome {
     if file.exists() {
@@ -336,8 +416,9 @@ fn offline(
         ));
     }
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    let (tools, _) =
-        crate::registration::build_catalog(&config, &hub).map_err(|e| e.to_string())?;
+    let live = Arc::new(Live::new(
+        Settings::build(config.clone(), &hub).map_err(|e| e.to_string())?,
+    ));
     let (store, writer): (Arc<dyn TaskStore>, _) = if postgres {
         let crate::tasks::postgres::Opened { store, listener } =
             crate::tasks::postgres::Store::open(&config.store, &data_dir)
@@ -356,9 +437,8 @@ fn offline(
     };
     let (wake, _) = crossbeam_channel::bounded(1);
     let tasks = Arc::new(TaskService::new(
-        config.tasks.clone(),
+        live,
         Arc::clone(&store),
-        Arc::new(tools),
         Arc::new(Inflight::default()),
         wake,
     ));
@@ -367,6 +447,7 @@ fn offline(
         tasks,
         data_dir: data_dir.clone(),
         worker_threads: None,
+        reloader: Default::default(),
     };
     let result = admin.handle(request, progress);
     // Every store handle gone: the writer commits what is queued and ends.

@@ -9,4 +9,5 @@ pub mod admin;
 pub mod backup;
 pub mod cli;
 pub mod copy_store;
+pub mod reload;
 pub mod systemd;

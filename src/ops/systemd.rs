@@ -138,3 +138,27 @@ fn describe(stalled: &[(&'static str, Stall)]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Tells systemd a reload has started: `RELOADING=1` with the `MONOTONIC_USEC=` that
+/// systemd 253's `Type=notify-reload` requires (older ones ignore it). Nothing outside
+/// systemd.
+pub fn reloading() {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let mut states = vec![NotifyState::Reloading];
+    match NotifyState::monotonic_usec_now() {
+        Ok(now) => states.push(now),
+        Err(error) => log::warn!("cannot read the monotonic clock for systemd: {error}"),
+    }
+    notify(&states);
+}
+
+/// Tells systemd the reload is over (whatever its outcome: the server serves either
+/// way), with a status line saying how it went.
+pub fn reloaded(status: &str) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    notify(&[NotifyState::Ready, NotifyState::Status(status)]);
+}

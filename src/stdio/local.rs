@@ -373,7 +373,8 @@ impl Connection {
                     }
                 }
                 Delivery::Idle => {}
-                Delivery::Close => break,
+                // Nothing revokes the local host's streams; ending is still right.
+                Delivery::Close | Delivery::Revoked => break,
             }
         }
         self.wire.send(&final_answer(listen));

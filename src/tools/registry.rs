@@ -146,6 +146,32 @@ impl Registry {
             .collect()
     }
 
+    /// Takes over the concurrency slots of `previous`'s tools of the same name (a
+    /// reload): runs started under the old definition hold their slots until they end,
+    /// so `max_concurrency` keeps bounding old and new runs together, at the new limit.
+    /// Call it before the registry is shared.
+    pub fn adopt_slots(&mut self, previous: &Registry) {
+        // `limited` holds second references; it is rebuilt below.
+        self.limited.clear();
+        for tool in &mut self.tools {
+            let old = previous
+                .get(&tool.spec.name)
+                .and_then(|old| old.slots.clone());
+            if let (Some(registered), Some(old)) = (Arc::get_mut(tool), old) {
+                if let Some(new) = &registered.slots {
+                    old.set_limit(new.limit());
+                    registered.slots = Some(old);
+                }
+            }
+        }
+        self.limited = self
+            .tools
+            .iter()
+            .filter(|tool| tool.slots.is_some())
+            .cloned()
+            .collect();
+    }
+
     pub fn get(&self, name: &str) -> Option<&Arc<Registered>> {
         self.by_name.get(name).map(|&index| &self.tools[index])
     }

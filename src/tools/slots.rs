@@ -3,13 +3,15 @@
 //! (a job of a tool without a free slot stays queued and holds no worker); inline calls
 //! wait for one, up to the tool's timeout.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A counting semaphore bounding one tool's concurrent runs.
 #[derive(Debug)]
 pub struct Slots {
-    limit: usize,
+    /// Changed only by a reload (see [`Slots::set_limit`]).
+    limit: AtomicUsize,
     used: Mutex<usize>,
     freed: Condvar,
 }
@@ -29,14 +31,22 @@ impl Drop for Slot {
 impl Slots {
     pub fn new(limit: usize) -> Arc<Slots> {
         Arc::new(Slots {
-            limit,
+            limit: AtomicUsize::new(limit),
             used: Mutex::new(0),
             freed: Condvar::new(),
         })
     }
 
     pub fn limit(&self) -> usize {
-        self.limit
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// A reload changed the tool's `max_concurrency`: runs holding slots keep them, and
+    /// new ones start only while fewer than `limit` run.
+    pub fn set_limit(&self, limit: usize) {
+        let _used = self.used();
+        self.limit.store(limit, Ordering::Release);
+        self.freed.notify_all();
     }
 
     fn used(&self) -> MutexGuard<'_, usize> {
@@ -46,13 +56,13 @@ impl Slots {
 
     /// Whether every slot is taken right now.
     pub fn is_full(&self) -> bool {
-        *self.used() >= self.limit
+        *self.used() >= self.limit()
     }
 
     /// A free slot, if there is one now.
     pub fn try_take(self: &Arc<Self>) -> Option<Slot> {
         let mut used = self.used();
-        if *used >= self.limit {
+        if *used >= self.limit() {
             return None;
         }
         *used += 1;
@@ -64,7 +74,7 @@ impl Slots {
         let deadline = Instant::now() + patience;
         let mut used = self.used();
         loop {
-            if *used < self.limit {
+            if *used < self.limit() {
                 *used += 1;
                 return Some(Slot(Arc::clone(self)));
             }

@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::auth::Identity;
+use crate::auth::{Authenticator, Credential, Identity};
 
 /// A request of the other era that the transport admitted: who sent it, and its JSON
 /// body (`None` for `GET` and `DELETE`).
 pub struct Inbound {
     pub identity: Identity,
+    /// What the request authenticated with (a session keeps it: see [`Credential`]).
+    pub credential: Credential,
     pub message: Option<Value>,
 }
 
@@ -29,4 +31,7 @@ pub trait SessionEra: Send + Sync {
     fn claims_post(&self, session: Option<&str>, version: Option<&str>, message: &Value) -> bool;
     /// Answers an admitted request (its own thread may keep a stream open).
     fn serve(self: Arc<Self>, request: tiny_http::Request, inbound: Inbound);
+    /// Ends the sessions (and their streams) whose credential `auth` no longer grants
+    /// their identity; returns how many ended.
+    fn revoke(&self, auth: &Authenticator) -> usize;
 }

@@ -137,6 +137,7 @@ pub(super) fn run_listen(
             match mailbox.wait(PROBE_PERIOD.min(quiet_left).min(left)) {
                 Delivery::Frames(frames) => taken.extend(frames),
                 Delivery::Close => break,
+                Delivery::Revoked => return revoked(out, id),
                 Delivery::Idle => {
                     if last_write.elapsed() >= keep_alive {
                         out.sse.keep_alive()?;
@@ -224,6 +225,18 @@ pub(crate) fn render_frame(
             )
         }
     }
+}
+
+/// Ends a stream whose credential a reload revoked: an error answer to the listen
+/// request, then the end of the response.
+fn revoked(out: Outlet, id: &Value) -> io::Result<()> {
+    let error = RpcError::new(
+        code::INTERNAL_ERROR,
+        "Subscription ended: the credential it was opened with is no longer accepted",
+    );
+    let mut sse = out.sse;
+    sse.send(&error_body(id, &error))?;
+    sse.finish()
 }
 
 /// Ends a stream whose client stopped reading: an error answer to the listen request

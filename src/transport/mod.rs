@@ -14,17 +14,18 @@ pub(crate) mod nesting;
 mod peer;
 pub(crate) mod sse;
 
+use std::collections::HashMap;
 use std::io::{Cursor, Read};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use tiny_http::{Header, Method, Response, StatusCode};
 
-use crate::auth::Authenticator;
-use crate::config::Limits;
+use crate::auth::{Authenticator, Credential, Identity};
 use crate::handlers::{Emitter, Listen, Reply, Request, Service};
+use crate::live::Live;
 use crate::metrics::{Metrics, Snapshot};
 use crate::notifications::Hub;
 use crate::protocol::envelope::{Envelope, RequestMeta};
@@ -39,14 +40,16 @@ use sse::SseWriter;
 pub struct Frontend {
     pub service: Arc<Service>,
     pub hub: Arc<Hub>,
-    pub auth: Authenticator,
-    pub origins: OriginPolicy,
+    /// Tokens, allowed hosts and origins, and limits in force (swapped by a reload).
+    pub live: Arc<Live>,
     pub endpoint: String,
-    pub limits: Limits,
     /// Set when shutdown starts: `/healthz` turns 503 and new work is refused.
     pub draining: AtomicBool,
     /// Listen streams still writing (each runs on its own thread).
     pub open_streams: Arc<AtomicUsize>,
+    /// What each open listen stream was authenticated with, by its subscription key,
+    /// so that a reload revoking a token ends its streams ([`Frontend::revoke`]).
+    pub stream_credentials: Arc<Mutex<HashMap<u64, (Credential, Identity)>>>,
     /// Requests whose handler is running on their connection's thread.
     pub handling: AtomicUsize,
     pub metrics: Arc<Metrics>,
@@ -59,6 +62,13 @@ pub struct Frontend {
 }
 
 type Body = Cursor<Vec<u8>>;
+
+/// A registry's lock: each mutation is one insert or remove, so a poisoned one is whole.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn base_headers(content_type: &str) -> Vec<Header> {
     [
@@ -162,7 +172,8 @@ enum Admitted {
 }
 
 struct AdmittedRequest {
-    identity: crate::auth::Identity,
+    identity: Identity,
+    credential: Credential,
     envelope: Envelope,
     meta: RequestMeta,
 }
@@ -217,6 +228,7 @@ impl Frontend {
             Admitted::Mcp(admitted) => {
                 let AdmittedRequest {
                     identity,
+                    credential,
                     envelope,
                     meta,
                 } = *admitted;
@@ -247,7 +259,9 @@ impl Frontend {
                     Reply::Listen(listen) => {
                         self.metrics.record_request(&envelope.method, true);
                         match sink {
-                            ResponseSink::Pending(request) => self.spawn_listen(request, listen),
+                            ResponseSink::Pending(request) => {
+                                self.spawn_listen(request, listen, credential)
+                            }
                             // A listen handler never emits before it answers.
                             _ => self.hub.unsubscribe(listen.subscription.key),
                         }
@@ -260,6 +274,8 @@ impl Frontend {
     /// Everything before the handler, in the order fixtures.md §1.8 pins.
     fn admit(&self, request: &mut tiny_http::Request) -> Admitted {
         use Admitted::Respond;
+        // One configuration for the whole request, whatever a reload does meanwhile.
+        let settings = self.live.load();
         let path = request.url().split('?').next().unwrap_or("").to_owned();
         if path == "/healthz" {
             return Respond(self.health(request.method()));
@@ -270,14 +286,14 @@ impl Frontend {
         if let Some(dashboard) = self.dashboard.as_ref().filter(|d| d.owns(&path)) {
             // DNS-rebinding protection and, for the dashboard's POSTs, half of the
             // cross-site defence: a foreign Origin never reaches it.
-            if !self
+            if !settings
                 .origins
                 .allows(header(request, "Host"), header(request, "Origin"))
             {
                 let error = RpcError::invalid_request("Host or Origin not allowed");
                 return Respond(error_response(&Value::Null, &error.with_status(403)));
             }
-            return Admitted::Page(dashboard.serve(request, &self.auth));
+            return Admitted::Page(dashboard.serve(request, &settings.auth));
         }
         if path != self.endpoint {
             return Respond(json_response(404, &json!({"error": "not found"})));
@@ -295,7 +311,7 @@ impl Frontend {
             ));
         }
         // 1. DNS-rebinding protection, before anything else.
-        if !self
+        if !settings
             .origins
             .allows(header(request, "Host"), header(request, "Origin"))
         {
@@ -312,8 +328,11 @@ impl Frontend {
             let error = RpcError::invalid_request("more than one Authorization header");
             return Respond(error_response(&Value::Null, &error.with_status(400)));
         }
-        let identity = match self.auth.authenticate(header(request, "Authorization")) {
-            Ok(identity) => identity,
+        let authenticated = settings
+            .auth
+            .authenticate_with(header(request, "Authorization"));
+        let (identity, credential) = match authenticated {
+            Ok(authenticated) => authenticated,
             Err(_) => {
                 let error =
                     RpcError::invalid_request("Unauthorized: a valid bearer token is required")
@@ -328,20 +347,20 @@ impl Frontend {
         if legacy_verb {
             let inbound = Inbound {
                 identity,
+                credential,
                 message: None,
             };
             return Admitted::Legacy(Box::new(inbound));
         }
         // 2. Body: size, nesting, JSON, JSON-RPC shape.
-        let body = match self.read_body(request) {
+        let body = match read_body(request, settings.config.limits.max_body_bytes) {
             Ok(body) => body,
             Err(response) => return Respond(response),
         };
-        if nesting_exceeds(&body, self.limits.max_json_depth) {
-            let error = RpcError::parse_error(format!(
-                "JSON nesting deeper than {} levels",
-                self.limits.max_json_depth
-            ));
+        let max_depth = settings.config.limits.max_json_depth;
+        if nesting_exceeds(&body, max_depth) {
+            let error =
+                RpcError::parse_error(format!("JSON nesting deeper than {max_depth} levels"));
             return Respond(error_response(&Value::Null, &error));
         }
         let message: Value = match serde_json::from_slice(&body) {
@@ -362,6 +381,7 @@ impl Frontend {
             }
             let inbound = Inbound {
                 identity,
+                credential,
                 message: Some(message),
             };
             return Admitted::Legacy(Box::new(inbound));
@@ -383,6 +403,7 @@ impl Frontend {
         match self.check_request(request, &envelope) {
             Ok(meta) => Admitted::Mcp(Box::new(AdmittedRequest {
                 identity,
+                credential,
                 envelope,
                 meta,
             })),
@@ -441,9 +462,8 @@ impl Frontend {
             return Err(RpcError::method_not_found(method));
         }
         if method == "tools/call" {
-            let tool = envelope
-                .str_param("name")
-                .and_then(|name| self.service.tools.get(name));
+            let tools = self.service.tools();
+            let tool = envelope.str_param("name").and_then(|name| tools.get(name));
             let arguments = envelope.params.get("arguments").and_then(Value::as_object);
             if let (Some(tool), Some(arguments)) = (tool, arguments) {
                 check_param_headers(&tool.header_params, arguments, |name| header(request, name))
@@ -451,35 +471,6 @@ impl Frontend {
             }
         }
         Ok(meta)
-    }
-
-    fn read_body(&self, request: &mut tiny_http::Request) -> Result<Vec<u8>, Response<Body>> {
-        let limit = self.limits.max_body_bytes;
-        let too_large = || {
-            let error =
-                RpcError::invalid_request(format!("request body larger than {limit} bytes"))
-                    .with_status(413);
-            error_response(&Value::Null, &error)
-        };
-        if request.body_length().is_some_and(|length| length > limit) {
-            return Err(too_large());
-        }
-        let mut body = Vec::with_capacity(request.body_length().unwrap_or(0).min(limit));
-        if request
-            .as_reader()
-            .take(limit as u64 + 1)
-            .read_to_end(&mut body)
-            .is_err()
-        {
-            return Err(error_response(
-                &Value::Null,
-                &RpcError::parse_error("could not read the request body"),
-            ));
-        }
-        if body.len() > limit {
-            return Err(too_large());
-        }
-        Ok(body)
     }
 
     fn metrics_page(&self, method: &Method) -> Response<Body> {
@@ -532,12 +523,19 @@ impl Frontend {
 
     /// Serves a `subscriptions/listen` stream on its own thread, so long-lived streams
     /// never occupy request threads.
-    fn spawn_listen(self: &Arc<Self>, request: tiny_http::Request, listen: Box<Listen>) {
+    fn spawn_listen(
+        self: &Arc<Self>,
+        request: tiny_http::Request,
+        listen: Box<Listen>,
+        credential: Credential,
+    ) {
         let hub = Arc::clone(&self.hub);
         let service = Arc::clone(&self.service);
         let open_streams = Arc::clone(&self.open_streams);
+        let credentials = Arc::clone(&self.stream_credentials);
         let key = listen.subscription.key;
         open_streams.fetch_add(1, Ordering::AcqRel);
+        self.note_stream(key, credential, &listen.identity);
         let spawned = std::thread::Builder::new()
             .name("listen".into())
             .stack_size(256 * 1024)
@@ -546,13 +544,40 @@ impl Frontend {
                     log::debug!("listen stream ended: {error}");
                 }
                 hub.unsubscribe(listen.subscription.key);
+                lock(&credentials).remove(&listen.subscription.key);
                 open_streams.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {
             log::error!("could not start a listen stream thread");
             self.hub.unsubscribe(key);
+            lock(&self.stream_credentials).remove(&key);
             self.open_streams.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// Records what stream `key` was authenticated with, then checks it against the
+    /// tokens in force: a reload that swapped them after this request authenticated,
+    /// but scanned the streams before this one was recorded, is caught here.
+    fn note_stream(&self, key: u64, credential: Credential, identity: &Identity) {
+        lock(&self.stream_credentials).insert(key, (credential, identity.clone()));
+        if !self.live.load().auth.still_grants(&credential, identity) {
+            self.hub.revoke(key);
+        }
+    }
+
+    /// Ends every listen stream, and every legacy session with its streams, whose
+    /// credential `auth` no longer grants its identity (a reload revoked its token).
+    /// Returns how many streams and sessions ended.
+    pub fn revoke(&self, auth: &Authenticator) -> (usize, usize) {
+        let revoked: Vec<u64> = lock(&self.stream_credentials)
+            .iter()
+            .filter(|(_, (credential, identity))| !auth.still_grants(credential, identity))
+            .map(|(key, _)| *key)
+            .collect();
+        for key in &revoked {
+            self.hub.revoke(*key);
+        }
+        (revoked.len(), self.legacy.revoke(auth))
     }
 
     /// Waits (up to `limit`) for every listen stream to finish writing — after
@@ -575,6 +600,33 @@ impl Frontend {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+fn read_body(request: &mut tiny_http::Request, limit: usize) -> Result<Vec<u8>, Response<Body>> {
+    let too_large = || {
+        let error = RpcError::invalid_request(format!("request body larger than {limit} bytes"))
+            .with_status(413);
+        error_response(&Value::Null, &error)
+    };
+    if request.body_length().is_some_and(|length| length > limit) {
+        return Err(too_large());
+    }
+    let mut body = Vec::with_capacity(request.body_length().unwrap_or(0).min(limit));
+    if request
+        .as_reader()
+        .take(limit as u64 + 1)
+        .read_to_end(&mut body)
+        .is_err()
+    {
+        return Err(error_response(
+            &Value::Null,
+            &RpcError::parse_error("could not read the request body"),
+        ));
+    }
+    if body.len() > limit {
+        return Err(too_large());
+    }
+    Ok(body)
 }
 
 /// Answers `request` with `response`, after what is left of a chunked body: tiny_http

@@ -50,7 +50,12 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
         token: claim.token.clone(),
     };
     let claim_next = !shared.stopping.load(Ordering::Acquire);
-    let (next, registered) = registering(&shared.inflight, &shared.tools, 1, shared.lease_ms);
+    let (next, registered) = registering(
+        &shared.inflight,
+        &shared.live.load().tools,
+        1,
+        shared.lease_ms,
+    );
     let committed = shared
         .store
         .finish(lease.clone(), finish.clone(), claim_next.then_some(next));
@@ -114,11 +119,19 @@ fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Fin
         log::error!("a task's stored origin is unreadable");
         return Finish::failed(&RpcError::internal());
     };
-    let Some(tool) = shared.tools.get(&claim.tool) else {
-        log::error!("task for tool {} which is no longer served", claim.tool);
+    // This attempt runs the definition it starts with, whatever a reload does meanwhile.
+    let Some(tool) = shared.live.load().tools.get(&claim.tool).cloned() else {
+        log::warn!(
+            "a task of tool {} failed: the tool is no longer served",
+            claim.tool
+        );
         return Finish::failed(&RpcError::new(
             crate::protocol::code::INTERNAL_ERROR,
-            format!("The tool \"{}\" is no longer served", claim.tool),
+            format!(
+                "The tool \"{}\" is no longer served: the server's configuration no longer \
+                 has it, so this task cannot run",
+                claim.tool
+            ),
         ));
     };
     let responses: Map<String, Value> =

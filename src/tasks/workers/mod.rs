@@ -36,9 +36,9 @@ use crossbeam_channel::{Receiver, Sender};
 
 pub use self::inflight::{AttemptControl, Inflight, Stop};
 use crate::config::WorkerConfig;
+use crate::live::Live;
 use crate::tasks::backend::TaskStore;
 use crate::tasks::model::{Claim, Finish, Lease};
-use crate::tools::Registry;
 
 pub struct WorkerPool {
     stopping: Arc<AtomicBool>,
@@ -59,7 +59,8 @@ pub trait AttemptObserver: Send + Sync {
 struct Shared {
     store: Arc<dyn TaskStore>,
     observer: Arc<dyn AttemptObserver>,
-    tools: Arc<Registry>,
+    /// The tools in force: an attempt runs the definition it was claimed under.
+    live: Arc<Live>,
     inflight: Arc<Inflight>,
     idle: AtomicUsize,
     stopping: Arc<AtomicBool>,
@@ -71,7 +72,7 @@ impl WorkerPool {
     /// Starts the dispatcher, `config.threads` workers and the lease keeper.
     pub fn start(
         store: Arc<dyn TaskStore>,
-        tools: Arc<Registry>,
+        live: Arc<Live>,
         inflight: Arc<Inflight>,
         config: &WorkerConfig,
         observer: Arc<dyn AttemptObserver>,
@@ -82,7 +83,7 @@ impl WorkerPool {
         let shared = Arc::new(Shared {
             store: Arc::clone(&store),
             observer,
-            tools,
+            live,
             inflight: Arc::clone(&inflight),
             idle: AtomicUsize::new(config.threads),
             stopping: Arc::clone(&stopping),
@@ -180,8 +181,12 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
         let idle = shared.idle.load(Ordering::Acquire);
         let mut claimed = 0;
         if idle > 0 {
-            let (request, registered) =
-                inflight::registering(&shared.inflight, &shared.tools, idle, shared.lease_ms);
+            let (request, registered) = inflight::registering(
+                &shared.inflight,
+                &shared.live.load().tools,
+                idle,
+                shared.lease_ms,
+            );
             let claimed_now = shared.store.claim(request);
             match claimed_now {
                 Ok(claims) => {
