@@ -26,7 +26,9 @@
 //! liveness    heartbeats of the long-lived loops (read by the systemd watchdog)
 //! dashboard   the operator web page and its JSON API (admin-role tokens), on the
 //!             MCP listener; uses ops' operations
-//! ops         operating it: systemd notify, admin socket, tasks/stats/backup/restore
+//! live        the live configuration: settings in force, swapped whole by a reload
+//! ops         operating it: systemd notify, admin socket, reload,
+//!             tasks/stats/backup/restore
 //! stdio       `mcp-taskd stdio`: one host over stdin/stdout, served here (both eras)
 //!             or relayed to a running server (`--connect`)
 //! auth, config, clock, later, registration (what a configuration offers),

@@ -175,3 +175,31 @@ fn an_inline_tool_run_is_not_taken_for_a_stuck_request_thread() {
     assert_eq!(call.status, 200);
     assert_eq!(call.result()["resultType"], "complete");
 }
+
+/// `systemctl reload` under `Type=notify`: the server says `RELOADING=1` (with the
+/// `MONOTONIC_USEC=` newer systemd requires) when a reload starts, and `READY=1` when it
+/// is over, whether the file was applied or refused.
+#[test]
+fn a_reload_is_bracketed_by_reloading_and_ready() {
+    let (manager, server) = Manager::start(CONFORMANCE);
+    manager
+        .wait_for("READY=1", Duration::from_secs(10))
+        .expect("READY=1");
+    for (config, status) in [
+        ("[builtin]\nsets = [\"demo\"]\n", "reloaded"),
+        ("[limits]\npage_size = \"many\"\n", "reload refused"),
+    ] {
+        server.rewrite_config(config);
+        server.signal("HUP");
+        let reloading = manager
+            .wait_for("RELOADING=1", Duration::from_secs(10))
+            .expect("RELOADING=1");
+        let usec = line_with(&reloading, "MONOTONIC_USEC=").expect("MONOTONIC_USEC=");
+        assert!(usec.parse::<u64>().is_ok_and(|usec| usec > 0), "{usec}");
+        let ready = manager
+            .wait_for("READY=1", Duration::from_secs(10))
+            .expect("READY=1 after the reload");
+        let said = line_with(&ready, "STATUS=").unwrap_or_default();
+        assert!(said.starts_with(status), "{said}");
+    }
+}

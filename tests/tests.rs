@@ -26,6 +26,8 @@
 //! - [`litestream`]: Litestream mode, replicated under load and restored (real binary);
 //! - [`dashboard`]: the dashboard's API: admin-only access, CSRF, actions, paging;
 //! - [`metrics`]: `GET /metrics` counts through tasks' lives, restarts and `kill -9`;
+//! - [`reload`]: SIGHUP and `mcp-taskd reload`: tokens, tools, limits, refused files
+//!   and restart-only keys, applied while serving;
 //! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`;
 //! - [`cluster`]: PostgreSQL: the harness's throwaway cluster, several nodes on one
 //!   database.
@@ -54,6 +56,7 @@ mod notifications;
 mod operator;
 mod postgres;
 mod reaping;
+mod reload;
 mod robustness;
 mod smoke;
 mod stdio;

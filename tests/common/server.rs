@@ -144,6 +144,28 @@ impl Server {
         false
     }
 
+    /// The configuration file the server was started with (and reloads).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("config.toml")
+    }
+
+    /// Replaces the server's configuration file with `config` (as [`Server::start`]
+    /// writes it), for a reload to read.
+    pub fn rewrite_config(&self, config: &str) {
+        let text = postgres::server_config(&self.dir, config);
+        std::fs::write(self.config_path(), text).expect("rewrite config");
+    }
+
+    /// Sends the server a signal by name (`HUP`, `TERM`, ...).
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{name}");
+    }
+
     /// The server's log (stderr) so far.
     pub fn log_lines(&self) -> Vec<String> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
