@@ -1,14 +1,21 @@
-//! Authentication: turns a request's `Authorization` header into an [`Identity`].
+//! Authentication: turns a request's `Authorization` header into a [`Caller`]: an
+//! [`Identity`], the [`Scopes`] its credential carries, and the [`Credential`] itself.
 //!
-//! Tokens are configured only as SHA-256 digests; the presented token is hashed and
-//! looked up, so the clear token is never stored or logged. With no tokens configured
-//! the server runs anonymous (and `config` refuses non-loopback binds unless told).
+//! Static tokens are configured only as SHA-256 digests; the presented token is hashed
+//! and looked up, so the clear token is never stored or logged. OAuth access tokens
+//! (`[auth.oauth]`, [`oauth`]) are verified against the authorization server's keys.
+//! With neither configured the server runs anonymous (and `config` refuses
+//! non-loopback binds unless told).
+
+pub mod oauth;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
 use crate::config::TokenConfig;
+use oauth::OAuth;
 
 /// Who is asking, as far as task authorization is concerned. Every task is bound to the
 /// identity that created it and is visible to that identity only.
@@ -41,8 +48,54 @@ impl Identity {
     }
 }
 
+/// What a caller's credential lets it reach, by OAuth scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scopes {
+    /// Static tokens and anonymous callers: scopes are an OAuth notion, and these
+    /// credentials reach every tool.
+    Unrestricted,
+    /// The scopes an access token was granted. Matched exactly: a scope implies no
+    /// other (configure every scope a tool accepts as its own).
+    Granted(Arc<[String]>),
+}
+
+impl Scopes {
+    pub fn granted(scopes: Vec<String>) -> Scopes {
+        Scopes::Granted(scopes.into())
+    }
+
+    /// Whether any of `required` is missing.
+    pub fn lacks(&self, required: &[String]) -> bool {
+        match self {
+            Scopes::Unrestricted => false,
+            Scopes::Granted(granted) => required.iter().any(|scope| !granted.contains(scope)),
+        }
+    }
+}
+
+/// Who is calling, what its credential lets it reach, and the credential.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub identity: Identity,
+    pub scopes: Scopes,
+    pub credential: Credential,
+}
+
+/// Why a request was not authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No credential (or not a bearer one): 401 with the plain challenge.
+    Missing,
+    /// A credential that is not valid here: 401 `invalid_token`, with this description.
+    Invalid(&'static str),
+    /// The authorization server could not be asked in time: 503, try again.
+    Unavailable,
+}
+
 pub struct Authenticator {
     endpoint: String,
+    /// Access tokens from an authorization server, when `[auth.oauth]` is configured.
+    pub oauth: Option<OAuth>,
     /// token digest -> (tenant, principal)
     tokens: HashMap<[u8; 32], (String, String)>,
     /// Digests of the tokens with the `admin` role.
@@ -80,6 +133,9 @@ pub enum Credential {
     /// The host on stdin/stdout (`mcp-taskd stdio`): the process's own user, whom no
     /// configuration revokes.
     Local,
+    /// An OAuth access token (never kept), valid until `exp` (Unix seconds): it grants
+    /// while `[auth.oauth]` still names the identity's issuer, until then.
+    Access { exp: u64 },
 }
 
 impl Authenticator {
@@ -103,19 +159,26 @@ impl Authenticator {
             .collect();
         Authenticator {
             endpoint: endpoint.to_owned(),
+            oauth: None,
             tokens: by_digest,
             admins,
         }
     }
 
-    /// Whether any token is configured (else everyone is anonymous, and an admin).
-    pub fn has_tokens(&self) -> bool {
-        !self.tokens.is_empty()
+    /// Also accepts access tokens of `oauth`.
+    pub fn with_oauth(mut self, oauth: Option<OAuth>) -> Authenticator {
+        self.oauth = oauth;
+        self
     }
 
-    /// What a clear token (a login form's) grants.
+    /// Whether credentials are required (else everyone is anonymous, and an admin).
+    pub fn has_tokens(&self) -> bool {
+        !self.tokens.is_empty() || self.oauth.is_some()
+    }
+
+    /// What a clear static token (a login form's) grants.
     pub fn access_of_token(&self, token: &str) -> Result<Access, Unauthorized> {
-        if self.tokens.is_empty() {
+        if !self.has_tokens() {
             return Ok(Access::Admin);
         }
         let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
@@ -128,46 +191,59 @@ impl Authenticator {
         }
     }
 
-    /// What an `Authorization` header (if any) grants.
+    /// What an `Authorization` header (if any) grants: a static token by its roles, an
+    /// access token by its roles claim.
     pub fn access(&self, authorization: Option<&str>) -> Result<Access, Unauthorized> {
-        if self.tokens.is_empty() {
+        if !self.has_tokens() {
             return Ok(Access::Admin);
         }
-        let header = authorization.ok_or(Unauthorized)?.trim();
-        let (scheme, token) = header.split_once(' ').ok_or(Unauthorized)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(Unauthorized);
+        let token = bearer_token(authorization).ok_or(Unauthorized)?;
+        match (&self.oauth, self.access_of_token(token)) {
+            (Some(oauth), Err(Unauthorized)) => match oauth.verify(token) {
+                Ok(grant) if grant.admin => Ok(Access::Admin),
+                Ok(_) => Ok(Access::McpOnly),
+                Err(_) => Err(Unauthorized),
+            },
+            (_, access) => access,
         }
-        self.access_of_token(token)
     }
 
-    /// Resolves the `Authorization` header value (if any).
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, Unauthorized> {
-        self.authenticate_with(authorization)
-            .map(|(identity, _)| identity)
+    /// Resolves the `Authorization` header value (if any): a static token by its
+    /// digest, else an access token of `[auth.oauth]`.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Caller, Refusal> {
+        if !self.has_tokens() {
+            return Ok(Caller {
+                identity: Identity::anonymous(&self.endpoint),
+                scopes: Scopes::Unrestricted,
+                credential: Credential::Anonymous,
+            });
+        }
+        let token = bearer_token(authorization).ok_or(Refusal::Missing)?;
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(identity) = self.identity_of(&digest) {
+            return Ok(Caller {
+                identity,
+                scopes: Scopes::Unrestricted,
+                credential: Credential::Token(digest),
+            });
+        }
+        let Some(oauth) = &self.oauth else {
+            return Err(Refusal::Invalid("unknown token"));
+        };
+        match oauth.verify(token) {
+            Ok(grant) => Ok(Caller {
+                identity: grant.identity.clone(),
+                scopes: grant.scopes.clone(),
+                credential: Credential::Access { exp: grant.exp },
+            }),
+            Err(oauth::Refusal::Invalid(why)) => Err(Refusal::Invalid(why)),
+            Err(oauth::Refusal::Unavailable) => Err(Refusal::Unavailable),
+        }
     }
 
-    /// Resolves the `Authorization` header value (if any), with the credential it holds.
-    pub fn authenticate_with(
-        &self,
-        authorization: Option<&str>,
-    ) -> Result<(Identity, Credential), Unauthorized> {
-        if self.tokens.is_empty() {
-            return Ok((Identity::anonymous(&self.endpoint), Credential::Anonymous));
-        }
-        let header = authorization.ok_or(Unauthorized)?.trim();
-        let (scheme, token) = header.split_once(' ').ok_or(Unauthorized)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(Unauthorized);
-        }
-        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
-        let identity = self.identity_of(&digest).ok_or(Unauthorized)?;
-        Ok((identity, Credential::Token(digest)))
-    }
-
-    /// The credential a clear token (a login form's) is, when it is accepted.
+    /// The credential a clear static token (a login form's) is, when it is accepted.
     pub fn credential_of_token(&self, token: &str) -> Result<Credential, Unauthorized> {
-        if self.tokens.is_empty() {
+        if !self.has_tokens() {
             return Ok(Credential::Anonymous);
         }
         let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
@@ -194,16 +270,24 @@ impl Authenticator {
     pub fn still_grants(&self, credential: &Credential, identity: &Identity) -> bool {
         match credential {
             Credential::Anonymous => {
-                self.tokens.is_empty() && *identity == Identity::anonymous(&self.endpoint)
+                !self.has_tokens() && *identity == Identity::anonymous(&self.endpoint)
             }
             Credential::Token(digest) => self.identity_of(digest).as_ref() == Some(identity),
             Credential::Local => true,
+            Credential::Access { exp } => {
+                let now_s = crate::clock::now_ms().max(0) as u64 / 1000;
+                now_s < exp.saturating_add(oauth::jwt::LEEWAY_S)
+                    && self
+                        .oauth
+                        .as_ref()
+                        .is_some_and(|oauth| oauth.metadata.issuer == identity.issuer)
+            }
         }
     }
 
     /// Every credential that opens the operator surfaces here.
     pub fn admin_credentials(&self) -> Vec<Credential> {
-        if self.tokens.is_empty() {
+        if !self.has_tokens() {
             return vec![Credential::Anonymous];
         }
         self.admins.iter().copied().map(Credential::Token).collect()
@@ -213,11 +297,18 @@ impl Authenticator {
     /// tokens at all).
     pub fn grants_admin(&self, credential: &Credential) -> bool {
         match credential {
-            Credential::Anonymous => self.tokens.is_empty(),
+            Credential::Anonymous => !self.has_tokens(),
             Credential::Token(digest) => self.admins.contains(digest),
-            Credential::Local => false,
+            Credential::Local | Credential::Access { .. } => false,
         }
     }
+}
+
+/// The token of a `Bearer` `Authorization` header value (scheme case-insensitive).
+fn bearer_token(authorization: Option<&str>) -> Option<&str> {
+    let (scheme, token) = authorization?.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 #[cfg(test)]
@@ -237,10 +328,16 @@ mod tests {
     fn bearer_tokens_map_to_identities() {
         let auth = Authenticator::new("/mcp", &[token("alice", "s3cret")]);
         let who = auth.authenticate(Some("Bearer s3cret")).unwrap();
-        assert_eq!(who.principal, "alice");
-        assert_eq!(auth.authenticate(Some("Bearer nope")), Err(Unauthorized));
-        assert_eq!(auth.authenticate(None), Err(Unauthorized));
-        assert_eq!(auth.authenticate(Some("Basic s3cret")), Err(Unauthorized));
+        assert_eq!(who.identity.principal, "alice");
+        assert_eq!(who.scopes, Scopes::Unrestricted);
+        let refused = |header| auth.authenticate(header).unwrap_err();
+        assert_eq!(
+            refused(Some("Bearer nope")),
+            Refusal::Invalid("unknown token")
+        );
+        assert_eq!(refused(None), Refusal::Missing);
+        assert_eq!(refused(Some("Basic s3cret")), Refusal::Missing);
+        assert_eq!(refused(Some("Bearer ")), Refusal::Missing);
     }
 
     #[test]
@@ -259,7 +356,11 @@ mod tests {
     #[test]
     fn a_credential_stops_granting_once_its_token_is_gone_or_moved() {
         let before = Authenticator::new("/mcp", &[token("alice", "s3cret"), token("bob", "b0b")]);
-        let (alice, credential) = before.authenticate_with(Some("Bearer s3cret")).unwrap();
+        let Caller {
+            identity: alice,
+            credential,
+            ..
+        } = before.authenticate(Some("Bearer s3cret")).unwrap();
         assert!(before.still_grants(&credential, &alice));
         // Revoked, while a new token for the same principal is added.
         let rotated = Authenticator::new("/mcp", &[token("alice", "n3w"), token("bob", "b0b")]);
@@ -269,7 +370,11 @@ mod tests {
         assert!(!moved.still_grants(&credential, &alice));
         // Anonymous lasts only while no token is configured.
         let open = Authenticator::new("/mcp", &[]);
-        let (anonymous, nobody) = open.authenticate_with(None).unwrap();
+        let Caller {
+            identity: anonymous,
+            credential: nobody,
+            ..
+        } = open.authenticate(None).unwrap();
         assert_eq!(nobody, Credential::Anonymous);
         assert!(open.still_grants(&nobody, &anonymous));
         assert!(open.grants_admin(&nobody));

@@ -20,8 +20,10 @@ use serde::Deserialize;
 use crate::tools::command::{CommandTool, CommandToolConfig};
 
 mod error;
+mod oauth;
 
 pub use error::ConfigError;
+pub use oauth::{is_scope_token, OAuthConfig, ToolsListPolicy};
 
 /// The configuration used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../examples/default.toml");
@@ -77,6 +79,13 @@ pub struct ServerConfig {
     pub allowed_hosts: Vec<String>,
     /// Extra `Origin`s accepted besides loopback ones (e.g. `https://app.example.com`).
     pub allowed_origins: Vec<String>,
+    /// Where clients reach this server (`https://mcp.example.com`), when a proxy stands
+    /// in front of it: the OAuth resource URL is this plus `endpoint`.
+    pub public_url: Option<String>,
+    /// The address the listener bound (`listen` with port 0 resolved), set at start: a
+    /// loopback listener's OAuth resource URL names it. Not a key of the file.
+    #[serde(skip)]
+    pub bound: Option<SocketAddr>,
     /// Obsolete: requests are answered on their connections' own threads, bounded by
     /// `max_connections`. Still accepted, so that older files load, and ignored with a
     /// warning at start-up.
@@ -110,6 +119,8 @@ impl Default for ServerConfig {
             endpoint: "/mcp".into(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
+            public_url: None,
+            bound: None,
             handler_threads: None,
             allow_unauthenticated_remote: false,
             name: "mcp-taskd".into(),
@@ -408,6 +419,43 @@ impl Default for SessionLimits {
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     pub tokens: Vec<TokenConfig>,
+    /// Access tokens from an authorization server, beside (or instead of) `tokens`.
+    pub oauth: Option<OAuthConfig>,
+    /// The secret in `oauth.client_secret_file`, read by [`Config::parse_in`].
+    #[serde(skip)]
+    pub client_secret: Option<ClientSecret>,
+}
+
+/// A client secret: kept out of `Debug` output, so that no log line can carry it.
+#[derive(Clone)]
+pub struct ClientSecret(pub String);
+
+impl std::fmt::Debug for ClientSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientSecret(…)")
+    }
+}
+
+impl Config {
+    /// The canonical URL of the MCP endpoint (RFC 8707 resource, RFC 9728 `resource`):
+    /// `server.public_url` + `server.endpoint`, else the listener's address on loopback
+    /// (`http://127.0.0.1:PORT/mcp`, the bound port once known). `None` on a
+    /// non-loopback listener without a public URL (`check` refuses that with
+    /// `[auth.oauth]`).
+    pub fn resource_url(&self) -> Option<String> {
+        let bound = self.server.bound.unwrap_or(self.server.listen);
+        match &self.server.public_url {
+            Some(public) => Some(format!(
+                "{}{}",
+                public.trim_end_matches('/'),
+                self.server.endpoint
+            )),
+            None if bound.ip().is_loopback() => {
+                Some(format!("http://{bound}{}", self.server.endpoint))
+            }
+            None => None,
+        }
+    }
 }
 
 /// A bearer token, known only by its SHA-256 digest, and the identity it grants.
@@ -535,6 +583,20 @@ impl Config {
         })?;
         if let Some(file) = &config.store.password_file {
             config.store.password_file = Some(config.base_dir.join(file));
+        }
+        if let Some(file) = config
+            .auth
+            .oauth
+            .as_mut()
+            .and_then(|oauth| oauth.client_secret_file.as_mut())
+        {
+            *file = config.base_dir.join(&*file);
+            let secret =
+                std::fs::read_to_string(&*file).map_err(|source| ConfigError::ClientSecret {
+                    path: file.clone(),
+                    source,
+                })?;
+            config.auth.client_secret = Some(ClientSecret(secret.trim_end().to_owned()));
         }
         let mut declared = Vec::new();
         for (index, table) in std::mem::take(&mut config.raw_tools)
@@ -683,8 +745,21 @@ impl Config {
         if !path_ok || clashes {
             return Err(ConfigError::DashboardPath { path: path.clone() });
         }
+        if let Some(url) = &s.public_url {
+            oauth::check_public_url(url).map_err(|why| ConfigError::OAuthUrl {
+                field: "server.public_url".into(),
+                why,
+            })?;
+        }
+        if let Some(oauth) = &self.auth.oauth {
+            oauth.check()?;
+            if s.public_url.is_none() && !s.listen.ip().is_loopback() {
+                return Err(ConfigError::OAuthWithoutPublicUrl { listen: s.listen });
+            }
+        }
         if !s.listen.ip().is_loopback() {
-            if self.auth.tokens.is_empty() && !s.allow_unauthenticated_remote {
+            let authenticated = !self.auth.tokens.is_empty() || self.auth.oauth.is_some();
+            if !authenticated && !s.allow_unauthenticated_remote {
                 return Err(ConfigError::UnauthenticatedRemote { listen: s.listen });
             }
             if s.allowed_hosts.is_empty() {

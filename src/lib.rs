@@ -31,7 +31,9 @@
 //!             tasks/stats/backup/restore
 //! stdio       `mcp-taskd stdio`: one host over stdin/stdout, served here (both eras)
 //!             or relayed to a running server (`--connect`)
-//! auth, config, clock, later, registration (what a configuration offers),
+//! auth        static tokens and OAuth access tokens (auth/oauth: RFC 9728 metadata,
+//!             JWT and introspected tokens, the provider's key set) -> identity, scopes
+//! config, clock, later, registration (what a configuration offers),
 //! server (assembly and lifecycle: the engine every transport shares)
 //! ```
 

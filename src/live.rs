@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Guard};
 
+use crate::auth::oauth::OAuth;
 use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::config::Config;
@@ -43,7 +44,7 @@ pub struct Settings {
     /// The configuration as loaded (command-line overrides applied), with every
     /// restart-only key at its running value.
     pub config: Config,
-    /// The tokens of `[[auth.tokens]]`.
+    /// The tokens of `[[auth.tokens]]` and `[auth.oauth]`.
     pub auth: Authenticator,
     /// `server.allowed_hosts` and `server.allowed_origins`.
     pub origins: OriginPolicy,
@@ -59,7 +60,7 @@ impl Settings {
     pub fn build(config: Config, hub: &Arc<Hub>) -> Result<Settings, RegistrationError> {
         let (tools, catalog) = build_catalog(&config, hub)?;
         Ok(Settings {
-            auth: Authenticator::new(&config.server.endpoint, &config.auth.tokens),
+            auth: authenticator(&config),
             origins: OriginPolicy::new(
                 &config.server.allowed_hosts,
                 &config.server.allowed_origins,
@@ -69,6 +70,41 @@ impl Settings {
             config,
         })
     }
+}
+
+impl Settings {
+    /// These settings with the listener's bound address known (the OAuth resource URL
+    /// of a loopback listener names its port); tools and catalog are shared.
+    pub fn with_bound_address(&self, address: std::net::SocketAddr) -> Settings {
+        let mut config = self.config.clone();
+        config.server.bound = Some(address);
+        Settings {
+            auth: authenticator(&config),
+            origins: OriginPolicy::new(
+                &config.server.allowed_hosts,
+                &config.server.allowed_origins,
+            ),
+            tools: Arc::clone(&self.tools),
+            catalog: Arc::clone(&self.catalog),
+            config,
+        }
+    }
+}
+
+/// The static tokens of `[[auth.tokens]]` and the access tokens of `[auth.oauth]`.
+fn authenticator(config: &Config) -> Authenticator {
+    let oauth = config.auth.oauth.as_ref().and_then(|oauth| {
+        // `Config::check` refuses [auth.oauth] where there is no resource URL.
+        let resource = config.resource_url()?;
+        Some(OAuth::new(
+            oauth,
+            config.auth.client_secret.as_ref(),
+            &resource,
+            &config.server.endpoint,
+            &config.server.name,
+        ))
+    });
+    Authenticator::new(&config.server.endpoint, &config.auth.tokens).with_oauth(oauth)
 }
 
 /// The current [`Settings`], swapped atomically by a reload.
@@ -192,6 +228,9 @@ pub const LIVE: &[&str] = &[
     "notifications.keep_alive_ms",
     "notifications.max_stream_lifetime_ms",
     "auth.tokens",
+    // A reload builds a new verifier: its key set is fetched again at the next token.
+    "auth.oauth",
+    "server.public_url",
     "builtin.sets",
     "tools",
 ];

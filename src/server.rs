@@ -300,6 +300,15 @@ pub fn run(config: Config, source: ConfigSource) -> Result<(), ServeError> {
         address: config.server.listen,
         source,
     })?;
+    let address = http
+        .server_addr()
+        .to_ip()
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+    if config.auth.oauth.is_some() && config.server.public_url.is_none() {
+        // The resource URL names the port bound (`--listen 127.0.0.1:0`): known now.
+        let bound = engine.live.load_full().with_bound_address(address);
+        engine.live.swap(bound);
+    }
     let legacy = crate::legacy::Legacy::start(
         Arc::clone(&engine.service),
         Arc::clone(&engine.hub),
@@ -327,10 +336,6 @@ pub fn run(config: Config, source: ConfigSource) -> Result<(), ServeError> {
              answered on its own thread (see server.max_connections)"
         );
     }
-    let address = http
-        .server_addr()
-        .to_ip()
-        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
     // The one line on stdout: tests and scripts read the bound address from it.
     println!(
         "mcp-taskd listening on http://{address}{}",

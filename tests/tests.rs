@@ -24,6 +24,8 @@
 //! - [`listen_streams`]: listen streams under load, hang-ups and stalled readers;
 //! - [`fuzz`]: generated requests (proptest) through the whole HTTP request path;
 //! - [`litestream`]: Litestream mode, replicated under load and restored (real binary);
+//! - [`oauth`]: `[auth.oauth]`: discovery, JWT access tokens, bad tokens, key-set
+//!   cooldown and outages, scopes and step-up, tasks that belong to the person;
 //! - [`dashboard`]: the dashboard's API: admin-only access, CSRF, actions, paging;
 //! - [`metrics`]: `GET /metrics` counts through tasks' lives, restarts and `kill -9`;
 //! - [`reload`]: SIGHUP and `mcp-taskd reload`: tokens, tools, limits, refused files
@@ -53,6 +55,7 @@ mod listen_streams;
 mod litestream;
 mod metrics;
 mod notifications;
+mod oauth;
 mod operator;
 mod postgres;
 mod reaping;

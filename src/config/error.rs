@@ -89,10 +89,38 @@ pub enum ConfigError {
          - _ . / only, and not overlap server.endpoint, /healthz or /metrics"
     )]
     DashboardPath { path: String },
+    #[error("{field}: {why}")]
+    OAuthUrl { field: String, why: String },
+    #[error("auth.oauth.principal_claim must not be empty")]
+    OAuthClaim,
+    #[error("auth.oauth.audiences must not hold an empty audience")]
+    OAuthAudience,
+    #[error(
+        "{field}: \"{scope}\" is not a scope (printable ASCII without spaces, quotes or \
+         backslashes)"
+    )]
+    Scope { scope: String, field: String },
+    #[error(
+        "auth.oauth.introspection_endpoint needs auth.oauth.client_id and \
+         auth.oauth.client_secret_file"
+    )]
+    IntrospectionClient,
+    #[error("auth.oauth.jwks_cooldown_ms and provider_timeout_ms must be positive")]
+    OAuthTimes,
+    #[error("auth.oauth.client_secret_file {}: {source}", path.display())]
+    ClientSecret {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "[auth.oauth] on non-loopback {listen} needs server.public_url (where clients reach \
+         this server: tokens are bound to that URL)"
+    )]
+    OAuthWithoutPublicUrl { listen: SocketAddr },
     #[error("builtin.sets: unknown set \"{name}\" (known: {})", known_sets())]
     UnknownBuiltinSet { name: String },
     #[error(
-        "refusing to listen on non-loopback {listen} without [[auth.tokens]] \
+        "refusing to listen on non-loopback {listen} without [[auth.tokens]] or [auth.oauth] \
          (set server.allow_unauthenticated_remote = true to override)"
     )]
     UnauthenticatedRemote { listen: SocketAddr },

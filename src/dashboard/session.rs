@@ -57,6 +57,7 @@ impl Sessions {
             Credential::Anonymous => "anonymous".to_owned(),
             Credential::Token(digest) => hex::encode(digest),
             Credential::Local => "local".to_owned(),
+            Credential::Access { exp } => format!("access-token until {exp}"),
         };
         let mut tag = self.mac("credential", &text);
         tag.truncate(32);

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::{Emitter, Request, Service};
-use crate::auth::Identity;
+use crate::auth::{Identity, Scopes};
 use crate::config::Config;
 use crate::later::Later;
 use crate::liveness;
@@ -275,7 +275,9 @@ impl Service {
                 // Bounded by the inline wait: not a stall of this request thread.
                 liveness::unwatched(|| self.wait_for_task(request, task_id, None, wait, emitter))
             }
-            _ => liveness::unwatched(|| self.cancel_task(request.identity, task_id)),
+            _ => {
+                liveness::unwatched(|| self.cancel_task(request.identity, request.scopes, task_id))
+            }
         };
         Some(answer)
     }
@@ -312,7 +314,7 @@ impl Service {
         wait: Duration,
         emitter: &mut dyn Emitter,
     ) -> Result<Value, RpcError> {
-        let identity = request.identity;
+        let (identity, scopes) = (request.identity, request.scopes);
         let capabilities = &request.meta.capabilities;
         let Some(_slot) = self.bridge.admit_waiter() else {
             return self.task_answer(request, task_id, tool, emitter);
@@ -322,7 +324,10 @@ impl Service {
         let deadline = Instant::now() + wait;
         let mut progress = Progress::new(request.meta.progress_token.clone());
         loop {
-            let task = match self.tasks.get(identity, task_id, &reading_capabilities()) {
+            let task = match self
+                .tasks
+                .get(identity, scopes, task_id, &reading_capabilities())
+            {
                 Ok(task) => task,
                 Err(error) if error == RpcError::task_not_found() => {
                     return Ok(no_such_task(task_id))
@@ -345,7 +350,7 @@ impl Service {
                     .flatten()
                 {
                     Some(responses) => {
-                        self.tasks.update(identity, task_id, responses?)?;
+                        self.tasks.update(identity, scopes, task_id, responses?)?;
                         continue;
                     }
                     // Nobody here can answer: waiting would only run the clock out.
@@ -367,10 +372,12 @@ impl Service {
         tool: Option<&str>,
         emitter: &dyn Emitter,
     ) -> Result<Value, RpcError> {
-        match self
-            .tasks
-            .get(request.identity, task_id, &reading_capabilities())
-        {
+        match self.tasks.get(
+            request.identity,
+            request.scopes,
+            task_id,
+            &reading_capabilities(),
+        ) {
             Ok(task) => {
                 let requests = task["inputRequests"].as_object();
                 // Whether task_wait can put the task's questions to this client.
@@ -386,9 +393,17 @@ impl Service {
     }
 
     /// `task_cancel`: cancels, gives a running attempt a moment to stop, then reports.
-    fn cancel_task(&self, identity: &Identity, task_id: &str) -> Result<Value, RpcError> {
+    fn cancel_task(
+        &self,
+        identity: &Identity,
+        scopes: &Scopes,
+        task_id: &str,
+    ) -> Result<Value, RpcError> {
         let watch = self.hub.watch_task(task_id);
-        let before = match self.tasks.get(identity, task_id, &reading_capabilities()) {
+        let before = match self
+            .tasks
+            .get(identity, scopes, task_id, &reading_capabilities())
+        {
             Ok(task) => task,
             Err(error) if error == RpcError::task_not_found() => return Ok(no_such_task(task_id)),
             Err(error) => return Err(error),
@@ -399,14 +414,16 @@ impl Service {
                 "Task {task_id} had already finished ({status}); nothing was cancelled."
             )));
         }
-        match self.tasks.cancel(identity, task_id) {
+        match self.tasks.cancel(identity, scopes, task_id) {
             Ok(_) => {}
             Err(error) if error == RpcError::task_not_found() => return Ok(no_such_task(task_id)),
             Err(error) => return Err(error),
         }
         let deadline = Instant::now() + CANCEL_SETTLE;
         loop {
-            let now = self.tasks.get(identity, task_id, &reading_capabilities())?;
+            let now = self
+                .tasks
+                .get(identity, scopes, task_id, &reading_capabilities())?;
             let status = now["status"].as_str().unwrap_or_default().to_owned();
             let settled = TaskStatus::parse(&status).is_none_or(TaskStatus::is_terminal);
             let left = deadline.saturating_duration_since(Instant::now());

@@ -64,6 +64,7 @@ impl Service {
             filter,
             subscription,
             identity: request.identity.clone(),
+            scopes: request.scopes.clone(),
             capabilities: request.meta.capabilities.clone(),
             changes_after,
         }))

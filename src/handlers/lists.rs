@@ -7,9 +7,11 @@ use serde_json::{json, Value};
 
 use super::request_state::Binding;
 use super::{input_responses, object_param, Request, Service};
+use crate::auth::Scopes;
 use crate::catalog::PromptCall;
+use crate::config::ToolsListPolicy;
 use crate::protocol::envelope::{META_SERVER_INFO, TASKS_EXTENSION};
-use crate::protocol::{RpcError, SUPPORTED_VERSIONS};
+use crate::protocol::{RpcError, META_REQUIRED_SCOPES, SUPPORTED_VERSIONS};
 use crate::tools::panics::run_tool;
 use crate::tools::Outcome;
 
@@ -62,9 +64,45 @@ impl Service {
         Ok(self.cacheable(result))
     }
 
+    /// Every tool, unless `[auth.oauth] tools_list = "filter"` leaves out those the
+    /// caller's access token lacks scopes for; with `"mark"` (the default) those carry
+    /// the scopes in `_meta`. Either way a call to such a tool gets 403 naming them, so
+    /// no tool is hidden that a call would reach. A list that depends on the caller's
+    /// scopes is cached privately.
     pub(super) fn tools_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
-        let tools = self.listed_tools(request);
-        self.page(request, "tools", tools.into_iter())
+        let mut tools = self.listed_tools(request);
+        let mut personal = false;
+        if let Scopes::Granted(_) = request.scopes {
+            let settings = self.live.load();
+            let policy = settings
+                .config
+                .auth
+                .oauth
+                .as_ref()
+                .map_or(ToolsListPolicy::Mark, |oauth| oauth.tools_list);
+            tools.retain_mut(|listed| {
+                let required = listed["name"]
+                    .as_str()
+                    .and_then(|name| settings.tools.get(name))
+                    .map_or(&[][..], |tool| &tool.spec.scopes[..]);
+                if !request.scopes.lacks(required) {
+                    return true;
+                }
+                personal = true;
+                match policy {
+                    ToolsListPolicy::Filter => false,
+                    ToolsListPolicy::Mark => {
+                        listed["_meta"][META_REQUIRED_SCOPES] = json!(required);
+                        true
+                    }
+                }
+            });
+        }
+        let mut result = self.page(request, "tools", tools.into_iter())?;
+        if personal {
+            result["cacheScope"] = json!("private");
+        }
+        Ok(result)
     }
 
     pub(super) fn resources_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {

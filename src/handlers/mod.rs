@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::auth::Identity;
+use crate::auth::{Identity, Scopes};
 use crate::catalog::Catalog;
 use crate::later::Later;
 use crate::live::Live;
@@ -60,6 +60,8 @@ pub trait Emitter {
 /// A request that passed transport validation, as the handlers see it.
 pub struct Request<'a> {
     pub identity: &'a Identity,
+    /// What the caller's credential reaches (tools' `scopes`).
+    pub scopes: &'a Scopes,
     pub envelope: &'a Envelope,
     pub meta: &'a RequestMeta,
 }
@@ -73,6 +75,9 @@ pub struct Listen {
     /// Task notifications are re-read with the subscriber's own identity and
     /// capabilities, never taken from the hint.
     pub identity: Identity,
+    /// The scopes of the listen request's token: a task of a tool it lacks scopes for
+    /// is not sent.
+    pub scopes: Scopes,
     pub capabilities: ClientCapabilities,
     /// The outbox position when the listen arrived: changes at or before it are not
     /// replayed.

@@ -4,7 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{Request, Service};
-use crate::auth::Identity;
+use crate::auth::{Identity, Scopes};
 use crate::protocol::envelope::TASKS_EXTENSION;
 use crate::protocol::{ClientCapabilities, RpcError};
 
@@ -22,10 +22,14 @@ impl Service {
     pub fn task_notification(
         &self,
         identity: &Identity,
+        scopes: &Scopes,
         capabilities: &ClientCapabilities,
         task_id: &str,
     ) -> Option<TaskNotification> {
-        let (status, detailed) = self.tasks.snapshot(identity, task_id, capabilities).ok()?;
+        let (status, detailed) = self
+            .tasks
+            .snapshot(identity, scopes, task_id, capabilities)
+            .ok()?;
         let Value::Object(mut params) = detailed else {
             return None;
         };
@@ -46,19 +50,19 @@ impl Service {
             .envelope
             .str_param("taskId")
             .ok_or_else(RpcError::task_not_found)?;
-        let identity = request.identity;
+        let (identity, scopes) = (request.identity, request.scopes);
         match request.envelope.method.as_str() {
             "tasks/get" => self
                 .tasks
-                .get(identity, task_id, &request.meta.capabilities),
+                .get(identity, scopes, task_id, &request.meta.capabilities),
             "tasks/update" => {
                 let responses = match request.envelope.params.get("inputResponses") {
                     Some(Value::Object(responses)) => responses.clone(),
                     _ => return Err(RpcError::invalid_params("inputResponses must be an object")),
                 };
-                self.tasks.update(identity, task_id, responses)
+                self.tasks.update(identity, scopes, task_id, responses)
             }
-            _ => self.tasks.cancel(identity, task_id),
+            _ => self.tasks.cancel(identity, scopes, task_id),
         }
     }
 }

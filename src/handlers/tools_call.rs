@@ -45,6 +45,9 @@ impl Service {
             .get(name)
             .cloned()
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?;
+        // Before anything else about the call: a missing scope is 403 whatever the
+        // arguments, so that the client steps up once.
+        self.tasks.require_scopes(request.scopes, name)?;
         let capabilities = &request.meta.capabilities;
         // A client that does not speak tasks still gets task tools as tasks, through
         // the bridge, unless it is off.

@@ -13,7 +13,7 @@ use super::sessions::Session;
 use super::stream::CallSink;
 use super::tasks;
 use super::Legacy;
-use crate::auth::Identity;
+use crate::auth::Caller;
 use crate::handlers::{Reply, Request, Service};
 use crate::later::Later;
 use crate::protocol::envelope::TASKS_EXTENSION;
@@ -81,7 +81,7 @@ impl Legacy {
     pub(super) fn call(
         &self,
         session: &Session,
-        identity: &Identity,
+        caller: &Caller,
         envelope: Envelope,
         sink: &mut CallSink,
     ) -> Result<Value, RpcError> {
@@ -115,13 +115,13 @@ impl Legacy {
             "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel"
                 if session.version == tasks::TASKS_VERSION =>
             {
-                self.task_method(session, identity, &envelope, sink)
+                self.task_method(session, caller, &envelope, sink)
             }
             "tools/call" if session.version == tasks::TASKS_VERSION => {
                 let as_task = self.task_gate(session, &envelope)?;
-                self.shared(session, identity, envelope, sink, as_task)
+                self.shared(session, caller, envelope, sink, as_task)
             }
-            method if shared(method) => self.shared(session, identity, envelope, sink, false),
+            method if shared(method) => self.shared(session, caller, envelope, sink, false),
             method => Err(RpcError::method_not_found(method)),
         }
     }
@@ -132,7 +132,7 @@ impl Legacy {
     fn shared(
         &self,
         session: &Session,
-        identity: &Identity,
+        caller: &Caller,
         mut envelope: Envelope,
         sink: &mut CallSink,
         as_task: bool,
@@ -169,7 +169,8 @@ impl Legacy {
         for _ in 0..MAX_INPUT_ROUNDS {
             let reply = self.service.handle(
                 &Request {
-                    identity,
+                    identity: &caller.identity,
+                    scopes: &caller.scopes,
                     envelope: &envelope,
                     meta: &meta,
                 },

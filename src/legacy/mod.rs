@@ -22,7 +22,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tiny_http::{Method, Response};
 
-use crate::auth::{Authenticator, Credential, Identity};
+use crate::auth::oauth::Metadata;
+use crate::auth::{Authenticator, Caller, Credential, Identity};
 use crate::config::SessionLimits;
 use crate::handlers::Service;
 use crate::metrics::Metrics;
@@ -154,28 +155,29 @@ impl Legacy {
     /// Serves one legacy request to the end (a GET stream on its own thread).
     fn serve_request(self: &Arc<Self>, mut request: tiny_http::Request, inbound: Inbound) {
         let Inbound {
-            identity,
-            credential,
+            caller,
+            challenger,
             message,
         } = inbound;
+        let identity = &caller.identity;
         if message.is_none() && request.body_length().is_none() {
             // An unread chunked body would be parsed as the next request on this
             // connection (see the transport's rejection path): read it to its end.
             let _ = std::io::copy(request.as_reader(), &mut std::io::sink());
         }
         match (request.method().clone(), message) {
-            (Method::Get, None) => self.open_stream(request, &identity),
+            (Method::Get, None) => self.open_stream(request, identity),
             (Method::Delete, None) => {
                 let response = match header(&request, "Mcp-Session-Id") {
                     None => no_session(),
-                    Some(id) => match self.sessions.end(id, &identity) {
+                    Some(id) => match self.sessions.end(id, identity) {
                         Ok(()) => json_response(200, None, &[]),
                         Err(_) => session_not_found(),
                     },
                 };
                 let _ = request.respond(response);
             }
-            (_, Some(message)) => self.post(request, &identity, credential, message),
+            (_, Some(message)) => self.post(request, &caller, challenger, message),
             (_, None) => {
                 let _ = request.respond(refusal(
                     405,
@@ -255,10 +257,11 @@ impl Legacy {
     fn post(
         &self,
         request: tiny_http::Request,
-        identity: &Identity,
-        credential: Credential,
+        caller: &Caller,
+        challenger: Option<Arc<Metadata>>,
         message: Value,
     ) {
+        let identity = &caller.identity;
         let is_response = message.get("method").is_none()
             && (message.get("result").is_some() || message.get("error").is_some());
         if is_response {
@@ -287,7 +290,7 @@ impl Legacy {
             && header(&request, "Mcp-Session-Id").is_none()
             && envelope.id.is_some();
         if opening {
-            let response = self.initialize(identity, credential, &envelope);
+            let response = self.initialize(identity, caller.credential, &envelope);
             let _ = request.respond(response);
             return;
         }
@@ -313,8 +316,8 @@ impl Legacy {
             return;
         };
         let cancelled = session.start_request(&id);
-        let sink = stream::CallSink::new(request, cancelled);
-        self.answer_call(&session, identity, envelope, id, sink);
+        let sink = stream::CallSink::new(request, cancelled, challenger);
+        self.answer_call(&session, caller, envelope, id, sink);
     }
 
     /// Runs one call of `session` and writes its answer through `sink`, whichever wire
@@ -322,21 +325,25 @@ impl Legacy {
     fn answer_call(
         &self,
         session: &Session,
-        identity: &Identity,
+        caller: &Caller,
         envelope: Envelope,
         id: Value,
         mut sink: stream::CallSink,
     ) {
         let method = envelope.method.clone();
-        let result = self.call(session, identity, envelope, &mut sink);
+        let result = self.call(session, caller, envelope, &mut sink);
         session.end_request(&id);
         self.metrics.record_request(&method, result.is_ok());
-        let message = match result {
-            Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-            Err(error) => error_body(&id, &error),
-        };
-        // JSON-RPC errors travel with 200 on this wire: legacy SDKs only parse 2xx.
-        sink.finish(200, message);
+        match result {
+            Ok(result) => sink.finish(200, json!({ "jsonrpc": "2.0", "id": id, "result": result })),
+            // A missing scope is HTTP 403 with its challenge (clients step up on it);
+            // other JSON-RPC errors travel with 200 on this wire: legacy SDKs only
+            // parse 2xx.
+            Err(error) if error.insufficient_scope => {
+                sink.finish_forbidden(error_body(&id, &error), &error)
+            }
+            Err(error) => sink.finish(200, error_body(&id, &error)),
+        }
     }
 
     fn initialize(

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::sessions::Session;
 use super::stream::CallSink;
 use super::{era, error_body, methods, Legacy};
-use crate::auth::{Credential, Identity};
+use crate::auth::{Caller, Credential, Identity, Scopes};
 use crate::protocol::{ClientCapabilities, Envelope, RpcError};
 use crate::transport::Wire;
 
@@ -115,8 +115,13 @@ impl Legacy {
         };
         let cancelled = session.start_request(&id);
         let sink = CallSink::on_wire(Arc::clone(wire), cancelled);
-        let identity = session.identity.clone();
-        self.answer_call(session, &identity, envelope, id, sink);
+        // Over stdio the host is the local user: every tool, no scopes.
+        let caller = Caller {
+            identity: session.identity.clone(),
+            scopes: Scopes::Unrestricted,
+            credential: Credential::Local,
+        };
+        self.answer_call(session, &caller, envelope, id, sink);
     }
 
     /// Ends the connection's session: its calls are told to stop, its forwarder ends.

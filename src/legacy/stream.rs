@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 use tiny_http::{Header, Response, StatusCode};
 
 use super::sessions::{Session, Sessions, StreamEvent};
+use crate::auth::oauth::Metadata;
 use crate::handlers::Emitter;
+use crate::protocol::RpcError;
 use crate::transport::sse::SseWriter;
 use crate::transport::Wire;
 
@@ -51,6 +53,8 @@ pub fn json_response(
 pub struct CallSink {
     state: SinkState,
     cancelled: Arc<AtomicBool>,
+    /// Names the protected-resource metadata in a `403 insufficient_scope` challenge.
+    challenger: Option<Arc<Metadata>>,
 }
 
 enum SinkState {
@@ -68,13 +72,44 @@ impl CallSink {
         CallSink {
             state: SinkState::Wire(wire),
             cancelled,
+            challenger: None,
         }
     }
 
-    pub fn new(request: tiny_http::Request, cancelled: Arc<AtomicBool>) -> CallSink {
+    pub fn new(
+        request: tiny_http::Request,
+        cancelled: Arc<AtomicBool>,
+        challenger: Option<Arc<Metadata>>,
+    ) -> CallSink {
         CallSink {
             state: SinkState::Pending(request),
             cancelled,
+            challenger,
+        }
+    }
+
+    /// Ends a call refused for a missing scope: HTTP 403 with the challenge naming
+    /// every scope `error` needs (clients step up on it), when nothing was streamed
+    /// yet; otherwise as any other error message.
+    pub fn finish_forbidden(self, message: Value, error: &RpcError) {
+        match (self.state, &self.challenger, error.required_scopes()) {
+            (SinkState::Pending(request), Some(metadata), Some(scopes)) => {
+                let description = "the token lacks scopes this operation needs";
+                let challenge =
+                    metadata.challenge(Some(("insufficient_scope", description)), &scopes);
+                let response = json_response(
+                    error.http_status,
+                    Some(&message),
+                    &[("WWW-Authenticate", &challenge)],
+                );
+                let _ = request.respond(response);
+            }
+            (state, _, _) => CallSink {
+                state,
+                cancelled: self.cancelled,
+                challenger: None,
+            }
+            .finish(200, message),
         }
     }
 

@@ -18,7 +18,7 @@ use super::outbound;
 use super::sessions::Session;
 use super::stream::CallSink;
 use super::Legacy;
-use crate::auth::Identity;
+use crate::auth::{Caller, Identity, Scopes};
 use crate::handlers::{Emitter, Service};
 use crate::protocol::envelope::TASKS_EXTENSION;
 use crate::protocol::error::code;
@@ -128,8 +128,14 @@ pub fn announce_status(service: &Service, session: &Session, task_id: &str, keep
     let capabilities = with_tasks_extension(&session.capabilities);
     let fields = match service
         .tasks
-        .snapshot(&session.identity, task_id, &capabilities)
-    {
+        // Status changes carry no result; the session follows the tasks its own
+        // requests read, which checked their scopes then.
+        .snapshot(
+            &session.identity,
+            &Scopes::Unrestricted,
+            task_id,
+            &capabilities,
+        ) {
         Ok((_, fields)) => fields,
         Err(_) => {
             session.forget_task(task_id);
@@ -192,10 +198,11 @@ impl Legacy {
     pub(super) fn task_method(
         &self,
         session: &Session,
-        identity: &Identity,
+        caller: &Caller,
         envelope: &Envelope,
         sink: &mut CallSink,
     ) -> Result<Value, RpcError> {
+        let (identity, scopes) = (&caller.identity, &caller.scopes);
         if envelope.method == "tasks/list" {
             return self.list_tasks(identity, envelope);
         }
@@ -203,7 +210,11 @@ impl Legacy {
             .str_param("taskId")
             .ok_or_else(|| RpcError::invalid_params("taskId must be a string"))?;
         let capabilities = with_tasks_extension(&session.capabilities);
-        let read = || self.service.tasks.get(identity, task_id, &capabilities);
+        let read = || {
+            self.service
+                .tasks
+                .get(identity, scopes, task_id, &capabilities)
+        };
         match envelope.method.as_str() {
             "tasks/get" => {
                 let task = legacy_task(&read()?);
@@ -217,7 +228,7 @@ impl Legacy {
                         "Cannot cancel a task in a terminal status",
                     ));
                 }
-                self.service.tasks.cancel(identity, task_id)?;
+                self.service.tasks.cancel(identity, scopes, task_id)?;
                 let deadline = Instant::now() + CANCEL_SETTLE;
                 loop {
                     let now = read()?;
@@ -228,7 +239,7 @@ impl Legacy {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
-            _ => self.task_result(session, identity, task_id, sink, &read),
+            _ => self.task_result(session, caller, task_id, sink, &read),
         }
     }
 
@@ -236,7 +247,7 @@ impl Legacy {
     fn task_result(
         &self,
         session: &Session,
-        identity: &Identity,
+        caller: &Caller,
         task_id: &str,
         sink: &mut CallSink,
         read: &dyn Fn() -> Result<Value, RpcError>,
@@ -271,7 +282,12 @@ impl Legacy {
                     };
                     let responses =
                         outbound::ask_all(session, sink, &requests, timeout, Some(task_id))?;
-                    self.service.tasks.update(identity, task_id, responses)?;
+                    self.service.tasks.update(
+                        &caller.identity,
+                        &caller.scopes,
+                        task_id,
+                        responses,
+                    )?;
                     pause = Duration::from_millis(20);
                 }
                 _ => {

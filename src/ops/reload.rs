@@ -195,6 +195,8 @@ impl Reloader {
             .map_err(|error| one_line(&error, &file))?;
         let running = self.live.load_full();
         let restart_needed = keep_running(&mut config, &running.config);
+        // Not a key of the file: the listener keeps the address it bound.
+        config.server.bound = running.config.server.bound;
         // The configuration that will run (restart-only keys at their running values)
         // must pass the checks too: say, tokens removed while listening beyond loopback.
         config.check().map_err(|error| error.to_string())?;

@@ -30,6 +30,10 @@ pub struct RpcError {
     pub http_status: u16,
     /// Seconds for the HTTP `Retry-After` header: the failure is temporary (503).
     pub retry_after_s: Option<u16>,
+    /// A `403 insufficient_scope`: the transport names `data.requiredScopes` (every
+    /// OAuth scope the operation needs) in its `WWW-Authenticate` challenge. A flag, not
+    /// the list, so that errors stay small on hot paths.
+    pub insufficient_scope: bool,
 }
 
 impl RpcError {
@@ -45,6 +49,7 @@ impl RpcError {
             data: None,
             http_status,
             retry_after_s: None,
+            insufficient_scope: false,
         }
     }
 
@@ -64,6 +69,23 @@ impl RpcError {
         RpcError {
             retry_after_s: Some(seconds),
             ..Self::new(code::INTERNAL_ERROR, message).with_status(503)
+        }
+    }
+
+    /// HTTP 403 for an access token without every scope in `scopes` (all of them are
+    /// named, so that one step-up authorization is enough).
+    pub fn insufficient_scope(scopes: &[String]) -> Self {
+        RpcError {
+            insufficient_scope: true,
+            ..Self::new(
+                code::INVALID_REQUEST,
+                format!(
+                    "Forbidden: the access token lacks the scopes this needs ({})",
+                    scopes.join(" ")
+                ),
+            )
+            .with_status(403)
+            .with_data(json!({ "requiredScopes": scopes }))
         }
     }
 
@@ -113,6 +135,20 @@ impl RpcError {
     pub fn unsupported_version(requested: &str, supported: &[&str]) -> Self {
         Self::new(code::UNSUPPORTED_VERSION, "Unsupported protocol version")
             .with_data(json!({ "requested": requested, "supported": supported }))
+    }
+
+    /// The scopes of a `403 insufficient_scope` (see [`RpcError::insufficient_scope`]).
+    pub fn required_scopes(&self) -> Option<Vec<String>> {
+        if !self.insufficient_scope {
+            return None;
+        }
+        let scopes = self.data.as_ref()?.get("requiredScopes")?.as_array()?;
+        Some(
+            scopes
+                .iter()
+                .filter_map(|scope| scope.as_str().map(str::to_owned))
+                .collect(),
+        )
     }
 
     /// The `error` member of a JSON-RPC response.

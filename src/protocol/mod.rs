@@ -43,3 +43,6 @@ pub const METHODS: &[&str] = &[
 
 /// `_meta` key a client may set on `tools/call` to make task submission idempotent.
 pub const META_IDEMPOTENCY_KEY: &str = "dev.mcp-taskd/idempotencyKey";
+/// `tools/list` marks a tool the caller's access token lacks scopes for with them here
+/// (`[auth.oauth] tools_list = "mark"`).
+pub const META_REQUIRED_SCOPES: &str = "dev.mcp-taskd/requiredScopes";

@@ -14,7 +14,7 @@ use super::model::{
 };
 use super::payload_gate::{Admitted, PayloadGate};
 use super::workers::Inflight;
-use crate::auth::Identity;
+use crate::auth::{Identity, Scopes};
 use crate::clock::{now_ms, rfc3339};
 use crate::later::Later;
 use crate::live::Live;
@@ -204,6 +204,7 @@ impl TaskService {
     pub fn get(
         &self,
         identity: &Identity,
+        scopes: &Scopes,
         task_id: &str,
         capabilities: &ClientCapabilities,
     ) -> Result<Value, RpcError> {
@@ -219,18 +220,53 @@ impl TaskService {
         match admitted {
             Admitted::Unknown => Err(RpcError::task_not_found()),
             Admitted::Refused(busy) => Err(busy),
-            Admitted::Read(task, _permit) => self.detailed(&task, capabilities),
+            Admitted::Read(task, _permit) => {
+                self.require_scopes(scopes, &task.tool)?;
+                self.detailed(&task, capabilities)
+            }
         }
+    }
+
+    /// 403 `insufficient_scope` when `scopes` lack what the tool `tool` needs: an
+    /// access token reaches a tool's tasks only with the tool's scopes. (Asked only
+    /// about the caller's own tasks: a foreign task is unknown before this.)
+    pub fn require_scopes(&self, scopes: &Scopes, tool: &str) -> Result<(), RpcError> {
+        let Scopes::Granted(_) = scopes else {
+            return Ok(());
+        };
+        let tools = Arc::clone(&self.live.load().tools);
+        let required = tools.get(tool).map_or(&[][..], |t| &t.spec.scopes[..]);
+        if scopes.lacks(required) {
+            return Err(RpcError::insufficient_scope(required));
+        }
+        Ok(())
+    }
+
+    /// Checks the caller's scopes against the task's tool before a change (read first:
+    /// nothing changes for a caller without them). Free for static tokens.
+    fn authorize_change(
+        &self,
+        identity: &Identity,
+        scopes: &Scopes,
+        task_id: &str,
+    ) -> Result<(), RpcError> {
+        if let Scopes::Granted(_) = scopes {
+            let task = self.find(identity, task_id)?;
+            self.require_scopes(scopes, &task.tool)?;
+        }
+        Ok(())
     }
 
     /// [`TaskService::get`] with the status it found, for callers that act on it.
     pub fn snapshot(
         &self,
         identity: &Identity,
+        scopes: &Scopes,
         task_id: &str,
         capabilities: &ClientCapabilities,
     ) -> Result<(TaskStatus, Value), RpcError> {
         let task = self.find(identity, task_id)?;
+        self.require_scopes(scopes, &task.tool)?;
         Ok((task.status, self.detailed(&task, capabilities)?))
     }
 
@@ -343,10 +379,12 @@ impl TaskService {
     pub fn update(
         &self,
         identity: &Identity,
+        scopes: &Scopes,
         task_id: &str,
         responses: Map<String, Value>,
     ) -> Result<Value, RpcError> {
         check_task_id(task_id)?;
+        self.authorize_change(identity, scopes, task_id)?;
         let effect = self
             .store
             .update(identity, task_id, responses)
@@ -364,8 +402,14 @@ impl TaskService {
 
     /// `tasks/cancel`: records durable intent; queued and waiting tasks end at once,
     /// running attempts are told and end as soon as they notice.
-    pub fn cancel(&self, identity: &Identity, task_id: &str) -> Result<Value, RpcError> {
+    pub fn cancel(
+        &self,
+        identity: &Identity,
+        scopes: &Scopes,
+        task_id: &str,
+    ) -> Result<Value, RpcError> {
         check_task_id(task_id)?;
+        self.authorize_change(identity, scopes, task_id)?;
         let effect = self.store.cancel(identity, task_id).map_err(internal)?;
         match effect {
             CancelEffect::NotFound => Err(RpcError::task_not_found()),

@@ -88,6 +88,8 @@ pub struct ToolSpec {
     /// How long a call from a client that does not speak tasks waits for the task
     /// before it gets a handle (`None`: the server's `tasks.inline_wait_ms`).
     pub inline_wait: Option<Duration>,
+    /// OAuth scopes an access token needs for this tool and its tasks (all of them).
+    pub scopes: Vec<String>,
 }
 
 impl ToolSpec {
@@ -106,6 +108,7 @@ impl ToolSpec {
             idempotency_argument: None,
             max_concurrency: None,
             inline_wait: None,
+            scopes: Vec::new(),
         }
     }
 

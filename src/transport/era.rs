@@ -7,14 +7,17 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::auth::{Authenticator, Credential, Identity};
+use crate::auth::oauth::Metadata;
+use crate::auth::{Authenticator, Caller};
 
 /// A request of the other era that the transport admitted: who sent it, and its JSON
 /// body (`None` for `GET` and `DELETE`).
 pub struct Inbound {
-    pub identity: Identity,
-    /// What the request authenticated with (a session keeps it: see [`Credential`]).
-    pub credential: Credential,
+    /// Who sent it, and what it authenticated with (a session keeps the credential:
+    /// see [`crate::auth::Credential`]).
+    pub caller: Caller,
+    /// Names the protected-resource metadata in a `403 insufficient_scope` challenge.
+    pub challenger: Option<Arc<Metadata>>,
     pub message: Option<Value>,
 }
 

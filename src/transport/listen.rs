@@ -215,8 +215,12 @@ pub(crate) fn render_frame(
             }
             // One fresh read with the subscriber's identity covers every hint the
             // mailbox coalesced for this task.
-            let task =
-                service.task_notification(&listen.identity, &listen.capabilities, &task_id)?;
+            let task = service.task_notification(
+                &listen.identity,
+                &listen.scopes,
+                &listen.capabilities,
+                &task_id,
+            )?;
             if task.terminal {
                 finished_tasks.insert(task_id);
             }

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tiny_http::{Header, Method, Response, StatusCode};
 
-use crate::auth::{Authenticator, Credential, Identity};
+use crate::auth::oauth::Metadata;
+use crate::auth::{Authenticator, Caller, Credential, Identity, Refusal};
 use crate::handlers::{Emitter, Listen, Reply, Request, Service};
 use crate::live::Live;
 use crate::metrics::{Metrics, Snapshot};
@@ -113,6 +114,66 @@ fn error_response(id: &Value, error: &RpcError) -> Response<Body> {
     }
 }
 
+/// The answer to a request whose credential was refused: 401 with a challenge that
+/// names the protected-resource metadata (when OAuth is advertised) and the scopes for
+/// basic use, or 503 when the authorization server could not be asked.
+fn refused(auth: &Authenticator, refusal: &Refusal) -> Response<Body> {
+    let error = match refusal {
+        Refusal::Unavailable => {
+            let error = RpcError::unavailable(
+                "the authorization server could not be reached to check the token",
+                5,
+            );
+            return error_response(&Value::Null, &error);
+        }
+        Refusal::Missing => None,
+        Refusal::Invalid(why) => Some(("invalid_token", *why)),
+    };
+    let message = match error {
+        Some((_, why)) => format!("Unauthorized: {why}"),
+        None => "Unauthorized: a valid bearer token is required".to_owned(),
+    };
+    let rpc = RpcError::invalid_request(message).with_status(401);
+    let challenge = match &auth.oauth {
+        Some(oauth) => oauth.metadata.challenge(error, &[]),
+        None => "Bearer".to_owned(),
+    };
+    with_header(
+        error_response(&Value::Null, &rpc),
+        "WWW-Authenticate",
+        &challenge,
+    )
+}
+
+/// The protected-resource metadata document (RFC 9728): public, cacheable, readable by
+/// any origin (browser-based clients discover it too).
+fn metadata_page(method: &Method, document: &str) -> Response<Body> {
+    if !matches!(method, Method::Get | Method::Head) {
+        return with_header(
+            json_response(405, &json!({"error": "method not allowed"})),
+            "Allow",
+            "GET",
+        );
+    }
+    let bytes = document.as_bytes().to_vec();
+    let length = bytes.len();
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Cache-Control", "public, max-age=3600"),
+        ("Access-Control-Allow-Origin", "*"),
+    ]
+    .iter()
+    .filter_map(|(name, value)| Header::from_bytes(name.as_bytes(), value.as_bytes()).ok())
+    .collect();
+    Response::new(
+        StatusCode(200),
+        headers,
+        Cursor::new(bytes),
+        Some(length),
+        None,
+    )
+}
+
 fn with_header(mut response: Response<Body>, name: &str, value: &str) -> Response<Body> {
     if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
         response.add_header(header);
@@ -172,8 +233,9 @@ enum Admitted {
 }
 
 struct AdmittedRequest {
-    identity: Identity,
-    credential: Credential,
+    caller: Caller,
+    /// Names the protected-resource metadata in a `403 insufficient_scope` challenge.
+    challenger: Option<Arc<Metadata>>,
     envelope: Envelope,
     meta: RequestMeta,
 }
@@ -227,16 +289,17 @@ impl Frontend {
             }
             Admitted::Mcp(admitted) => {
                 let AdmittedRequest {
-                    identity,
-                    credential,
+                    caller,
+                    challenger,
                     envelope,
                     meta,
                 } = *admitted;
                 let id = envelope.id.clone().unwrap_or(Value::Null);
-                let mut sink = ResponseSink::Pending(request);
+                let mut sink = ResponseSink::Pending(request, challenger);
                 let reply = self.service.handle(
                     &Request {
-                        identity: &identity,
+                        identity: &caller.identity,
+                        scopes: &caller.scopes,
                         envelope: &envelope,
                         meta: &meta,
                     },
@@ -259,8 +322,8 @@ impl Frontend {
                     Reply::Listen(listen) => {
                         self.metrics.record_request(&envelope.method, true);
                         match sink {
-                            ResponseSink::Pending(request) => {
-                                self.spawn_listen(request, listen, credential)
+                            ResponseSink::Pending(request, _) => {
+                                self.spawn_listen(request, listen, caller.credential)
                             }
                             // A listen handler never emits before it answers.
                             _ => self.hub.unsubscribe(listen.subscription.key),
@@ -282,6 +345,14 @@ impl Frontend {
         }
         if path == "/metrics" {
             return Respond(self.metrics_page(request.method()));
+        }
+        if let Some(document) = settings
+            .auth
+            .oauth
+            .as_ref()
+            .and_then(|oauth| oauth.metadata.document_at(&path))
+        {
+            return Admitted::Page(metadata_page(request.method(), document));
         }
         if let Some(dashboard) = self.dashboard.as_ref().filter(|d| d.owns(&path)) {
             // DNS-rebinding protection and, for the dashboard's POSTs, half of the
@@ -328,26 +399,19 @@ impl Frontend {
             let error = RpcError::invalid_request("more than one Authorization header");
             return Respond(error_response(&Value::Null, &error.with_status(400)));
         }
-        let authenticated = settings
-            .auth
-            .authenticate_with(header(request, "Authorization"));
-        let (identity, credential) = match authenticated {
-            Ok(authenticated) => authenticated,
-            Err(_) => {
-                let error =
-                    RpcError::invalid_request("Unauthorized: a valid bearer token is required")
-                        .with_status(401);
-                return Respond(with_header(
-                    error_response(&Value::Null, &error),
-                    "WWW-Authenticate",
-                    "Bearer",
-                ));
-            }
+        let caller = match settings.auth.authenticate(header(request, "Authorization")) {
+            Ok(caller) => caller,
+            Err(refusal) => return Respond(refused(&settings.auth, &refusal)),
         };
+        let challenger = settings
+            .auth
+            .oauth
+            .as_ref()
+            .map(|oauth| Arc::clone(&oauth.metadata));
         if legacy_verb {
             let inbound = Inbound {
-                identity,
-                credential,
+                caller,
+                challenger,
                 message: None,
             };
             return Admitted::Legacy(Box::new(inbound));
@@ -380,8 +444,8 @@ impl Frontend {
                 adopt_header_trace(&mut message, &trace);
             }
             let inbound = Inbound {
-                identity,
-                credential,
+                caller,
+                challenger,
                 message: Some(message),
             };
             return Admitted::Legacy(Box::new(inbound));
@@ -402,8 +466,8 @@ impl Frontend {
         };
         match self.check_request(request, &envelope) {
             Ok(meta) => Admitted::Mcp(Box::new(AdmittedRequest {
-                identity,
-                credential,
+                caller,
+                challenger,
                 envelope,
                 meta,
             })),
@@ -659,7 +723,9 @@ fn answer(
 /// Where a request's answer goes: a plain JSON response until the handler emits its
 /// first notification, an SSE stream from then on.
 enum ResponseSink {
-    Pending(tiny_http::Request),
+    /// Nothing sent yet; the metadata names itself in a `403 insufficient_scope`
+    /// challenge.
+    Pending(tiny_http::Request, Option<Arc<Metadata>>),
     Streaming(SseWriter),
     /// The client went away mid-stream; later output is dropped.
     Broken,
@@ -670,8 +736,15 @@ impl ResponseSink {
     /// streamed yet).
     fn finish_error(self, id: &Value, error: &RpcError) {
         match self {
-            ResponseSink::Pending(request) => {
-                let _ = request.respond(error_response(id, error));
+            ResponseSink::Pending(request, metadata) => {
+                let mut response = error_response(id, error);
+                if let (Some(scopes), Some(metadata)) = (error.required_scopes(), metadata) {
+                    let description = "the token lacks scopes this operation needs";
+                    let challenge =
+                        metadata.challenge(Some(("insufficient_scope", description)), &scopes);
+                    response = with_header(response, "WWW-Authenticate", &challenge);
+                }
+                let _ = request.respond(response);
             }
             sink => sink.finish(error.http_status, error_body(id, error)),
         }
@@ -681,7 +754,7 @@ impl ResponseSink {
     /// streamed yet, else as the last event of the stream.
     fn finish(self, status: u16, message: Value) {
         match self {
-            ResponseSink::Pending(request) => {
+            ResponseSink::Pending(request, _) => {
                 let _ = request.respond(json_response(status, &message));
             }
             ResponseSink::Streaming(mut stream) => {
@@ -699,7 +772,7 @@ impl Emitter for ResponseSink {
         let message = json!({ "jsonrpc": "2.0", "method": method, "params": params });
         let state = std::mem::replace(self, ResponseSink::Broken);
         *self = match state {
-            ResponseSink::Pending(request) => match SseWriter::start(request) {
+            ResponseSink::Pending(request, _) => match SseWriter::start(request) {
                 Ok(mut stream) => match stream.send(&message) {
                     Ok(()) => ResponseSink::Streaming(stream),
                     Err(_) => ResponseSink::Broken,

@@ -7,6 +7,7 @@
 //! throwaway PostgreSQL clusters ([`postgres`]: the second backend the suite runs on).
 
 mod http;
+pub mod idp;
 mod listen;
 pub mod postgres;
 mod rpc;

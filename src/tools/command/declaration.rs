@@ -60,6 +60,9 @@ pub struct CommandToolConfig {
     pub idempotency_argument: Option<String>,
     /// Most bytes the program may write to stdout in one run.
     pub max_output_bytes: Option<usize>,
+    /// OAuth scopes an access token needs to call the tool (and to reach its tasks).
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 fn default_task_policy() -> TaskPolicy {
@@ -112,6 +115,11 @@ pub enum DeclarationError {
     InlineWaitTooLong,
     #[error("idempotency_argument: \"{argument}\" is not a property of input_schema")]
     IdempotencyUndeclared { argument: String },
+    #[error(
+        "scopes: \"{scope}\" is not a scope (printable ASCII without spaces, quotes or \
+         backslashes)"
+    )]
+    Scope { scope: String },
 }
 
 impl CommandTool {
@@ -215,6 +223,16 @@ impl CommandTool {
             }
         }
 
+        if let Some(scope) = config
+            .scopes
+            .iter()
+            .find(|scope| !crate::config::is_scope_token(scope))
+        {
+            return Err(DeclarationError::Scope {
+                scope: scope.clone(),
+            });
+        }
+
         let spec = ToolSpec {
             name: config.name.clone(),
             title: config.title.clone(),
@@ -234,6 +252,7 @@ impl CommandTool {
             idempotency_argument: config.idempotency_argument.clone(),
             max_concurrency,
             inline_wait: config.inline_wait_ms.map(Duration::from_millis),
+            scopes: config.scopes.clone(),
         };
         let launch = Launch::new(&program, args, &working_dir, &env, MARKER);
         Ok(CommandTool {
