@@ -235,3 +235,42 @@ ALTER TABLE tasks ADD COLUMN issuer text NOT NULL DEFAULT '';
 -- The W3C trace context a task was created in (issue 33), as in schema.sql (migration
 -- 7): its `traceparent`, then a space and its `tracestate` when there is one.
 ALTER TABLE tasks ADD COLUMN trace_context text;
+
+-- migration 4
+-- Fair claiming (issue 29): the same columns and meaning as schema.sql's migration 8
+-- (src/tasks/model.rs, TURN). A claim takes the job of the highest `priority`, then of
+-- the smallest `turn`, then the oldest (jobs_turns), whatever the number of identities.
+-- - owner: the job's identity, every field length-prefixed (auth::Identity::key).
+-- - stride: TURN divided by the identity's weight when the job was created.
+-- - turn NULL: a retry waiting for its backoff (and the jobs queued before this
+--   migration); each claim statement gives due jobs their turns first (jobs_due).
+-- Two nodes (or the two creation transactions of one node) queueing jobs of one
+-- identity at the same moment read the same last turn: those jobs share turns, and the
+-- identity gets up to two turns for one while they last.
+ALTER TABLE jobs ADD COLUMN owner text NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN priority bigint NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN stride bigint NOT NULL DEFAULT 1048576;
+ALTER TABLE jobs ADD COLUMN turn bigint;
+UPDATE jobs SET owner = length(t.endpoint) || ':' || t.endpoint || length(t.issuer) || ':'
+        || t.issuer || length(t.tenant) || ':' || t.tenant || length(t.principal) || ':'
+        || t.principal
+    FROM tasks t WHERE t.id = jobs.task_id;
+DROP INDEX jobs_queued_by_tool;
+CREATE INDEX jobs_turns ON jobs (priority DESC, turn, task_id)
+    WHERE state = 'queued' AND turn IS NOT NULL;
+CREATE INDEX jobs_turns_by_owner ON jobs (owner, priority, turn)
+    WHERE state = 'queued' AND turn IS NOT NULL;
+CREATE INDEX jobs_due ON jobs (run_after) WHERE state = 'queued' AND turn IS NULL;
+
+-- The next turn of owner $1 at priority $2 for a job of stride $3: a stride after the
+-- owner's last queued turn there (jobs_turns_by_owner), never before the first turn
+-- queued there (jobs_turns). STABLE: every row of one statement sees the same queue,
+-- so a statement that queues several jobs of one owner adds each one's rank times its
+-- stride.
+CREATE FUNCTION taskd_turn(text, bigint, bigint) RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT GREATEST(
+        COALESCE((SELECT turn FROM jobs WHERE state = 'queued' AND turn IS NOT NULL
+                  AND priority = $2 ORDER BY turn LIMIT 1), 0),
+        COALESCE((SELECT turn FROM jobs WHERE state = 'queued' AND turn IS NOT NULL
+                  AND owner = $1 AND priority = $2 ORDER BY turn DESC LIMIT 1) + $3, 0))
+$$;

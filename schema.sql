@@ -347,3 +347,35 @@ ALTER TABLE tasks ADD COLUMN issuer TEXT NOT NULL DEFAULT '';
 -- process or node runs it and after any restart; command tools see it as TRACEPARENT
 -- and TRACESTATE. A trace id is not task content: it is fine in logs and dashboards.
 ALTER TABLE tasks ADD COLUMN trace_context TEXT;
+
+-- migration 8
+-- Fair claiming (issue 29; src/tasks/model.rs, TURN). Claims took the oldest ready job
+-- across everyone, so one identity's backlog of a tool held every other identity's
+-- jobs of that tool behind it. Now each ready job holds a `turn`, and a claim takes the
+-- job of the highest `priority`, then of the smallest turn, then the oldest: one seek in
+-- jobs_turns, whatever the number of identities. A new job takes its identity's next
+-- turn at its priority (sql::turns): `stride` after the identity's last queued job
+-- there (jobs_turns_by_owner), never before the first turn queued there (jobs_turns).
+-- - owner: the job's identity, every field length-prefixed (auth::Identity::key).
+-- - stride: TURN divided by the identity's weight when the job was created.
+-- - turn NULL: the job waits for its turn until `run_after` passes (a retry in its
+--   backoff, and the jobs queued before this migration); claims give due jobs their
+--   turns first, in `run_after` order (jobs_due), so that a waiting job is never among
+--   the jobs a claim reads past.
+-- jobs_ready stays: it finds the oldest ready job for /metrics.
+ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN stride INTEGER NOT NULL DEFAULT 1048576;
+ALTER TABLE jobs ADD COLUMN turn INTEGER;
+UPDATE jobs SET owner = (
+    SELECT length(endpoint) || ':' || endpoint || length(issuer) || ':' || issuer
+           || length(tenant) || ':' || tenant || length(principal) || ':' || principal
+    FROM tasks WHERE tasks.id = jobs.task_id);
+DROP INDEX jobs_queued_by_tool;
+CREATE INDEX jobs_turns ON jobs (priority DESC, turn)
+    WHERE state = 'queued' AND turn IS NOT NULL;
+CREATE INDEX jobs_turns_by_tool ON jobs (tool, priority DESC, turn)
+    WHERE state = 'queued' AND turn IS NOT NULL;
+CREATE INDEX jobs_turns_by_owner ON jobs (owner, priority, turn)
+    WHERE state = 'queued' AND turn IS NOT NULL;
+CREATE INDEX jobs_due ON jobs (run_after) WHERE state = 'queued' AND turn IS NULL;

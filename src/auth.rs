@@ -46,6 +46,21 @@ impl Identity {
             principal: "anonymous".into(),
         }
     }
+
+    /// The identity as one string, the key that fair claiming and quotas count by
+    /// (stored with each job as `owner`): every field, in order, as its length in
+    /// characters, `:`, and the field itself, so that no two identities share a key.
+    /// The schemas' migrations compute the same text in SQL
+    /// (`length(f) || ':' || f`, for endpoint, issuer, tenant and principal).
+    pub fn key(&self) -> String {
+        let mut key = String::new();
+        for field in [&self.endpoint, &self.issuer, &self.tenant, &self.principal] {
+            key.push_str(&field.chars().count().to_string());
+            key.push(':');
+            key.push_str(field);
+        }
+        key
+    }
 }
 
 /// What a caller's credential lets it reach, by OAuth scope.
@@ -321,6 +336,8 @@ mod tests {
             tenant: "t".into(),
             sha256: hex::encode(Sha256::digest(secret.as_bytes())),
             roles: Vec::new(),
+            weight: 1,
+            priority: 0,
         }
     }
 
@@ -338,6 +355,26 @@ mod tests {
         assert_eq!(refused(None), Refusal::Missing);
         assert_eq!(refused(Some("Basic s3cret")), Refusal::Missing);
         assert_eq!(refused(Some("Bearer ")), Refusal::Missing);
+    }
+
+    #[test]
+    fn identity_keys_tell_every_identity_apart() {
+        let who = |issuer: &str, tenant: &str, principal: &str| Identity {
+            endpoint: "/mcp".into(),
+            issuer: issuer.into(),
+            tenant: tenant.into(),
+            principal: principal.into(),
+        };
+        assert_eq!(Identity::anonymous("/mcp").key(), "4:/mcp0:0:9:anonymous");
+        assert_eq!(
+            who("", "é", "a").key(),
+            "4:/mcp0:1:é1:a",
+            "characters, not bytes"
+        );
+        // Concatenated, these would be the same text.
+        assert_ne!(who("", "ab", "c").key(), who("", "a", "bc").key());
+        assert_ne!(who("", "1:a", "").key(), who("", "", "1:a").key());
+        assert_ne!(who("i", "", "p").key(), who("", "i", "p").key());
     }
 
     #[test]

@@ -470,7 +470,22 @@ pub struct TokenConfig {
     /// What the token may do besides MCP: `"admin"` opens the dashboard.
     #[serde(default)]
     pub roles: Vec<String>,
+    /// The identity's share of the workers against other identities with queued jobs:
+    /// it takes `weight` turns to their one (1 to 1000; see `tasks::model::TURN`).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Added to each job's tool priority (-100 to 100): interactive hosts above batch
+    /// scripts. Higher runs first.
+    #[serde(default)]
+    pub priority: i32,
 }
+
+fn one() -> u32 {
+    1
+}
+
+/// Priorities a tool or a token may have (`priority`): a job's is the sum of both.
+pub const PRIORITIES: std::ops::RangeInclusive<i32> = -100..=100;
 
 /// Roles a token can carry (`[[auth.tokens]] roles`).
 pub const ROLES: &[&str] = &["admin"];
@@ -731,7 +746,14 @@ impl Config {
                     role: role.clone(),
                 });
             }
+            if !(1..=crate::tasks::model::MAX_WEIGHT).contains(&token.weight) {
+                return Err(ConfigError::TokenWeight { index });
+            }
+            if !PRIORITIES.contains(&token.priority) {
+                return Err(ConfigError::TokenPriority { index });
+            }
         }
+        crate::shares::Shares::check(&self.auth.tokens)?;
         let path = &self.dashboard.path;
         let path_ok = path.len() > 1
             && path.starts_with('/')

@@ -34,6 +34,7 @@
 //! auth        static tokens and OAuth access tokens (auth/oauth: RFC 9728 metadata,
 //!             JWT and introspected tokens, the provider's key set) -> identity, scopes
 //! config, clock, later, registration (what a configuration offers),
+//! shares (each identity's weight, priority and quotas),
 //! server (assembly and lifecycle: the engine every transport shares)
 //! ```
 
@@ -56,6 +57,7 @@ pub mod ops;
 pub mod protocol;
 pub mod registration;
 pub mod server;
+pub mod shares;
 pub mod stdio;
 pub mod tasks;
 pub mod tools;

@@ -36,6 +36,7 @@ use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::notifications::Hub;
 use crate::registration::build_catalog;
+use crate::shares::Shares;
 use crate::tools::{RegistrationError, Registry};
 use crate::transport::OriginPolicy;
 
@@ -52,6 +53,8 @@ pub struct Settings {
     pub tools: Arc<Registry>,
     /// Resources and prompts of the built-in sets.
     pub catalog: Arc<Catalog>,
+    /// Each identity's weight and priority in the queue (`[[auth.tokens]]`).
+    pub shares: Arc<Shares>,
 }
 
 impl Settings {
@@ -67,6 +70,7 @@ impl Settings {
             ),
             tools: Arc::new(tools),
             catalog: Arc::new(catalog),
+            shares: Arc::new(Shares::new(&config.auth.tokens)),
             config,
         })
     }
@@ -86,6 +90,7 @@ impl Settings {
             ),
             tools: Arc::clone(&self.tools),
             catalog: Arc::clone(&self.catalog),
+            shares: Arc::clone(&self.shares),
             config,
         }
     }

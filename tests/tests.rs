@@ -14,6 +14,8 @@
 //! - [`reaping`]: descendants of command tools that leave their process group;
 //! - [`durable_tasks`]: crashes, restarts, leases, fencing, isolation, expiry;
 //! - [`fair_workers`]: a tool at its `max_concurrency` never starves the others;
+//! - [`fair_share`]: one identity neither locks out nor starves the others (turns,
+//!   priorities);
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
 //! - [`operator`]: the operator commands (`tasks`, `stats`, `backup`, `restore`);
@@ -47,6 +49,7 @@ mod command_tools;
 mod dashboard;
 mod demo_tools;
 mod durable_tasks;
+mod fair_share;
 mod fair_workers;
 mod fuzz;
 mod hardening;

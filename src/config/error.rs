@@ -84,6 +84,15 @@ pub enum ConfigError {
     TokenPrincipal { index: usize },
     #[error("auth.tokens[{index}].roles: unknown role \"{role}\" (known: admin)")]
     UnknownRole { index: usize, role: String },
+    #[error("auth.tokens[{index}].weight must be 1 to 1000")]
+    TokenWeight { index: usize },
+    #[error("auth.tokens[{index}].priority must be -100 to 100")]
+    TokenPriority { index: usize },
+    #[error(
+        "auth.tokens[{first}] and auth.tokens[{index}] grant the same identity (tenant and \
+         principal) with a different share (weight, priority or quotas): give them the same"
+    )]
+    TokenShares { first: usize, index: usize },
     #[error(
         "dashboard.path \"{path}\" must start with / (not end with one), use letters, digits, \
          - _ . / only, and not overlap server.endpoint, /healthz or /metrics"

@@ -85,6 +85,26 @@ pub struct TaskRow {
     pub trace: Option<TraceContext>,
 }
 
+/// How far one job moves its identity along the queue at weight 1 (see [`NewTask::stride`]).
+///
+/// Fair claiming (issue 29), the same on every backend: each ready job holds a *turn*,
+/// and a claim takes the job of the highest priority, then of the smallest turn (then
+/// the oldest). A job that joins the queue takes its identity's next turn at its
+/// priority: one stride after the identity's last queued job there, and never before
+/// the first turn still queued there (start-time fair queuing). So identities with
+/// queued jobs take turns, `weight` times as often for an identity of that weight; an
+/// identity that arrives behind a long backlog of another's starts at the head of the
+/// queue; and jobs of one identity keep their order. A claim reads one index entry
+/// whatever the number of identities; giving a turn reads two.
+///
+/// A job that returns to the queue (a task answered after asking for input; a retry,
+/// once its backoff has passed) takes a turn again the same way: behind its identity's
+/// queued jobs. A job released at shutdown keeps its turn, and runs first.
+pub const TURN: i64 = 1 << 20;
+
+/// Most `weight` an identity may have: its stride is still over a thousand.
+pub const MAX_WEIGHT: u32 = 1000;
+
 /// A task to create, with its first job.
 pub struct NewTask {
     pub id: String,
@@ -105,9 +125,19 @@ pub struct NewTask {
     /// see): the span of its creation when telemetry is on, else the caller's context
     /// as it came. Stored as `tasks.trace_context`.
     pub trace: Option<TraceContext>,
+    /// The job's priority: its tool's plus its identity's (higher runs first).
+    pub priority: i64,
+    /// How far each job of this identity moves it along the queue: [`TURN`] divided by
+    /// its weight (see [`NewTask::stride`]).
+    pub stride: i64,
 }
 
 impl NewTask {
+    /// The stride of an identity of `weight` (1 to [`MAX_WEIGHT`]; others are clamped).
+    pub fn stride(weight: u32) -> i64 {
+        TURN / i64::from(weight.clamp(1, MAX_WEIGHT))
+    }
+
     /// Saturating: the longest `ttl_ms` a configuration accepts is `i64::MAX`.
     pub fn expires_at(&self) -> Option<i64> {
         self.ttl_ms.map(|ttl| self.now.saturating_add(ttl))

@@ -171,7 +171,8 @@ impl TaskService {
         arguments_digest: Option<Vec<u8>>,
     ) -> Result<NewTask, RpcError> {
         let execution = &tool.spec.execution;
-        let defaults = &self.live.load().config.tasks;
+        let settings = self.live.load();
+        let defaults = &settings.config.tasks;
         let ttl_ms = execution
             .ttl
             .map_or(defaults.ttl_ms, |ttl| ttl.as_millis() as u64);
@@ -182,6 +183,7 @@ impl TaskService {
             log::error!("the OS random source failed: {error}");
             RpcError::internal()
         })?;
+        let share = settings.shares.of(identity);
         Ok(NewTask {
             id,
             identity: identity.clone(),
@@ -197,6 +199,8 @@ impl TaskService {
             idempotency_key,
             arguments_digest,
             trace: None,
+            priority: i64::from(tool.spec.priority) + i64::from(share.priority),
+            stride: NewTask::stride(share.weight),
         })
     }
 

@@ -90,6 +90,10 @@ pub struct ToolSpec {
     pub inline_wait: Option<Duration>,
     /// OAuth scopes an access token needs for this tool and its tasks (all of them).
     pub scopes: Vec<String>,
+    /// Queued jobs of a higher priority are claimed first (`config::PRIORITIES`; the
+    /// identity's priority is added): a quick interactive tool is not stuck behind a
+    /// batch tool's backlog. Identities take turns within a priority.
+    pub priority: i32,
 }
 
 impl ToolSpec {
@@ -109,6 +113,7 @@ impl ToolSpec {
             max_concurrency: None,
             inline_wait: None,
             scopes: Vec::new(),
+            priority: 0,
         }
     }
 

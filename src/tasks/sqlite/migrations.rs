@@ -109,7 +109,7 @@ mod tests {
     use crate::protocol::TaskStatus;
     use crate::tasks::sqlite::sql;
 
-    const LATEST: u32 = 7;
+    const LATEST: u32 = 8;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -168,11 +168,15 @@ mod tests {
     }
 
     /// Columns added after version 1 (checked by the test of their migration).
-    const ADDED: [(&str, &str); 4] = [
+    const ADDED: [(&str, &str); 8] = [
         ("jobs", "tool"),
         ("tasks", "arguments_digest"),
         ("tasks", "issuer"),
         ("tasks", "trace_context"),
+        ("jobs", "owner"),
+        ("jobs", "priority"),
+        ("jobs", "stride"),
+        ("jobs", "turn"),
     ];
 
     /// Every row of the version 1 columns, as text, in a fixed order (the migrations
@@ -325,10 +329,6 @@ mod tests {
                 .unwrap()
                 .join("; ")
         };
-        assert!(
-            plan("SELECT MIN(tool) FROM jobs WHERE state = 'queued' AND tool > 'a'")
-                .contains("jobs_queued_by_tool"),
-        );
         assert!(plan(
             "SELECT id FROM tasks WHERE endpoint = 'e' AND tenant = 't' AND principal = 'p' \
              AND idempotency_key = 'k'"
@@ -448,6 +448,71 @@ mod tests {
             vec![String::new()],
             "static tokens' tasks stay theirs"
         );
+    }
+
+    #[test]
+    fn migration_8_names_each_jobs_owner_and_claims_read_one_index_in_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = version_1_database(&dir.path().join("tasks.db"));
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        let owners: Vec<(String, String, Option<i64>)> = conn
+            .prepare("SELECT task_id, owner, turn FROM jobs ORDER BY task_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let key = crate::auth::Identity {
+            endpoint: "/mcp".into(),
+            issuer: String::new(),
+            tenant: "t".into(),
+            principal: "p".into(),
+        }
+        .key();
+        for (task, owner, turn) in &owners {
+            assert_eq!(owner, &key, "{task}: the key Identity::key computes");
+            assert_eq!(*turn, None, "{task}: given its turn by the first claims");
+        }
+        let plan = |sql: &str| -> String {
+            conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map([1, 2], |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap()
+                .join("; ")
+        };
+        let next = plan(
+            "SELECT task_id FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
+             ORDER BY priority DESC, turn, task_id LIMIT ?1 + ?2",
+        );
+        assert!(
+            next.contains("jobs_turns") && !next.contains("TEMP B-TREE"),
+            "{next}"
+        );
+        let by_tool = plan(
+            "SELECT task_id FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
+             AND tool = 'a' ORDER BY priority DESC, turn, task_id LIMIT ?1 + ?2",
+        );
+        assert!(
+            by_tool.contains("jobs_turns_by_tool") && !by_tool.contains("TEMP B-TREE"),
+            "{by_tool}"
+        );
+        let tools = plan(
+            "SELECT MIN(tool) FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
+             AND tool > 'a' AND ?1 < ?2",
+        );
+        assert!(tools.contains("jobs_turns_by_tool"), "{tools}");
+        let last = plan(
+            "SELECT turn FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
+             AND owner = 'o' AND priority = ?1 ORDER BY turn DESC LIMIT ?2",
+        );
+        assert!(last.contains("jobs_turns_by_owner"), "{last}");
+        let due = plan(
+            "SELECT task_id FROM jobs WHERE state = 'queued' AND turn IS NULL \
+             AND run_after <= ?1 ORDER BY run_after LIMIT ?2",
+        );
+        assert!(due.contains("jobs_due"), "{due}");
     }
 
     #[test]

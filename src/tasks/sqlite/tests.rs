@@ -40,6 +40,8 @@ pub(crate) fn task_at(id: &str, now: i64) -> NewTask {
         idempotency_key: None,
         arguments_digest: None,
         trace: None,
+        priority: 0,
+        stride: NewTask::stride(1),
     }
 }
 

@@ -58,6 +58,9 @@ pub struct CommandToolConfig {
     pub inline_wait_ms: Option<u64>,
     /// The argument whose value makes task submission idempotent.
     pub idempotency_argument: Option<String>,
+    /// Queued tasks of a higher priority run first (-100 to 100, default 0).
+    #[serde(default)]
+    pub priority: i32,
     /// Most bytes the program may write to stdout in one run.
     pub max_output_bytes: Option<usize>,
     /// OAuth scopes an access token needs to call the tool (and to reach its tasks).
@@ -88,6 +91,8 @@ pub enum DeclarationError {
     SchemaNotObject { field: &'static str },
     #[error("annotations: must be a table")]
     AnnotationsNotTable,
+    #[error("priority: must be -100 to 100")]
+    Priority,
     #[error("env: \"{key}\" is not a valid variable (no '=' or NUL in names, no NUL in values)")]
     InvalidEnv { key: String },
     #[error("command: must name a program (command = [\"/path/to/program\", …])")]
@@ -208,6 +213,9 @@ impl CommandTool {
                 return Err(DeclarationError::InlineWaitTooLong);
             }
         }
+        if !crate::config::PRIORITIES.contains(&config.priority) {
+            return Err(DeclarationError::Priority);
+        }
         if let Some(argument) = &config.idempotency_argument {
             if config.task_policy == TaskPolicy::Inline {
                 return Err(DeclarationError::IdempotencyOnInline);
@@ -253,6 +261,7 @@ impl CommandTool {
             max_concurrency,
             inline_wait: config.inline_wait_ms.map(Duration::from_millis),
             scopes: config.scopes.clone(),
+            priority: config.priority,
         };
         let launch = Launch::new(&program, args, &working_dir, &env, MARKER);
         Ok(CommandTool {

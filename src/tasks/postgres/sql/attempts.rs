@@ -14,30 +14,47 @@ use crate::protocol::TaskStatus;
 use crate::tasks::backend::Claimant;
 use crate::tasks::model::{Claim, Finish};
 
-/// Claims up to `$1` ready jobs, oldest first, of tools not in `$2`, in ONE statement:
+/// Claims up to `$1` ready jobs in turn (`tasks::model::TURN`: the highest priority,
+/// then the smallest turn, then the oldest), of tools not in `$2`, in ONE statement:
 /// `FOR UPDATE SKIP LOCKED` passes over the jobs another node is claiming at this very
 /// moment instead of waiting for them, so nodes claim side by side. Each job gets a
 /// fresh fencing token (122 random bits), a lease of `$3` ms from the database's now,
 /// and the claiming node's id `$4` (so that its next start knows its orphans).
-const CLAIM_BATCH: &str = "WITH picked AS ( \
+///
+/// The same statement first gives their turns to up to 64 retries whose backoff has
+/// passed (`due`, `given`: one seek in jobs_due when there are none), so that no extra
+/// round trip is spent on them; they are claimed from the next claim on (a statement
+/// does not see its own changes). `picked` reads only jobs that already had a turn, so
+/// no row is changed twice.
+const CLAIM_BATCH: &str = "WITH due AS ( \
+       SELECT task_id, owner, priority, stride, run_after FROM jobs \
+       WHERE state = 'queued' AND turn IS NULL AND run_after <= taskd_now_ms() \
+       ORDER BY run_after LIMIT 64 FOR UPDATE SKIP LOCKED), \
+     ranked AS ( \
+       SELECT task_id, taskd_turn(owner, priority, stride) + (row_number() OVER \
+         (PARTITION BY owner, priority ORDER BY run_after, task_id) - 1) * stride AS turn \
+       FROM due), \
+     given AS ( \
+       UPDATE jobs SET turn = ranked.turn FROM ranked WHERE jobs.task_id = ranked.task_id), \
+     picked AS ( \
        SELECT task_id FROM jobs \
-       WHERE state = 'queued' AND run_after <= taskd_now_ms() AND NOT (tool = ANY($2)) \
-       ORDER BY run_after LIMIT $1 FOR UPDATE SKIP LOCKED) \
+       WHERE state = 'queued' AND turn IS NOT NULL AND NOT (tool = ANY($2)) \
+       ORDER BY priority DESC, turn, task_id LIMIT $1 FOR UPDATE SKIP LOCKED) \
      UPDATE jobs SET state = 'running', attempt = jobs.attempt + 1, \
        lease_token = replace(gen_random_uuid()::text, '-', ''), lease_node = $4, \
        lease_expires = taskd_after_ms($3), deadline = taskd_after_ms(jobs.timeout_ms) \
      FROM picked, tasks \
      WHERE jobs.task_id = picked.task_id AND tasks.id = jobs.task_id \
      RETURNING jobs.task_id, jobs.lease_token, jobs.attempt, \
-       jobs.deadline - taskd_now_ms(), taskd_now_ms() - jobs.run_after, jobs.run_after, \
-       tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state, \
+       jobs.deadline - taskd_now_ms(), taskd_now_ms() - jobs.run_after, jobs.priority, \
+       jobs.turn, tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state, \
        tasks.trace_context";
 
 /// Most claim statements per claim: a round whose jobs the claimant partly refuses
 /// (its tool filled up meanwhile) is followed by one that passes over that tool.
 const CLAIM_ROUNDS: usize = 4;
 
-/// Claims up to `limit` ready jobs, oldest first, passing over the jobs of the tools
+/// Claims up to `limit` ready jobs in turn, passing over the jobs of the tools
 /// `claimant` says are saturated. Each job goes to `claimant` before the transaction
 /// commits; one it refuses is put back as it was.
 pub fn claim(
@@ -70,7 +87,8 @@ pub fn claim(
             .iter()
             .map(claimed_job)
             .collect::<Result<Vec<_>, Failure>>()?;
-        batch.sort_by_key(|(run_after, _)| *run_after);
+        // RETURNING keeps no order: the claimant takes them in turn.
+        batch.sort_by(|(a, first), (b, second)| a.cmp(b).then(first.task_id.cmp(&second.task_id)));
         let mut refused: Vec<String> = Vec::new();
         let mut started: Vec<(String, i64)> = Vec::new();
         for (_, claim) in batch {
@@ -109,23 +127,26 @@ pub fn claim(
     Ok(claims)
 }
 
-/// A claimed job's row, with its `run_after` to sort by. The deadline is handed to the
-/// worker on this node's clock (the time left, from now), for its own timer.
-fn claimed_job(row: &Row) -> Result<(i64, Claim), Failure> {
+/// A claimed job's row, with its place in turn to sort by (priority descending, then
+/// turn). The deadline is handed to the worker on this node's clock (the time left,
+/// from now), for its own timer.
+fn claimed_job(row: &Row) -> Result<((std::cmp::Reverse<i64>, i64), Claim), Failure> {
     let remaining: i64 = row.try_get(3)?;
+    let priority: i64 = row.try_get(5)?;
+    let turn: Option<i64> = row.try_get(6)?;
     Ok((
-        row.try_get(5)?,
+        (std::cmp::Reverse(priority), turn.unwrap_or(0)),
         Claim {
             task_id: row.try_get(0)?,
             token: row.try_get(1)?,
             attempt: row.try_get(2)?,
             deadline: now_ms().saturating_add(remaining),
             queue_wait_ms: row.try_get::<_, i64>(4)?.max(0),
-            tool: row.try_get(6)?,
-            origin: row.try_get(7)?,
-            input_responses: row.try_get(8)?,
-            tool_state: row.try_get(9)?,
-            trace: super::trace_column(row, 10)?,
+            tool: row.try_get(7)?,
+            origin: row.try_get(8)?,
+            input_responses: row.try_get(9)?,
+            tool_state: row.try_get(10)?,
+            trace: super::trace_column(row, 11)?,
         },
     ))
 }
@@ -256,6 +277,7 @@ fn ask_for_input(
 }
 
 /// Queues the job again after an exponential backoff, and says so in the status message.
+/// It takes a new turn once the backoff has passed (see [`CLAIM_BATCH`]).
 fn schedule_retry(
     tx: &mut Tx<'_, '_>,
     task_id: &str,
@@ -266,8 +288,9 @@ fn schedule_retry(
     let exponent = (job.attempt - 1).clamp(0, 20) as u32;
     let delay = job.backoff_ms.saturating_mul(1 << exponent).min(600_000);
     tx.execute(
-        "UPDATE jobs SET state = 'queued', run_after = taskd_after_ms($2), lease_token = NULL, \
-         lease_expires = NULL, deadline = NULL, last_error = $3 WHERE task_id = $1",
+        "UPDATE jobs SET state = 'queued', run_after = taskd_after_ms($2), turn = NULL, \
+         lease_token = NULL, lease_expires = NULL, deadline = NULL, last_error = $3 \
+         WHERE task_id = $1",
         &[&task_id, &delay, &reason],
     )?;
     let message = format!(
@@ -285,7 +308,8 @@ fn schedule_retry(
     append_outbox(tx, task_id)
 }
 
-/// Hands the job back to the queue with its attempt uncounted (graceful shutdown).
+/// Hands the job back to the queue with its attempt uncounted (graceful shutdown). It
+/// keeps its turn, which is past: it runs again first.
 fn release(tx: &mut Tx<'_, '_>, task_id: &str) -> Result<(), Failure> {
     tx.execute(
         "UPDATE jobs SET state = 'queued', attempt = attempt - 1, run_after = taskd_now_ms(), \

@@ -214,8 +214,10 @@ pub fn update(
         ],
     )?;
     if round_done {
+        // Back in the queue, it takes its owner's next turn (tasks::model::TURN).
         tx.execute(
-            "UPDATE jobs SET state = 'queued', run_after = taskd_now_ms() \
+            "UPDATE jobs SET state = 'queued', run_after = taskd_now_ms(), \
+             turn = taskd_turn(owner, priority, stride) \
              WHERE task_id = $1 AND state = 'waiting'",
             &[&task_id],
         )?;

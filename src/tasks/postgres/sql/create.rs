@@ -11,12 +11,18 @@ use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origi
 /// statement however many there are: the group commit of concurrent creations
 /// ([`super::super::creations`]) runs one of these per transaction. The foreign key of
 /// each job is checked at the end of the statement, when its task row is there.
+///
+/// Each job takes its owner's next turn (`taskd_turn`, schema-postgres.sql): the
+/// function sees the queue as the statement found it, so the jobs of one owner and
+/// priority here follow each other by their rank in the batch.
 const CREATE_BATCH: &str = "WITH new AS ( \
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
          $6::bytea[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], \
-         $12::bigint[], $13::bigint[], $14::text[], $15::text[]) \
+         $12::bigint[], $13::bigint[], $14::text[], $15::text[], $16::text[], \
+         $17::bigint[], $18::bigint[]) WITH ORDINALITY \
        AS n(id, endpoint, tenant, principal, tool, origin, now, ttl_ms, poll_interval_ms, \
-         input_responses, max_attempts, backoff_ms, timeout_ms, issuer, trace_context)), \
+         input_responses, max_attempts, backoff_ms, timeout_ms, issuer, trace_context, \
+         owner, priority, stride, rank)), \
      task_rows AS ( \
        INSERT INTO tasks (id, endpoint, issuer, tenant, principal, tool, origin, status, \
          created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses, \
@@ -25,8 +31,12 @@ const CREATE_BATCH: &str = "WITH new AS ( \
          CASE WHEN ttl_ms IS NOT NULL THEN taskd_after_ms(ttl_ms) END, poll_interval_ms, \
          input_responses, trace_context FROM new), \
      job_rows AS ( \
-       INSERT INTO jobs (task_id, tool, state, max_attempts, backoff_ms, timeout_ms, run_after) \
-       SELECT id, tool, 'queued', max_attempts, backoff_ms, timeout_ms, taskd_now_ms() FROM new) \
+       INSERT INTO jobs (task_id, tool, state, max_attempts, backoff_ms, timeout_ms, run_after, \
+         owner, priority, stride, turn) \
+       SELECT id, tool, 'queued', max_attempts, backoff_ms, timeout_ms, taskd_now_ms(), \
+         owner, priority, stride, taskd_turn(owner, priority, stride) \
+           + (row_number() OVER (PARTITION BY owner, priority ORDER BY rank) - 1) * stride \
+       FROM new) \
      INSERT INTO outbox (task_id, created_at) SELECT id, taskd_now_ms() FROM new";
 
 /// The `trace_context` column of a new task.
@@ -58,6 +68,9 @@ pub fn create_tasks(tx: &mut Tx<'_, '_>, tasks: &[&NewTask]) -> Result<(), Failu
             &column(tasks, |t| t.timeout_ms),
             &column(tasks, |t| t.identity.issuer.as_str()),
             &column(tasks, stored_trace),
+            &column(tasks, |t| t.identity.key()),
+            &column(tasks, |t| t.priority),
+            &column(tasks, |t| t.stride),
         ],
     )?;
     Ok(())
@@ -126,13 +139,17 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
     )?;
     tx.execute(
         "INSERT INTO jobs (task_id, tool, state, max_attempts, backoff_ms, timeout_ms, \
-         run_after) VALUES ($1, $2, 'queued', $3, $4, $5, taskd_now_ms())",
+         run_after, owner, priority, stride, turn) VALUES ($1, $2, 'queued', $3, $4, $5, \
+         taskd_now_ms(), $6, $7, $8, taskd_turn($6, $7, $8))",
         &[
             &task.id,
             &task.tool,
             &task.max_attempts,
             &task.backoff_ms,
             &task.timeout_ms,
+            &task.identity.key(),
+            &task.priority,
+            &task.stride,
         ],
     )?;
     append_outbox(tx, &task.id)?;

@@ -9,7 +9,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
-use super::{append_outbox, set_terminal};
+use super::{append_outbox, set_terminal, turns};
 use crate::protocol::TaskStatus;
 use crate::tasks::backend::Claimant;
 use crate::tasks::model::{Claim, Finish};
@@ -24,49 +24,57 @@ macro_rules! claim_columns {
     };
 }
 
-/// The oldest ready job: one seek in `jobs_ready`, one in `tasks`.
-const OLDEST_READY: &str = concat!(
+/// The next job in turn (see `tasks::model::TURN`): of the highest priority, then the
+/// smallest turn, then the oldest. One seek in `jobs_turns` and one in `tasks`, however
+/// many identities have jobs queued. Every job with a turn is ready: a job waiting for
+/// its `run_after` has none yet ([`turns::give_due`]).
+const NEXT_IN_TURN: &str = concat!(
     "SELECT ",
     claim_columns!(),
     " FROM jobs JOIN tasks ON tasks.id = jobs.task_id \
-     WHERE jobs.state = 'queued' AND jobs.run_after <= ?1 ORDER BY jobs.run_after LIMIT 1"
+     WHERE jobs.state = 'queued' AND jobs.turn IS NOT NULL \
+     ORDER BY jobs.priority DESC, jobs.turn, jobs.task_id LIMIT 1"
 );
 
-/// The oldest ready job of a tool not in the JSON array ?2. Walking `jobs_ready` past
+/// The next job in turn of a tool not in the JSON array ?2. Walking `jobs_turns` past
 /// the passed-over tools' jobs would read every one of them (100 000 queued jobs of a
 /// saturated tool: each claim would read them all); instead it visits
-/// `jobs_queued_by_tool` one tool at a time: one seek to find each queued tool, one to
-/// find its oldest ready job. The cost grows with the number of tools that have queued
-/// jobs, not with the number of jobs. (Measured with 100 000 queued jobs of a saturated
-/// tool and 2 000 of ten others, release build: 60-150 µs per claim this way, against
-/// 100-145 ms filtering `jobs_ready`; an unsaturated claim stays one seek, ~14 µs.)
-const OLDEST_READY_EXCEPT: &str = concat!(
+/// `jobs_turns_by_tool` one tool at a time: one seek to find each queued tool, one to
+/// find its next job in turn. The cost grows with the number of tools that have queued
+/// jobs, not with the number of jobs or identities. (Measured with 100 000 queued jobs
+/// of a saturated tool and 2 000 of ten others, release build, when it walked the same
+/// way by age: 60-150 µs per claim, against 100-145 ms filtering; an unsaturated claim
+/// stays one seek, ~14 µs.)
+const NEXT_IN_TURN_EXCEPT: &str = concat!(
     "WITH RECURSIVE queued(tool) AS ( \
-       SELECT MIN(tool) FROM jobs WHERE state = 'queued' \
+       SELECT MIN(tool) FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
        UNION ALL \
-       SELECT (SELECT MIN(tool) FROM jobs WHERE state = 'queued' AND tool > queued.tool) \
+       SELECT (SELECT MIN(tool) FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
+               AND tool > queued.tool) \
        FROM queued WHERE queued.tool IS NOT NULL), \
-     oldest(task_id) AS ( \
-       SELECT (SELECT task_id FROM jobs WHERE state = 'queued' AND tool = queued.tool \
-               AND run_after <= ?1 ORDER BY run_after LIMIT 1) \
+     next(task_id) AS ( \
+       SELECT (SELECT task_id FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
+               AND tool = queued.tool ORDER BY priority DESC, turn, task_id LIMIT 1) \
        FROM queued WHERE queued.tool IS NOT NULL \
        AND queued.tool NOT IN (SELECT value FROM json_each(?2))) \
      SELECT ",
     claim_columns!(),
-    " FROM oldest JOIN jobs ON jobs.task_id = oldest.task_id \
-     JOIN tasks ON tasks.id = jobs.task_id ORDER BY jobs.run_after LIMIT 1"
+    " FROM next JOIN jobs ON jobs.task_id = next.task_id \
+     JOIN tasks ON tasks.id = jobs.task_id \
+     ORDER BY jobs.priority DESC, jobs.turn, jobs.task_id LIMIT 1"
 );
 
-/// Leases a job found by [`OLDEST_READY`] or [`OLDEST_READY_EXCEPT`]. A separate
+/// Leases a job found by [`NEXT_IN_TURN`] or [`NEXT_IN_TURN_EXCEPT`]. A separate
 /// statement rather than an `UPDATE ... RETURNING`: `RETURNING` opens a temporary
 /// b-tree for its rows on every run (~7% of the writer's time draining quick jobs), and
 /// a job the claimant refuses is then never written at all.
 const LEASE: &str = "UPDATE OR FAIL jobs SET state = 'running', attempt = ?2, \
      lease_token = ?3, lease_expires = ?4, deadline = ?5 WHERE task_id = ?1";
 
-/// Claims up to `limit` ready jobs, oldest first, each with a fresh fencing token,
-/// passing over the jobs of the tools `claimant` says are saturated. Each job goes to
-/// `claimant` before it is leased; one it refuses stays queued, untouched.
+/// Claims up to `limit` ready jobs in turn, each with a fresh fencing token, passing
+/// over the jobs of the tools `claimant` says are saturated. Each job goes to
+/// `claimant` before it is leased; one it refuses stays queued, untouched. Jobs whose
+/// wait has ended get their turns first.
 pub fn claim(
     conn: &Connection,
     limit: usize,
@@ -75,17 +83,18 @@ pub fn claim(
     mut token: impl FnMut() -> String,
     claimant: &mut dyn Claimant,
 ) -> rusqlite::Result<Vec<Claim>> {
+    turns::give_due(conn, now)?;
     let mut claims = Vec::new();
     let mut refused: Vec<String> = Vec::new();
     while claims.len() < limit {
         let mut passed_over = claimant.saturated();
         passed_over.extend(refused.iter().cloned());
         let found = if passed_over.is_empty() {
-            conn.prepare_cached(OLDEST_READY)?
+            conn.prepare_cached(NEXT_IN_TURN)?
                 .query_row([now], |row| ready_job(row, &mut token))
         } else {
             let passed_over = Value::from(passed_over).to_string();
-            conn.prepare_cached(OLDEST_READY_EXCEPT)?
+            conn.prepare_cached(NEXT_IN_TURN_EXCEPT)?
                 .query_row(params![now, passed_over], |row| ready_job(row, &mut token))
         }
         .optional()?;
@@ -237,6 +246,7 @@ fn ask_for_input(
 }
 
 /// Queues the job again after an exponential backoff, and says so in the status message.
+/// It takes a new turn once the backoff has passed ([`turns::give_due`]).
 fn schedule_retry(
     conn: &Connection,
     task_id: &str,
@@ -247,8 +257,9 @@ fn schedule_retry(
     let exponent = (job.attempt - 1).clamp(0, 20) as u32;
     let delay = job.backoff_ms.saturating_mul(1 << exponent).min(600_000);
     conn.prepare_cached(
-        "UPDATE OR FAIL jobs SET state = 'queued', run_after = ?2, lease_token = NULL, \
-         lease_expires = NULL, deadline = NULL, last_error = ?3 WHERE task_id = ?1",
+        "UPDATE OR FAIL jobs SET state = 'queued', run_after = ?2, turn = NULL, \
+         lease_token = NULL, lease_expires = NULL, deadline = NULL, last_error = ?3 \
+         WHERE task_id = ?1",
     )?
     .execute(params![task_id, now + delay, reason])?;
     let message = format!(
@@ -264,7 +275,8 @@ fn schedule_retry(
     append_outbox(conn, task_id, now)
 }
 
-/// Hands the job back to the queue with its attempt uncounted (graceful shutdown).
+/// Hands the job back to the queue with its attempt uncounted (graceful shutdown). It
+/// keeps its turn, which is past: it runs again first.
 fn release(conn: &Connection, task_id: &str, now: i64) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE OR FAIL jobs SET state = 'queued', attempt = attempt - 1, run_after = ?2, \
@@ -405,7 +417,7 @@ mod tests {
                 let claimed = claim(conn, 1, 10, 100, || "t".into(), &mut takes)?;
                 assert_eq!(claimed[0].task_id, "quick");
                 let steps = conn
-                    .prepare_cached(OLDEST_READY_EXCEPT)?
+                    .prepare_cached(NEXT_IN_TURN_EXCEPT)?
                     .get_status(rusqlite::StatementStatus::VmStep);
                 Ok(steps)
             })

@@ -4,6 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension, ToSql};
 use serde_json::{Map, Value};
 
+use super::turns::Turns;
 use super::{append_outbox, set_terminal, task_row};
 use crate::auth::Identity;
 use crate::protocol::TaskStatus;
@@ -142,6 +143,26 @@ pub(super) fn cancel_found(
     Ok(CancelEffect::Done)
 }
 
+/// Puts a waiting job back in the queue, where it takes its owner's next turn
+/// (`tasks::model::TURN`).
+fn requeue(conn: &Connection, task_id: &str, now: i64) -> rusqlite::Result<()> {
+    let waiting: Option<(String, i64, i64)> = conn
+        .prepare_cached(
+            "SELECT owner, priority, stride FROM jobs WHERE task_id = ?1 AND state = 'waiting'",
+        )?
+        .query_row([task_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    let Some((owner, priority, stride)) = waiting else {
+        return Ok(());
+    };
+    let turn = Turns::default().take(conn, &owner, priority, stride)?;
+    conn.prepare_cached(
+        "UPDATE jobs SET state = 'queued', run_after = ?2, turn = ?3 WHERE task_id = ?1",
+    )?
+    .execute(params![task_id, now, turn])?;
+    Ok(())
+}
+
 /// Accepts the responses that answer outstanding requests of the right kind; ignores
 /// the rest (unknown, answered, superseded or mismatched keys).
 pub fn update(
@@ -177,10 +198,7 @@ pub fn update(
         now
     ])?;
     if round_done {
-        conn.prepare_cached(
-            "UPDATE jobs SET state = 'queued', run_after = ?2 WHERE task_id = ?1 AND state = 'waiting'",
-        )?
-        .execute(params![task_id, now])?;
+        requeue(conn, task_id, now)?;
     }
     append_outbox(conn, task_id, now)?;
     Ok(UpdateEffect::Accepted {

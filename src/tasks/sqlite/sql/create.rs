@@ -4,6 +4,7 @@
 use rusqlite::{params, params_from_iter, Connection, ToSql};
 
 use super::task_row_at;
+use super::turns::Turns;
 use crate::protocol::TraceContext;
 use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origin, TaskRow};
 
@@ -19,8 +20,8 @@ const TASK_INSERT: &str = "INSERT OR FAIL INTO tasks (id, endpoint, issuer, tena
 const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 /// The columns of a new `jobs` row, and the values of one row ([`job_values`]).
 const JOB_INSERT: &str = "INSERT OR FAIL INTO jobs (task_id, state, max_attempts, backoff_ms, \
-     timeout_ms, run_after, tool) VALUES ";
-const JOB_ROW: &str = "(?, 'queued', ?, ?, ?, ?, ?)";
+     timeout_ms, run_after, tool, owner, priority, stride, turn) VALUES ";
+const JOB_ROW: &str = "(?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 const OUTBOX_INSERT: &str = "INSERT OR FAIL INTO outbox (task_id, created_at) VALUES ";
 const OUTBOX_ROW: &str = "(?, ?)";
 
@@ -49,7 +50,8 @@ fn task_values<'t>(
     ]
 }
 
-fn job_values(task: &NewTask) -> [&dyn ToSql; 6] {
+/// The values of a job row; `queued` is its owner's key and its turn.
+fn job_values<'t>(task: &'t NewTask, queued: &'t (String, i64)) -> [&'t dyn ToSql; 10] {
     [
         &task.id,
         &task.max_attempts,
@@ -57,12 +59,29 @@ fn job_values(task: &NewTask) -> [&dyn ToSql; 6] {
         &task.timeout_ms,
         &task.now,
         &task.tool,
+        &queued.0,
+        &task.priority,
+        &task.stride,
+        &queued.1,
     ]
 }
 
 /// The `trace_context` column of a new task.
 fn stored_trace(task: &NewTask) -> Option<String> {
     task.trace.as_ref().map(TraceContext::to_stored)
+}
+
+/// Each task's owner key and the turn its job takes (see [`Turns`]), in order.
+fn turns_of(conn: &Connection, tasks: &[NewTask]) -> rusqlite::Result<Vec<(String, i64)>> {
+    let mut turns = Turns::default();
+    tasks
+        .iter()
+        .map(|task| {
+            let owner = task.identity.key();
+            let turn = turns.take(conn, &owner, task.priority, task.stride)?;
+            Ok((owner, turn))
+        })
+        .collect()
 }
 
 /// `INSERT ... VALUES` text for `rows` rows.
@@ -99,7 +118,9 @@ static CHUNK_SQL: std::sync::LazyLock<[[String; 3]; 3]> = std::sync::LazyLock::n
 /// inserted: run it under a savepoint, as every write is (`Store::write`, `Batch`).
 pub fn create_tasks(conn: &Connection, tasks: &[NewTask]) -> rusqlite::Result<Vec<TaskRow>> {
     debug_assert!(tasks.iter().all(|task| task.idempotency_key.is_none()));
+    let turns = turns_of(conn, tasks)?;
     let mut rest = tasks;
+    let mut rest_turns = turns.as_slice();
     while !rest.is_empty() {
         let (index, rows) = CHUNKS
             .iter()
@@ -108,13 +129,21 @@ pub fn create_tasks(conn: &Connection, tasks: &[NewTask]) -> rusqlite::Result<Ve
             .find(|&(_, rows)| rows <= rest.len())
             .unwrap_or((CHUNKS.len() - 1, 1));
         let (chunk, tail) = rest.split_at(rows);
-        insert_chunk(conn, &CHUNK_SQL[index], chunk)?;
+        let (chunk_turns, turns_tail) = rest_turns.split_at(rows);
+        insert_chunk(conn, &CHUNK_SQL[index], chunk, chunk_turns)?;
         rest = tail;
+        rest_turns = turns_tail;
     }
     Ok(tasks.iter().map(NewTask::created).collect())
 }
 
-fn insert_chunk(conn: &Connection, sql: &[String; 3], chunk: &[NewTask]) -> rusqlite::Result<()> {
+/// Inserts `chunk`, whose jobs take the owners and turns `turns` (one each, in order).
+fn insert_chunk(
+    conn: &Connection,
+    sql: &[String; 3],
+    chunk: &[NewTask],
+    turns: &[(String, i64)],
+) -> rusqlite::Result<()> {
     let expires: Vec<Option<i64>> = chunk.iter().map(NewTask::expires_at).collect();
     let traces: Vec<Option<String>> = chunk.iter().map(stored_trace).collect();
     let tasks = chunk
@@ -124,8 +153,12 @@ fn insert_chunk(conn: &Connection, sql: &[String; 3], chunk: &[NewTask]) -> rusq
         .flat_map(|((task, expires_at), trace)| task_values(task, expires_at, trace));
     conn.prepare_cached(&sql[0])?
         .execute(params_from_iter(tasks))?;
+    let jobs = chunk
+        .iter()
+        .zip(turns)
+        .flat_map(|(task, queued)| job_values(task, queued));
     conn.prepare_cached(&sql[1])?
-        .execute(params_from_iter(chunk.iter().flat_map(job_values)))?;
+        .execute(params_from_iter(jobs))?;
     let outbox = chunk
         .iter()
         .flat_map(|task| [&task.id as &dyn ToSql, &task.now as &dyn ToSql]);
@@ -155,11 +188,9 @@ pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<Create
             task.identity.issuer,
         ])?;
     }
-    insert_chunk(
-        conn,
-        &CHUNK_SQL[CHUNKS.len() - 1],
-        std::slice::from_ref(task),
-    )?;
+    let alone = std::slice::from_ref(task);
+    let turns = turns_of(conn, alone)?;
+    insert_chunk(conn, &CHUNK_SQL[CHUNKS.len() - 1], alone, &turns)?;
     Ok(Created::Task(task.created()))
 }
 

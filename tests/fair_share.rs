@@ -1,0 +1,246 @@
+//! Fair share (issue 29): one identity can neither lock out nor starve the others.
+//! Workers take identities with queued jobs in turn, so a task arriving behind another
+//! identity's backlog starts at once; priorities go first.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::common::{poll_until, tasks_caps, Server};
+
+/// A `[[auth.tokens]]` entry for `principal`, whose token is `<principal>-token`, with
+/// `extra` lines (weight, priority, quotas).
+pub fn token(principal: &str, extra: &str) -> String {
+    let digest = hex::encode(Sha256::digest(format!("{principal}-token").as_bytes()));
+    format!("[[auth.tokens]]\nprincipal = \"{principal}\"\nsha256 = \"{digest}\"\n{extra}\n")
+}
+
+/// The `Authorization` header of `principal`'s token.
+pub fn bearer(principal: &str) -> String {
+    format!("Bearer {principal}-token")
+}
+
+/// `noop_task` as a placeholder that runs one attempt at a time and never ends: every
+/// other task of it stays queued (benches/drain.sh fills its backlog the same way).
+const FILL: &str = "[builtin]\nsets = []\n[workers]\nshutdown_grace_ms = 100\n\n\
+    [[tools]]\nname = \"noop_task\"\ndescription = \"placeholder\"\n\
+    task_policy = \"required\"\ncommand = [\"/bin/sleep\", \"3600\"]\nmax_concurrency = 1\n";
+
+/// The demo set, whose `noop_task` completes at once. Two workers: the backlog keeps
+/// both busy, and a latency compared with an idle queue's measures the queue, not a box
+/// whose every core the drain holds.
+const DRAIN: &str = "[builtin]\nsets = [\"demo\"]\n[workers]\nthreads = 2\n";
+
+fn tokens() -> String {
+    [token("flood", ""), token("other", "")].concat()
+}
+
+/// Creates `count` tasks of `noop_task` as `principal`, from 8 connections at once.
+fn flood(server: &Server, principal: &str, count: usize) {
+    let auth = bearer(principal);
+    std::thread::scope(|scope| {
+        for part in 0..8 {
+            let auth = auth.as_str();
+            scope.spawn(move || {
+                for _ in (part..count).step_by(8) {
+                    let result = server
+                        .request_with(
+                            "tools/call",
+                            json!({"name": "noop_task", "arguments": {}}),
+                            tasks_caps(),
+                            &[("Authorization", auth)],
+                        )
+                        .result();
+                    assert_eq!(result["resultType"], "task", "{result}");
+                }
+            });
+        }
+    });
+}
+
+fn queued_jobs(server: &Server) -> u64 {
+    server
+        .get("/metrics")
+        .text()
+        .lines()
+        .find_map(|line| line.strip_prefix("mcp_taskd_jobs{state=\"queued\"} "))
+        .and_then(|count| count.trim().parse().ok())
+        .expect("queued jobs in /metrics")
+}
+
+/// Unix milliseconds of an RFC 3339 time as the server writes them
+/// (`2026-12-03T08:48:03.775Z`, milliseconds optional).
+fn unix_ms(text: &str) -> i64 {
+    let number = |range: std::ops::Range<usize>| -> i64 {
+        text.get(range)
+            .and_then(|digits| digits.parse().ok())
+            .expect("an RFC 3339 time")
+    };
+    let (year, month, day) = (number(0..4), number(5..7), number(8..10));
+    let seconds = number(11..13) * 3600 + number(14..16) * 60 + number(17..19);
+    let millis = text
+        .get(20..text.len() - 1)
+        .filter(|_| text.as_bytes().get(19) == Some(&b'.'))
+        .map_or(0, |digits| {
+            format!("{digits:0<3}").parse::<i64>().unwrap_or(0)
+        });
+    // Days since 1970-01-01 of a Gregorian date (H. Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    (days * 86_400 + seconds) * 1000 + millis
+}
+
+/// One `noop_task` of `principal`, from its creation to its completion by the server's
+/// own clock (its `createdAt` and `lastUpdatedAt`): how long it waited to start, plus
+/// its run and its commit.
+fn noop_latency(server: &Server, principal: &str) -> Duration {
+    let auth = bearer(principal);
+    let headers = [("Authorization", auth.as_str())];
+    let created = server
+        .request_with(
+            "tools/call",
+            json!({"name": "noop_task", "arguments": {}}),
+            tasks_caps(),
+            &headers,
+        )
+        .result();
+    let id = created["taskId"].as_str().expect("taskId").to_owned();
+    let done = poll_until(Duration::from_secs(30), || {
+        let task = server
+            .request_with("tasks/get", json!({"taskId": id}), tasks_caps(), &headers)
+            .result();
+        (task["status"] == "completed").then_some(task)
+    })
+    .expect("the task completed");
+    let created = unix_ms(done["createdAt"].as_str().expect("createdAt"));
+    let ended = unix_ms(done["lastUpdatedAt"].as_str().expect("lastUpdatedAt"));
+    Duration::from_millis((ended - created).max(0) as u64)
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+#[test]
+fn a_task_behind_another_identitys_backlog_of_ten_thousand_starts_at_once() {
+    let _heavy = crate::common::heavy();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut server = Server::start_in(dir.path(), &format!("{FILL}{}", tokens()));
+    flood(&server, "flood", 10_000);
+    assert!(server.terminate(Duration::from_secs(20)), "stopped");
+
+    // Restarted with the no-op, the backlog drains at once; the other identity's tasks
+    // come in behind all of it.
+    let server = Server::start_in(dir.path(), &format!("{DRAIN}{}", tokens()));
+    let behind: Vec<Duration> = (0..7).map(|_| noop_latency(&server, "other")).collect();
+    let left = queued_jobs(&server);
+    assert!(
+        left >= 2_000,
+        "the backlog was still there ({left} queued after the tasks)"
+    );
+    let drained = poll_until(Duration::from_secs(120), || {
+        (queued_jobs(&server) == 0).then_some(())
+    });
+    assert!(drained.is_some(), "the backlog drained");
+    let idle: Vec<Duration> = (0..7).map(|_| noop_latency(&server, "other")).collect();
+    eprintln!("behind {behind:?} idle {idle:?}");
+    let (behind, idle) = (median(behind), median(idle));
+    // The issue's goal: within twice the latency on an idle queue (medians of seven).
+    assert!(
+        behind <= idle * 2,
+        "behind the backlog {behind:?}, on an idle queue {idle:?}"
+    );
+}
+
+#[test]
+fn a_higher_priority_tool_and_token_go_before_a_backlog() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/serial.sh");
+    let work = tempfile::tempdir().expect("temp dir");
+    // `slow`: four at a time, 0.3 s each; `urgent` runs the same program one priority up.
+    let tool = |name: &str, extra: &str| {
+        format!(
+            "[[tools]]\nname = \"{name}\"\ndescription = \"serial.sh\"\n\
+             task_policy = \"required\"\ncommand = [{script:?}]\n\
+             env = {{ WORK = {work:?}, PAUSE = \"0.3\" }}\n{extra}\n",
+            script = script.to_string_lossy(),
+            work = work.path().join(name).to_string_lossy(),
+        )
+    };
+    let config = format!(
+        "[builtin]\nsets = []\n[workers]\nthreads = 4\n\n{}{}{}{}{}",
+        tool("slow", ""),
+        tool("urgent", "priority = 10"),
+        token("batch", ""),
+        token("host", "priority = 5"),
+        token("plain", ""),
+    );
+    for name in ["slow", "urgent"] {
+        std::fs::create_dir_all(work.path().join(name)).expect("work dir");
+    }
+    let server = Server::start(&config);
+    let create = |principal: &str, tool: &str| -> String {
+        let result = server
+            .request_with(
+                "tools/call",
+                json!({"name": tool, "arguments": {}}),
+                tasks_caps(),
+                &[("Authorization", &bearer(principal))],
+            )
+            .result();
+        result["taskId"].as_str().expect("taskId").to_owned()
+    };
+    // 40 queued jobs of `slow`: 3 s of work for the four workers.
+    let backlog: Vec<String> = (0..40).map(|_| create("batch", "slow")).collect();
+    let host = create("host", "slow");
+    let urgent = create("plain", "urgent");
+    let plain = create("plain", "slow");
+    let status = |id: &str, principal: &str| -> Value {
+        server
+            .request_with(
+                "tasks/get",
+                json!({"taskId": id}),
+                tasks_caps(),
+                &[("Authorization", &bearer(principal))],
+            )
+            .result()["status"]
+            .clone()
+    };
+    let first_two = poll_until(Duration::from_secs(10), || {
+        (status(&host, "host") == "completed" && status(&urgent, "plain") == "completed")
+            .then_some(())
+    });
+    assert!(first_two.is_some(), "the priority jobs ran");
+    // When both are done, most of the backlog is still waiting: they went first.
+    let backlog_done = backlog
+        .iter()
+        .filter(|id| status(id, "batch") == "completed")
+        .count();
+    assert!(
+        backlog_done <= 12,
+        "{backlog_done} of the backlog ran first"
+    );
+    // The plain task came last but takes its identity's turn: it is not behind all 40.
+    let plain_done = poll_until(Duration::from_secs(10), || {
+        (status(&plain, "plain") == "completed").then_some(())
+    });
+    assert!(plain_done.is_some());
+    let backlog_done = backlog
+        .iter()
+        .filter(|id| status(id, "batch") == "completed")
+        .count();
+    assert!(backlog_done < 30, "{backlog_done} of the backlog ran first");
+}
+
+#[test]
+fn rfc3339_times_read_back_as_unix_milliseconds() {
+    assert_eq!(unix_ms("1970-01-01T00:00:00Z"), 0);
+    assert_eq!(unix_ms("2026-12-03T08:48:03.775Z"), 1_796_287_683_775);
+    assert_eq!(unix_ms("2024-02-29T23:59:59.5Z"), 1_709_251_199_500);
+}
