@@ -5,9 +5,17 @@
 //! taskload HOST:PORT e2e N CONC [TOOL [POLL_MS]]
 //! taskload HOST:PORT create N CONC [TOOL]
 //! taskload HOST:PORT get IDS_FILE SECONDS CONC
+//! taskload HOST:PORT latency K TOKEN [TOOL]
 //! ```
 //!
-//! `create` stops after phase 1 (benches/drain.sh fills a backlog with it).
+//! `create` stops after phase 1 (benches/drain.sh fills a backlog with it). With
+//! `TASKLOAD_TOKENS=M` in the environment, creation i presents the bearer token
+//! `t{i % M}`: a backlog of M identities (benches/fair.sh).
+//!
+//! `latency` (for `benches/fair.sh`): K tasks of TOOL one after the other, each created
+//! with the bearer token TOKEN and polled every 0.2 ms until it is completed; prints one
+//! JSON line with each task's time from the `tools/call` to the poll that saw it
+//! completed, in ms.
 //!
 //! `get` (for `benches/scale.sh`): CONC connections each send `tasks/get` for ids drawn
 //! at random from IDS_FILE (one id a line) for SECONDS, back to back; prints one JSON
@@ -48,6 +56,8 @@ struct Connection {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
     next_id: u64,
+    /// An `Authorization` header line (with its CRLF) for the next requests, if any.
+    authorization: String,
 }
 
 impl Connection {
@@ -62,7 +72,15 @@ impl Connection {
             reader: BufReader::new(stream.try_clone().expect("clone stream")),
             writer: stream,
             next_id: 1,
+            authorization: String::new(),
         }
+    }
+
+    /// Presents bearer `token` from the next request on (`None`: no token).
+    fn present(&mut self, token: Option<&str>) {
+        self.authorization = token.map_or_else(String::new, |token| {
+            format!("Authorization: Bearer {token}\r\n")
+        });
     }
 
     /// One MCP request with the 2026-07-28 headers; returns the JSON-RPC `result`.
@@ -78,8 +96,9 @@ impl Connection {
         let request = format!(
             "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
              Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\n\
-             Mcp-Method: {method}\r\nMcp-Name: {name}\r\nContent-Length: {}\r\n\r\n{body}",
+             Mcp-Method: {method}\r\nMcp-Name: {name}\r\n{}Content-Length: {}\r\n\r\n{body}",
             self.host,
+            self.authorization,
             body.len()
         );
         self.writer
@@ -197,6 +216,30 @@ fn random_gets(host: &str, ids_file: &str, seconds: f64, conc: usize) {
     );
 }
 
+/// `latency` mode: K tasks one after the other, each polled until completed.
+fn latencies(host: &str, k: usize, token: &str, tool: &str) {
+    let mut connection = Connection::open(host);
+    connection.present(Some(token));
+    let mut samples = Vec::with_capacity(k);
+    for _ in 0..k {
+        let sent = Instant::now();
+        let created = connection.call("tools/call", tool, json!({"name": tool, "arguments": {}}));
+        let Some(id) = created["taskId"].as_str().map(str::to_owned) else {
+            fail(&format!("tools/call did not create a task: {created}"));
+        };
+        loop {
+            let task = connection.call("tasks/get", &id, json!({"taskId": id}));
+            match task["status"].as_str() {
+                Some("completed") => break,
+                Some("working") => std::thread::sleep(Duration::from_micros(200)),
+                other => fail(&format!("task {id} ended as {other:?}: {task}")),
+            }
+        }
+        samples.push(sent.elapsed().as_secs_f64() * 1000.0);
+    }
+    println!("{}", json!({ "k": k, "latency_ms": samples }));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` passes `--bench`; ignore flags.
@@ -214,6 +257,14 @@ fn main() {
             .unwrap_or_else(|_| fail("CONC must be a number"));
         return random_gets(host, ids_file, seconds, conc.max(1));
     }
+    if let [host, "latency", k, token, rest @ ..] = args.as_slice() {
+        let k = k.parse().unwrap_or_else(|_| fail("K must be a number"));
+        return latencies(host, k, token, rest.first().copied().unwrap_or("noop_task"));
+    }
+    // Creation i presents token t{i % tokens}, when set.
+    let tokens: Option<usize> = std::env::var("TASKLOAD_TOKENS")
+        .ok()
+        .map(|m| m.parse().unwrap_or_else(|_| fail("TASKLOAD_TOKENS must be a number")));
     let (host, mode, n, conc, tool, poll_pause) = match args.as_slice() {
         [host, mode @ ("e2e" | "create"), n, conc, rest @ ..] => (
             host.to_string(),
@@ -232,7 +283,8 @@ fn main() {
             }),
         ),
         _ => fail(
-            "usage: taskload HOST:PORT e2e|create N CONC [TOOL [POLL_MS]] | get IDS_FILE SECONDS CONC",
+            "usage: taskload HOST:PORT e2e|create N CONC [TOOL [POLL_MS]] | get IDS_FILE SECONDS CONC \
+             | latency K TOKEN [TOOL]",
         ),
     };
     let polls = AtomicU64::new(0);
@@ -248,7 +300,11 @@ fn main() {
                 scope.spawn(move || {
                     let mut connection = Connection::open(host);
                     let mut ids = Vec::with_capacity(share);
-                    for _ in 0..share {
+                    for k in 0..share {
+                        if let Some(tokens) = tokens {
+                            let token = format!("t{}", (index + k * conc) % tokens.max(1));
+                            connection.present(Some(&token));
+                        }
                         let result = connection.call(
                             "tools/call",
                             tool,
