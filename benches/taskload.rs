@@ -262,9 +262,10 @@ fn main() {
         return latencies(host, k, token, rest.first().copied().unwrap_or("noop_task"));
     }
     // Creation i presents token t{i % tokens}, when set.
-    let tokens: Option<usize> = std::env::var("TASKLOAD_TOKENS")
-        .ok()
-        .map(|m| m.parse().unwrap_or_else(|_| fail("TASKLOAD_TOKENS must be a number")));
+    let tokens: Option<usize> = std::env::var("TASKLOAD_TOKENS").ok().map(|m| {
+        m.parse()
+            .unwrap_or_else(|_| fail("TASKLOAD_TOKENS must be a number"))
+    });
     let (host, mode, n, conc, tool, poll_pause) = match args.as_slice() {
         [host, mode @ ("e2e" | "create"), n, conc, rest @ ..] => (
             host.to_string(),

@@ -338,6 +338,7 @@ mod tests {
             roles: Vec::new(),
             weight: 1,
             priority: 0,
+            max_sessions: None,
         }
     }
 

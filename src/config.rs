@@ -394,8 +394,12 @@ impl Default for NotificationLimits {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionLimits {
-    /// Sessions open at once, server-wide; `initialize` beyond it gets 503.
+    /// Sessions open at once, server-wide. When the table is full, the least recently
+    /// used idle session ends to make room; `initialize` gets 503 only when none is idle.
     pub max_sessions: usize,
+    /// Sessions one identity may have open (a token's `max_sessions` overrides it): an
+    /// `initialize` beyond it ends that identity's least recently used session.
+    pub max_sessions_per_identity: usize,
     /// A session unused this long is ended (its next request gets 404).
     pub idle_timeout_ms: u64,
     /// How long a call waits for the client's answer to a server-to-client request.
@@ -408,6 +412,7 @@ impl Default for SessionLimits {
     fn default() -> Self {
         SessionLimits {
             max_sessions: 4096,
+            max_sessions_per_identity: 64,
             idle_timeout_ms: 30 * 60 * 1000,
             client_request_timeout_ms: 5 * 60 * 1000,
             replay_events: 64,
@@ -478,6 +483,8 @@ pub struct TokenConfig {
     /// scripts. Higher runs first.
     #[serde(default)]
     pub priority: i32,
+    /// The identity's own `sessions.max_sessions_per_identity` (at least 1).
+    pub max_sessions: Option<usize>,
 }
 
 fn one() -> u32 {
@@ -726,6 +733,7 @@ impl Config {
         }
         let bounds = &self.sessions;
         if bounds.max_sessions == 0
+            || bounds.max_sessions_per_identity == 0
             || bounds.idle_timeout_ms == 0
             || bounds.client_request_timeout_ms == 0
         {
@@ -751,6 +759,12 @@ impl Config {
             }
             if !PRIORITIES.contains(&token.priority) {
                 return Err(ConfigError::TokenPriority { index });
+            }
+            if token.max_sessions == Some(0) {
+                return Err(ConfigError::TokenQuota {
+                    index,
+                    key: "max_sessions",
+                });
             }
         }
         crate::shares::Shares::check(&self.auth.tokens)?;

@@ -70,7 +70,7 @@ impl Settings {
             ),
             tools: Arc::new(tools),
             catalog: Arc::new(catalog),
-            shares: Arc::new(Shares::new(&config.auth.tokens)),
+            shares: Arc::new(Shares::new(&config)),
             config,
         })
     }
@@ -226,6 +226,8 @@ pub const LIVE: &[&str] = &[
     "tasks.ttl_ms",
     "tasks.poll_interval_ms",
     "notifications.max_subscriptions",
+    // Read from the shares at each `initialize`: sessions already open stay open.
+    "sessions.max_sessions_per_identity",
     "notifications.max_subscriptions_per_identity",
     "notifications.max_task_ids",
     "notifications.queue_len",

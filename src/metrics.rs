@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::legacy::sessions::Ended;
 use crate::protocol::METHODS;
 use crate::tasks::upkeep::UpkeepCounters;
 use crate::tasks::workers::AttemptObserver;
@@ -43,6 +44,11 @@ pub struct Metrics {
     rejected: [AtomicU64; REJECTIONS.len()],
     reclaimed: AtomicU64,
     expired: AtomicU64,
+    /// Legacy sessions ended to make room: the identity's own oldest (its quota), the
+    /// table's least recently used idle one; and `initialize`s refused (none was idle).
+    sessions_ended_own: AtomicU64,
+    sessions_ended_idle: AtomicU64,
+    sessions_refused: AtomicU64,
     /// Per served tool: how long claimed jobs had waited, how long attempts ran. Tools
     /// come from the configuration only (at start-up, and added by reloads; a removed
     /// tool keeps its series, counters never go back), so a tool label is always one
@@ -111,6 +117,9 @@ impl Metrics {
             rejected: Default::default(),
             reclaimed: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            sessions_ended_own: AtomicU64::new(0),
+            sessions_ended_idle: AtomicU64::new(0),
+            sessions_refused: AtomicU64::new(0),
             tools: ArcSwap::from_pointee(
                 tools
                     .into_iter()
@@ -158,6 +167,21 @@ impl Metrics {
             .position(|known| *known == status)
             .unwrap_or(REJECTIONS.len() - 1);
         self.rejected[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An `initialize` opened a session, having ended `ended` to make room.
+    pub fn record_session_ended(&self, ended: Option<Ended>) {
+        match ended {
+            Some(Ended::OwnOldest) => &self.sessions_ended_own,
+            Some(Ended::Idle) => &self.sessions_ended_idle,
+            None => return,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An `initialize` found the session table full of busy sessions.
+    pub fn record_sessions_full(&self) {
+        self.sessions_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn add_reclaimed(&self, count: usize) {
@@ -221,6 +245,25 @@ impl Metrics {
             "mcp_taskd_tasks_expired_total",
             "Tasks deleted after their TTL.",
             self.expired.load(Ordering::Relaxed),
+        );
+        let _ = writeln!(out, "# HELP mcp_taskd_quota_refusals_total Requests beyond an identity's quota: sessions = an initialize that ended the identity's own least recently used legacy session.");
+        let _ = writeln!(out, "# TYPE mcp_taskd_quota_refusals_total counter");
+        let _ = writeln!(
+            out,
+            "mcp_taskd_quota_refusals_total{{quota=\"sessions\"}} {}",
+            self.sessions_ended_own.load(Ordering::Relaxed)
+        );
+        counter(
+            &mut out,
+            "mcp_taskd_sessions_idle_ended_total",
+            "Idle legacy sessions ended to make room in a full session table.",
+            self.sessions_ended_idle.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "mcp_taskd_sessions_refused_total",
+            "initialize refused with 503: the session table was full and no session was idle.",
+            self.sessions_refused.load(Ordering::Relaxed),
         );
         gauge(
             &mut out,

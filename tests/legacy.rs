@@ -706,16 +706,84 @@ fn legacy_tasks_come_from_the_same_store_and_survive_a_new_session() {
 }
 
 #[test]
-fn the_session_maximum_is_configurable_and_refuses_with_503() {
+fn the_session_maximum_is_configurable_and_refuses_with_503_when_no_session_is_idle() {
     let server = Server::start(&format!("{CONFORMANCE}\n[sessions]\nmax_sessions = 1\n"));
     let first = Client::connect(&server, "2025-11-25", json!({}));
+    // Its GET stream is open: ending it would cut off its client.
+    let stream = first.open_get_stream();
     let refused = post(&server, &[], &initialize_body("2025-11-25", json!({})));
     assert_eq!(refused.status, 503, "{}", refused.text());
     assert!(refused.header("mcp-session-id").is_none());
     // Ending a session makes room again.
+    drop(stream);
     assert_eq!(first.delete().status, 200);
     let second = Client::connect(&server, "2025-11-25", json!({}));
     assert_eq!(second.request("ping", json!({})).result(), json!({}));
+    let metrics = server.get("/metrics").text();
+    assert!(
+        metrics.contains("mcp_taskd_sessions_refused_total 1"),
+        "{metrics}"
+    );
+}
+
+/// The quota refusals on /metrics of `quota`.
+fn quota_refusals(server: &Server, quota: &str) -> u64 {
+    let prefix = format!("mcp_taskd_quota_refusals_total{{quota=\"{quota}\"}} ");
+    server
+        .get("/metrics")
+        .text()
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str())?.trim().parse().ok())
+        .expect("the quota's series")
+}
+
+#[test]
+fn a_flood_of_initialize_ends_the_flooders_own_sessions_and_never_locks_out_another() {
+    use crate::fair_share::token;
+    // Room for 8 sessions: the flooder may have 3; "vip" has its own share of 5.
+    let server = Server::start(&format!(
+        "{CONFORMANCE}\n[sessions]\nmax_sessions = 8\nmax_sessions_per_identity = 3\n{}{}{}",
+        token("flood", ""),
+        token("other", ""),
+        token("vip", "max_sessions = 5"),
+    ));
+    let flood = |n: usize| -> Vec<Client<'_>> {
+        (0..n)
+            .map(|_| Client::connect_as(&server, "2025-11-25", json!({}), Some("flood-token")))
+            .collect()
+    };
+    let flooded = flood(50);
+    // The flooder keeps its 3 most recent sessions; its older ones answer 404.
+    let alive = flooded
+        .iter()
+        .filter(|client| client.request("ping", json!({})).status == 200)
+        .count();
+    assert_eq!(alive, 3);
+    assert_eq!(flooded[0].request("ping", json!({})).status, 404);
+    assert_eq!(quota_refusals(&server, "sessions"), 47);
+    // Another identity gets a session at once, and keeps it while the flood goes on.
+    let other = Client::connect_as(&server, "2025-11-25", json!({}), Some("other-token"));
+    let _more = flood(50);
+    assert_eq!(other.request("ping", json!({})).result(), json!({}));
+    // A token's own share: five sessions, all kept.
+    let vips: Vec<Client<'_>> = (0..5)
+        .map(|_| Client::connect_as(&server, "2025-11-25", json!({}), Some("vip-token")))
+        .collect();
+    for vip in &vips {
+        assert_eq!(vip.request("ping", json!({})).status, 200);
+    }
+    // 3 + 1 + 5 is more than the table's 8: the least recently used idle session (the
+    // flooder's) ended to make room, and nobody was refused.
+    assert_eq!(other.request("ping", json!({})).result(), json!({}));
+    let metrics = server.get("/metrics").text();
+    assert!(
+        metrics.contains("mcp_taskd_sessions_idle_ended_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mcp_taskd_sessions_refused_total 0"),
+        "{metrics}"
+    );
 }
 
 #[test]

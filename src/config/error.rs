@@ -88,6 +88,8 @@ pub enum ConfigError {
     TokenWeight { index: usize },
     #[error("auth.tokens[{index}].priority must be -100 to 100")]
     TokenPriority { index: usize },
+    #[error("auth.tokens[{index}].{key} must be at least 1")]
+    TokenQuota { index: usize, key: &'static str },
     #[error(
         "auth.tokens[{first}] and auth.tokens[{index}] grant the same identity (tenant and \
          principal) with a different share (weight, priority or quotas): give them the same"

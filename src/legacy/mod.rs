@@ -12,7 +12,7 @@ pub mod era;
 mod methods;
 mod on_wire;
 mod outbound;
-mod sessions;
+pub(crate) mod sessions;
 mod stream;
 mod tasks;
 
@@ -358,14 +358,20 @@ impl Legacy {
             Some(Value::Object(capabilities)) => capabilities.clone(),
             _ => serde_json::Map::new(),
         };
+        let share = self.service.live.load().shares.of(identity).max_sessions;
         let session = match self.sessions.open(
             identity,
+            share,
             credential,
             version,
             crate::protocol::ClientCapabilities(capabilities),
         ) {
-            Ok(session) => session,
+            Ok(opened) => {
+                self.metrics.record_session_ended(opened.ended);
+                opened.session
+            }
             Err(_) => {
+                self.metrics.record_sessions_full();
                 let error = RpcError::new(
                     crate::protocol::error::code::INTERNAL_ERROR,
                     "Too many open sessions; try again later",

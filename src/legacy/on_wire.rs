@@ -44,14 +44,20 @@ impl Legacy {
             Some(Value::Object(capabilities)) => capabilities.clone(),
             _ => serde_json::Map::new(),
         };
+        let share = self.service.live.load().shares.of(identity).max_sessions;
         let session = match self.sessions.open(
             identity,
+            share,
             Credential::Local,
             version,
             ClientCapabilities(capabilities),
         ) {
-            Ok(session) => session,
+            Ok(opened) => {
+                self.metrics.record_session_ended(opened.ended);
+                opened.session
+            }
             Err(_) => {
+                self.metrics.record_sessions_full();
                 let error = RpcError::new(
                     crate::protocol::error::code::INTERNAL_ERROR,
                     "Too many open sessions; try again later",

@@ -1,5 +1,10 @@
 //! The table of legacy sessions: one per `initialize`, in memory only, bounded by a
-//! maximum count and an idle expiry.
+//! maximum count, a share per identity and an idle expiry.
+//!
+//! No identity can lock the others out (issue 29): an `initialize` beyond its
+//! identity's share ends that identity's least recently used session, and one that
+//! finds the table full ends the least recently used idle session (no open stream, no
+//! request in flight) before it would refuse anyone.
 //!
 //! A session carries what the legacy wire negotiates once (version, client capabilities,
 //! log level, resource subscriptions) plus the bookkeeping of its streams: in-flight
@@ -225,6 +230,12 @@ impl Session {
         }
     }
 
+    /// Nothing in flight and no open stream: ending it interrupts nobody.
+    fn is_idle(&self) -> bool {
+        let state = self.lock();
+        state.live.is_none() && state.in_flight.is_empty() && state.awaiting.is_empty()
+    }
+
     /// Ends the session's streams and wakes its waiting calls.
     fn close(&self) {
         let mut state = self.lock();
@@ -245,8 +256,23 @@ impl Session {
 pub enum Refused {
     /// Unknown, ended, expired, or opened by someone else: 404.
     NotFound,
-    /// The server-wide maximum is reached: 503.
+    /// The server-wide maximum is reached and every session is busy: 503.
     Full,
+}
+
+/// A session just opened, and what was ended to make room for it.
+pub struct Opened {
+    pub session: Arc<Session>,
+    pub ended: Option<Ended>,
+}
+
+/// Why `open` ended another session.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The identity was at its share: its own least recently used session ended.
+    OwnOldest,
+    /// The table was full: the least recently used idle session ended.
+    Idle,
 }
 
 pub struct Sessions {
@@ -281,15 +307,38 @@ impl Sessions {
         Duration::from_millis(self.limits.idle_timeout_ms)
     }
 
-    /// Opens a session, first dropping expired ones to make room.
+    /// Opens a session for `identity`, which may have `share` open at once. Beyond its
+    /// share, its own least recently used session ends; when the table is full, expired
+    /// sessions go first, then the least recently used idle one.
     pub fn open(
         &self,
         identity: &Identity,
+        share: usize,
         credential: Credential,
         version: &'static str,
         capabilities: ClientCapabilities,
-    ) -> Result<Arc<Session>, Refused> {
+    ) -> Result<Opened, Refused> {
         let mut table = self.lock();
+        let mut ended = None;
+        // One pass over the table (bounded by `max_sessions`): this identity's count
+        // and its least recently used session.
+        let mut own = 0;
+        let mut own_oldest: Option<(&String, Instant)> = None;
+        for (id, entry) in table.iter() {
+            if entry.session.identity == *identity {
+                own += 1;
+                if own_oldest.is_none_or(|(_, used)| entry.last_used < used) {
+                    own_oldest = Some((id, entry.last_used));
+                }
+            }
+        }
+        if own >= share.max(1) {
+            let oldest = own_oldest.map(|(id, _)| id.clone());
+            if let Some(gone) = oldest.and_then(|id| table.remove(&id)) {
+                gone.session.close();
+                ended = Some(Ended::OwnOldest);
+            }
+        }
         if table.len() >= self.limits.max_sessions {
             let idle = self.idle_limit();
             table.retain(|_, entry| {
@@ -299,9 +348,18 @@ impl Sessions {
                 }
                 keep
             });
-            if table.len() >= self.limits.max_sessions {
+        }
+        if table.len() >= self.limits.max_sessions {
+            let oldest_idle = table
+                .iter()
+                .filter(|(_, entry)| entry.session.is_idle())
+                .min_by_key(|(_, entry)| entry.last_used)
+                .map(|(id, _)| id.clone());
+            let Some(gone) = oldest_idle.and_then(|id| table.remove(&id)) else {
                 return Err(Refused::Full);
-            }
+            };
+            gone.session.close();
+            ended = ended.or(Some(Ended::Idle));
         }
         let session = Arc::new(Session {
             id: uuid::Uuid::new_v4().to_string(),
@@ -319,7 +377,7 @@ impl Sessions {
                 last_used: Instant::now(),
             },
         );
-        Ok(session)
+        Ok(Opened { session, ended })
     }
 
     /// The caller's live session `id`, marked as used now.
@@ -407,6 +465,19 @@ mod tests {
         }
     }
 
+    /// Opens a session for `who` with a share that never binds.
+    fn open(sessions: &Sessions, who: &Identity) -> Result<Arc<Session>, Refused> {
+        sessions
+            .open(
+                who,
+                usize::MAX,
+                Credential::Local,
+                "2025-11-25",
+                ClientCapabilities::default(),
+            )
+            .map(|opened| opened.session)
+    }
+
     fn hub() -> Arc<Hub> {
         Arc::new(Hub::new(crate::config::NotificationLimits::default()))
     }
@@ -423,14 +494,7 @@ mod tests {
     fn a_session_is_only_found_by_its_opener() {
         let sessions = Sessions::new(limits(4, 60_000), hub());
         let alice = someone("alice");
-        let session = sessions
-            .open(
-                &alice,
-                Credential::Local,
-                "2025-11-25",
-                ClientCapabilities::default(),
-            )
-            .unwrap();
+        let session = open(&sessions, &alice).unwrap();
         assert!(sessions.get(&session.id, &alice).is_ok());
         assert_eq!(
             sessions.get(&session.id, &someone("bob")).err(),
@@ -448,39 +512,76 @@ mod tests {
     }
 
     #[test]
-    fn the_maximum_holds_until_idle_sessions_expire() {
+    fn a_full_table_of_busy_sessions_refuses_until_they_expire() {
         let sessions = Sessions::new(limits(1, 50), hub());
         let alice = someone("alice");
-        let first = sessions
+        let first = open(&sessions, &alice).unwrap();
+        // An open GET stream: ending it would interrupt its client.
+        let (live, _events) = crossbeam_channel::bounded(1);
+        first.attach_stream(live, None);
+        sessions.touch(&first.id);
+        assert_eq!(open(&sessions, &someone("bob")).err(), Some(Refused::Full));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(open(&sessions, &someone("bob")).is_ok());
+        assert!(!sessions.is_open(&first.id));
+    }
+
+    #[test]
+    fn beyond_its_share_an_identity_ends_its_own_least_recently_used_session() {
+        let sessions = Sessions::new(limits(100, 60_000), hub());
+        let (alice, bob) = (someone("alice"), someone("bob"));
+        let opened = |who: &Identity| {
+            sessions
+                .open(
+                    who,
+                    2,
+                    Credential::Local,
+                    "2025-11-25",
+                    ClientCapabilities::default(),
+                )
+                .unwrap()
+        };
+        let bobs = opened(&bob);
+        let a = opened(&alice);
+        let b = opened(&alice);
+        assert!(a.ended.is_none() && b.ended.is_none());
+        sessions.get(&a.session.id, &alice).unwrap();
+        let c = opened(&alice);
+        assert_eq!(c.ended, Some(Ended::OwnOldest));
+        assert_eq!(
+            sessions.get(&b.session.id, &alice).err(),
+            Some(Refused::NotFound),
+            "the least recently used one ended"
+        );
+        assert!(sessions.is_open(&a.session.id) && sessions.is_open(&c.session.id));
+        assert!(
+            sessions.is_open(&bobs.session.id),
+            "another identity's stays"
+        );
+    }
+
+    #[test]
+    fn a_full_table_ends_the_least_recently_used_idle_session_before_refusing() {
+        let sessions = Sessions::new(limits(3, 60_000), hub());
+        let flooder = someone("flooder");
+        let busy = open(&sessions, &flooder).unwrap();
+        let (live, _events) = crossbeam_channel::bounded(1);
+        busy.attach_stream(live, None);
+        let idle_old = open(&sessions, &flooder).unwrap();
+        let idle_new = open(&sessions, &flooder).unwrap();
+        sessions.touch(&busy.id);
+        let opened = sessions
             .open(
-                &alice,
+                &someone("other"),
+                64,
                 Credential::Local,
                 "2025-11-25",
                 ClientCapabilities::default(),
             )
             .unwrap();
-        sessions.touch(&first.id);
-        assert_eq!(
-            sessions
-                .open(
-                    &alice,
-                    Credential::Local,
-                    "2025-11-25",
-                    ClientCapabilities::default()
-                )
-                .err(),
-            Some(Refused::Full)
-        );
-        std::thread::sleep(Duration::from_millis(60));
-        assert!(sessions
-            .open(
-                &alice,
-                Credential::Local,
-                "2025-11-25",
-                ClientCapabilities::default()
-            )
-            .is_ok());
-        assert!(!sessions.is_open(&first.id));
+        assert_eq!(opened.ended, Some(Ended::Idle));
+        assert!(!sessions.is_open(&idle_old.id));
+        assert!(sessions.is_open(&busy.id) && sessions.is_open(&idle_new.id));
     }
 
     #[test]
@@ -488,14 +589,7 @@ mod tests {
         let hub = hub();
         let sessions = Sessions::new(limits(4, 60_000), Arc::clone(&hub));
         let alice = someone("a");
-        let session = sessions
-            .open(
-                &alice,
-                Credential::Local,
-                "2025-11-25",
-                ClientCapabilities::default(),
-            )
-            .unwrap();
+        let session = open(&sessions, &alice).unwrap();
         for n in 0..=MAX_FOLLOWED_TASKS {
             session.follow_task(&format!("t-{n}"), "working");
         }
@@ -517,14 +611,7 @@ mod tests {
     #[test]
     fn replay_starts_after_the_last_seen_event() {
         let sessions = Sessions::new(limits(4, 60_000), hub());
-        let session = sessions
-            .open(
-                &someone("a"),
-                Credential::Local,
-                "2025-11-25",
-                ClientCapabilities::default(),
-            )
-            .unwrap();
+        let session = open(&sessions, &someone("a")).unwrap();
         for n in 0..5 {
             session.push_event(Value::from(n), 3);
         }
