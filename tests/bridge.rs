@@ -268,7 +268,7 @@ fn bad_inline_waits_are_refused_with_the_key_named() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("config.toml");
         std::fs::write(&path, extra).expect("write config");
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+        let output = crate::common::binary()
             .args(["serve", "--config"])
             .arg(&path)
             .args(["--listen", "127.0.0.1:0", "--data-dir"])

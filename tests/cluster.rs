@@ -610,7 +610,7 @@ fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same
     let target_config = target_dir.path().join("postgres.toml");
     std::fs::write(&target_config, node_config(&url, 2, TENANTS)).unwrap();
     let copy = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+        crate::common::binary()
             .arg("copy-store")
             .arg("--config")
             .arg(sqlite_dir.path().join("config.toml"))

@@ -2,7 +2,7 @@
 //! the real binary, observed through tools/call and tasks/get|update|cancel.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::{poll_until, tasks_caps, Rpc, Server};
@@ -564,7 +564,7 @@ fn a_bad_declaration_fails_check_config_and_serve_naming_tool_and_field() {
         )
         .expect("write config");
         for command in ["check-config", "serve"] {
-            let mut run = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"));
+            let mut run = crate::common::binary();
             run.arg(command).arg("--config").arg(&path);
             if command == "serve" {
                 run.args(["--listen", "127.0.0.1:0", "--data-dir"])

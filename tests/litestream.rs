@@ -155,7 +155,7 @@ fn restore(litestream: &Path, config: &Path, dir: &Path, target: &Path) -> Resul
 /// Every task id stored in `target/data` (the operator command on a stopped server,
 /// which refuses a damaged database: that is an `Err` with its message).
 fn stored_ids(target: &Path) -> Result<Vec<String>, String> {
-    let output = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    let output = crate::common::binary()
         .args(["tasks", "list", "--json", "--limit", "1000000", "--config"])
         .arg(target.join("config.toml"))
         .arg("--data-dir")

@@ -147,7 +147,7 @@ fn counts_totals_and_histograms_follow_create_complete_fail_and_cancel() {
 /// Tasks by status, counted by listing every task (a scan, by the operator command on
 /// the stopped server's database): the truth the trigger-kept counts must match.
 fn scanned_counts(dir: &Path) -> HashMap<String, f64> {
-    let output = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    let output = crate::common::binary()
         .args(["tasks", "list", "--json", "--limit", "100000", "--config"])
         .arg(dir.join("config.toml"))
         .arg("--data-dir")

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +24,7 @@ fn run(dir: &Path, args: &[&str]) -> Output {
 }
 
 fn run_on(dir: &Path, data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    crate::common::binary()
         .args(args)
         .arg("--config")
         .arg(dir.join("config.toml"))

@@ -7,7 +7,6 @@
 //!
 //! Like `cluster.rs`, these need PostgreSQL whatever `MCP_TASKD_TEST_BACKEND` says.
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
@@ -144,7 +143,7 @@ fn a_password_in_the_url_is_refused_and_a_missing_password_file_named() {
     let url = cluster.url(&name);
     let with_password = node_config(&url.replace("taskd@", "taskd:hunter2@"));
     std::fs::write(dir.path().join("bad.toml"), with_password).unwrap();
-    let refused = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    let refused = crate::common::binary()
         .arg("check-config")
         .arg(dir.path().join("bad.toml"))
         .output()
@@ -161,13 +160,13 @@ fn a_password_in_the_url_is_refused_and_a_missing_password_file_named() {
     // name, before it serves anything.
     let config = format!("{}password_file = \"no-such-file\"\n", node_config(&url));
     std::fs::write(dir.path().join("good.toml"), &config).unwrap();
-    let checked = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    let checked = crate::common::binary()
         .arg("check-config")
         .arg(dir.path().join("good.toml"))
         .output()
         .unwrap();
     assert!(checked.status.success(), "{checked:?}");
-    let started = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    let started = crate::common::binary()
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(dir.path().join("good.toml"))
         .arg("--data-dir")

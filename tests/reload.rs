@@ -7,7 +7,6 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -67,7 +66,7 @@ fn reload_file(server: &Server, trigger: Trigger) -> Outcome {
             }
         }
         Trigger::Command => {
-            let output = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+            let output = crate::common::binary()
                 .arg("reload")
                 .arg("--config")
                 .arg(server.config_path())
@@ -612,7 +611,7 @@ fn restart_only(trigger: Trigger) {
         "applied"
     );
     assert_eq!(server.get("/elsewhere").status, 404);
-    let stats = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    let stats = crate::common::binary()
         .args(["stats", "--json", "--data-dir"])
         .arg(server.dir.join("data"))
         .arg("--config")
@@ -637,7 +636,7 @@ fn restart_only_keys_keep_their_running_values_by_command() {
 #[test]
 fn reload_without_a_server_fails() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let output = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    let output = crate::common::binary()
         .arg("reload")
         .arg("--data-dir")
         .arg(dir.path())

@@ -788,7 +788,7 @@ fn the_data_dir_belongs_to_one_running_server() {
     }
     let server = Server::start(ALL_SETS);
     let data = server.dir.join("data");
-    let second = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    let second = crate::common::binary()
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data)
         .output()

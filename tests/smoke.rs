@@ -115,7 +115,7 @@ fn check_config_takes_the_file_with_or_without_config() {
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[store]\nlocking = \"sometimes\"\n").unwrap();
     let check = |args: &[&std::ffi::OsStr]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+        crate::common::binary()
             .arg("check-config")
             .args(args)
             .output()

@@ -353,7 +353,7 @@ fn the_relay_says_in_one_line_when_the_server_is_unreachable_or_refuses_the_toke
         (url(&server), None, "refused"),
     ];
     for (target, token, expected) in cases {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-taskd"));
+        let mut command = crate::common::binary();
         command.arg("stdio").arg("--connect").arg(&target);
         if let Some(token) = token {
             command.arg("--token-file").arg(token);

@@ -259,7 +259,7 @@ fn stopped_database(dir: &Path, tasks: usize) -> PathBuf {
 
 /// Starts the binary on `dir/data`, expecting a refusal: returns its stderr.
 fn refused_start(dir: &Path) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"))
+    let output = crate::common::binary()
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(dir.join("config.toml"))
         .arg("--data-dir")

@@ -15,6 +15,7 @@ mod server;
 pub mod stdio;
 pub mod tasks;
 
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,23 @@ pub const CONFORMANCE: &str = "[builtin]\nsets = [\"conformance\"]\n";
 /// Both built-in sets: the conformance fixtures first (so `tools[0]` stays
 /// `test_simple_text`), then the demo `echo` tool, `summarize` prompt and `about` resource.
 pub const ALL_SETS: &str = "[builtin]\nsets = [\"conformance\", \"demo\"]\n";
+
+/// A command that runs the `mcp-taskd` under test: the one cargo built for this suite,
+/// or `MCP_TASKD_TEST_BINARY` when set (`.ci/arm64.sh` points the suite at a
+/// cross-built binary, which the kernel runs under qemu-user through binfmt_misc).
+pub fn binary() -> Command {
+    match std::env::var_os("MCP_TASKD_TEST_BINARY") {
+        Some(path) => Command::new(path),
+        None => Command::new(env!("CARGO_BIN_EXE_mcp-taskd")),
+    }
+}
+
+/// The path [`binary`] runs.
+pub fn binary_path() -> std::path::PathBuf {
+    std::env::var_os("MCP_TASKD_TEST_BINARY")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_mcp-taskd").into())
+}
 
 /// Polls `check` until it returns `Some` or `limit` passes.
 pub fn poll_until<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {

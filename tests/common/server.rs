@@ -45,7 +45,7 @@ impl Server {
 
     /// As [`Server::start_in`], with extra environment variables for the server.
     pub fn start_in_with_env(dir: &Path, config: &str, env: &[(&str, &OsStr)]) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"));
+        let mut command = super::binary();
         command.envs(env.iter().copied());
         Server::start_command(dir, config, command)
     }
@@ -57,7 +57,7 @@ impl Server {
         wrapper
             .arg("-c")
             .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
-            .arg(env!("CARGO_BIN_EXE_mcp-taskd"));
+            .arg(super::binary_path());
         let mut server = Server::start_command(temp.path(), config, wrapper);
         server._temp = Some(temp);
         server

@@ -31,7 +31,7 @@ pub fn stdio_command(dir: &Path, config: &str) -> Command {
     let config_path = dir.join("config.toml");
     std::fs::write(&config_path, super::postgres::server_config(dir, config))
         .expect("write config");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"));
+    let mut command = super::binary();
     command
         .arg("stdio")
         .arg("--config")
@@ -58,7 +58,7 @@ impl Stdio {
 
     /// `mcp-taskd stdio --connect url [--token-file token_file]`.
     pub fn connect(url: &str, token_file: Option<&PathBuf>) -> Stdio {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-taskd"));
+        let mut command = super::binary();
         command.arg("stdio").arg("--connect").arg(url);
         if let Some(file) = token_file {
             command.arg("--token-file").arg(file);
