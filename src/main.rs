@@ -12,9 +12,17 @@ use mcp_taskd::notifications::Hub;
 use mcp_taskd::ops::cli::{self, Location, TasksCommand};
 use mcp_taskd::ops::reload::ConfigSource;
 
+/// `mcp-taskd --version`: the release, and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MCP_TASKD_COMMIT"),
+    ")"
+);
+
 /// A single-binary MCP server whose long-running tool calls are durable tasks.
 #[derive(Parser)]
-#[command(name = "mcp-taskd", version, about)]
+#[command(name = "mcp-taskd", version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

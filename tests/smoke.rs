@@ -146,3 +146,32 @@ fn check_config_takes_the_file_with_or_without_config() {
     let both = check(&[good.as_os_str(), "--config".as_ref(), good.as_os_str()]);
     assert!(!both.status.success(), "two files are refused");
 }
+
+#[test]
+fn version_names_the_release_and_the_commit_it_was_built_from() {
+    let output = common::binary()
+        .arg("--version")
+        .output()
+        .expect("run mcp-taskd --version");
+    assert!(output.status.success(), "{output:?}");
+    let version = String::from_utf8_lossy(&output.stdout);
+    let commit = version
+        .strip_prefix(&format!("mcp-taskd {} (commit ", env!("CARGO_PKG_VERSION")))
+        .and_then(|rest| rest.strip_suffix(")\n"))
+        .unwrap_or_else(|| panic!("--version said {version:?}"));
+    // Built in a git checkout (as here and in CI), it names HEAD as it was at build time;
+    // elsewhere `unknown` (build.rs).
+    let head = std::process::Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned());
+    match head {
+        Some(head) => assert!(
+            commit.len() == 12 && head.starts_with(commit),
+            "--version names {commit}, HEAD is {head}"
+        ),
+        None => assert_eq!(commit, "unknown"),
+    }
+}
