@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use mcp_taskd::config::Config;
 use mcp_taskd::notifications::Hub;
 use mcp_taskd::ops::cli::{self, Location, TasksCommand};
@@ -126,6 +126,17 @@ fn main() -> ExitCode {
     // binary in a hidden mode.
     #[cfg(target_os = "linux")]
     mcp_taskd::tools::command::guard::run_if_guard();
+    // For packages: `mcp-taskd package-files DIR`, outside the definition above so that
+    // the pages and completions it writes do not list it.
+    if let Some(dir) = package_files_dir() {
+        return match package_files(&dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("mcp-taskd: package-files: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     // Before any thread starts, so that every thread inherits it.
     mcp_taskd::tools::command::block_child_exit_signal();
     let cli = Cli::parse();
@@ -212,5 +223,30 @@ fn check_config(path: Option<&Path>) -> Result<(), Box<dyn Error>> {
     let hub = Arc::new(Hub::new(config.notifications.clone()));
     mcp_taskd::registration::build_catalog(&config, &hub)?;
     println!("configuration is valid");
+    Ok(())
+}
+
+/// DIR, when the command line is exactly `package-files DIR`.
+fn package_files_dir() -> Option<PathBuf> {
+    let mut args = std::env::args_os().skip(1);
+    let (mode, dir) = (args.next()?, args.next()?);
+    (mode == "package-files" && args.next().is_none()).then(|| PathBuf::from(dir))
+}
+
+/// Writes what a package installs besides the binary, generated from the definition
+/// above so that it cannot drift from it: `DIR/man/*.1` (one page per command and
+/// subcommand) and `DIR/completions/{mcp-taskd.bash,_mcp-taskd,mcp-taskd.fish}`.
+fn package_files(dir: &Path) -> Result<(), Box<dyn Error>> {
+    use clap_complete::Shell;
+    // The pages name the release only: the commit would make every build's pages differ.
+    let command = Cli::command().version(env!("CARGO_PKG_VERSION"));
+    let man = dir.join("man");
+    std::fs::create_dir_all(&man)?;
+    clap_mangen::generate_to(command.clone(), &man)?;
+    let completions = dir.join("completions");
+    std::fs::create_dir_all(&completions)?;
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        clap_complete::generate_to(shell, &mut command.clone(), "mcp-taskd", &completions)?;
+    }
     Ok(())
 }

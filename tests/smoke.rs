@@ -175,3 +175,43 @@ fn version_names_the_release_and_the_commit_it_was_built_from() {
         None => assert_eq!(commit, "unknown"),
     }
 }
+
+#[test]
+fn package_files_writes_a_man_page_per_command_and_three_completions() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = common::binary()
+        .arg("package-files")
+        .arg(dir.path())
+        .output()
+        .expect("run mcp-taskd package-files");
+    assert!(output.status.success(), "{output:?}");
+    let mut pages: Vec<String> = std::fs::read_dir(dir.path().join("man"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    for command in [
+        "serve",
+        "stdio",
+        "tasks-list",
+        "stats",
+        "backup",
+        "check-config",
+    ] {
+        assert!(
+            pages.contains(&format!("mcp-taskd-{command}.1")),
+            "{command}: {pages:?}"
+        );
+    }
+    let serve = std::fs::read_to_string(dir.path().join("man/mcp-taskd-serve.1")).unwrap();
+    assert!(serve.contains("\\-\\-data\\-dir"), "{serve}");
+    for completion in ["mcp-taskd.bash", "_mcp-taskd", "mcp-taskd.fish"] {
+        let text = std::fs::read_to_string(dir.path().join("completions").join(completion))
+            .unwrap_or_else(|e| panic!("{completion}: {e}"));
+        assert!(text.contains("check-config"), "{completion}");
+        assert!(
+            !text.contains("package-files"),
+            "{completion} offers the packaging mode"
+        );
+    }
+}
