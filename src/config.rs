@@ -192,6 +192,9 @@ pub struct StoreConfig {
     pub busy_timeout_ms: u64,
     /// Read connections in the pool.
     pub read_connections: u32,
+    /// Page cache of each store connection (the writer, the checkpointer and every
+    /// reader), in bytes; SQLite's default, 2,048,000.
+    pub cache_bytes: u64,
     /// Longest the start-up integrity check (`PRAGMA quick_check`, every page) may run;
     /// past it the rest of the database goes unchecked. `0` skips the check. The
     /// default keeps start-up under a second at any size (a full check of 1M tasks
@@ -219,6 +222,7 @@ impl Default for StoreConfig {
             synchronous: Synchronous::Full,
             busy_timeout_ms: 5000,
             read_connections: 8,
+            cache_bytes: DEFAULT_CACHE_BYTES,
             integrity_check_ms: 500,
             min_free_bytes: 1 << 20,
             locking: Locking::Exclusive,
@@ -226,6 +230,11 @@ impl Default for StoreConfig {
         }
     }
 }
+
+/// `store.cache_bytes` by default: SQLite's own default page cache (2,000 KiB).
+pub const DEFAULT_CACHE_BYTES: u64 = 2000 * 1024;
+/// The smallest `store.cache_bytes` accepted: 16 pages of 4 KiB.
+pub const MIN_CACHE_BYTES: u64 = 64 * 1024;
 
 /// Where tasks are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -727,6 +736,11 @@ impl Config {
         }
         if self.workers.janitor_interval_ms == 0 {
             return Err(ConfigError::JanitorInterval);
+        }
+        if self.store.cache_bytes < MIN_CACHE_BYTES {
+            return Err(ConfigError::CacheBytes {
+                value: self.store.cache_bytes,
+            });
         }
         if self.store.backend == Backend::Postgres {
             self.store.check_postgres()?;

@@ -191,6 +191,7 @@ restart_only! {
     "store.synchronous" => store.synchronous;
     "store.busy_timeout_ms" => store.busy_timeout_ms;
     "store.read_connections" => store.read_connections;
+    "store.cache_bytes" => store.cache_bytes;
     "store.integrity_check_ms" => store.integrity_check_ms;
     "store.min_free_bytes" => store.min_free_bytes;
     "store.locking" => store.locking;

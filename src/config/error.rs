@@ -76,6 +76,11 @@ pub enum ConfigError {
     PostgresPasswordInUrl,
     #[error("store.pool_size must be at least 1")]
     PoolSize,
+    #[error(
+        "store.cache_bytes = {value}: at least {} (16 pages)",
+        crate::config::MIN_CACHE_BYTES
+    )]
+    CacheBytes { value: u64 },
     #[error("[sessions] limits must be positive")]
     SessionLimits,
     #[error("auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)")]

@@ -119,3 +119,24 @@ fn token_roles_and_the_dashboard_path_are_checked() {
     }
     assert!(Config::parse("[dashboard]\npath = \"/ops/ui\"\n").is_ok());
 }
+
+#[test]
+fn the_edge_profile_is_valid_and_holds_less_than_the_defaults() {
+    let edge = Config::parse(include_str!("../../examples/edge.toml")).unwrap();
+    let default = Config::parse("").unwrap();
+    assert!(edge.store.read_connections < default.store.read_connections);
+    assert!(edge.store.cache_bytes < default.store.cache_bytes);
+    assert!(edge.workers.threads < default.workers.threads);
+    assert!(edge.limits.max_buffered_request_bytes < default.limits.max_buffered_request_bytes);
+    assert!(edge.limits.max_unsent_answer_bytes < default.limits.max_unsent_answer_bytes);
+    assert_eq!(edge.store.synchronous, Synchronous::Full);
+}
+
+#[test]
+fn a_page_cache_below_sixteen_pages_is_refused() {
+    let error = Config::parse("[store]\ncache_bytes = 4096\n")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("store.cache_bytes = 4096"), "{error}");
+    assert!(Config::parse("[store]\ncache_bytes = 65536\n").is_ok());
+}

@@ -121,9 +121,12 @@ pub(super) fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), O
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
     };
+    // cache_size is in KiB when negative.
+    let cache_kib = config.cache_bytes / 1024;
     conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; \
-         PRAGMA busy_timeout = {}; PRAGMA journal_size_limit = 67108864;",
+         PRAGMA busy_timeout = {}; PRAGMA journal_size_limit = 67108864; \
+         PRAGMA cache_size = -{cache_kib};",
         config.busy_timeout_ms
     ))
     .map_err(|e| OpenError::Setup(format!("setting pragmas: {e}")))?;
@@ -146,6 +149,7 @@ pub(super) fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), O
         ("synchronous", config.synchronous.pragma_value().to_string()),
         ("foreign_keys", "1".to_owned()),
         ("busy_timeout", config.busy_timeout_ms.to_string()),
+        ("cache_size", format!("-{cache_kib}")),
     ];
     for (pragma, want) in expected {
         let got = read(pragma)?;
