@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """approve.py — asks a person to approve a deployment, then deploys or stands down.
 
-A command tool for mcp-taskd (see README.md, "Command tool protocol"). The first run has
+A command tool for mcp-taskd (see docs/command-tools.md, "Command tool protocol"). The first run has
 no answer yet, so it asks for one with an elicitation form ("inputRequired"); the server
 runs it again with the client's answer in "inputResponses" and the "state" it returned.
 """

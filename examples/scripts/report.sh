@@ -1,6 +1,6 @@
 #!/bin/sh
 # report.sh — a long-running report: a progress line per section (one a second), then
-# the result. A command tool for mcp-taskd (see README.md, "Command tool protocol").
+# the result. A command tool for mcp-taskd (see docs/command-tools.md, "Command tool protocol").
 #
 # stdin:  {"arguments": {"topic": "...", "sections": N}, "inputResponses": {}, "state": null}
 # stdout: {"progress": i, "total": N, "message": "..."} lines, then one {"result": ...} line.

@@ -1,6 +1,6 @@
 //! The connection bounds handed to the HTTP listener: how many connections, how long a
 //! request may take to arrive, how fast an answer must be read, and how many bytes may
-//! wait in memory server-wide (see README, "Connection limits").
+//! wait in memory server-wide (see docs/protocol.md, "Connection limits").
 
 use std::time::Duration;
 

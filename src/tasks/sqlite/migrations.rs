@@ -29,7 +29,7 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<u32, OpenError> {
         return Err(OpenError::Migration(format!(
             "the database is at schema version {current}, newer than this mcp-taskd \
              knows ({known}): it was written by a newer release. Run that release, or \
-             restore the backup taken before the upgrade (README: \"Upgrade\")"
+             restore the backup taken before the upgrade (docs/operating.md, \"Upgrade\")"
         )));
     }
     let pending: Vec<(u32, String)> = all

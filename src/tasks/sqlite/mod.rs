@@ -152,7 +152,7 @@ pub enum OpenError {
     /// The integrity check found the database malformed.
     #[error(
         "{} is damaged ({detail}); refusing to start on it. Restore it from a backup \
-         (README: \"Restore from a backup\")",
+         (docs/durability.md, \"Restore from a backup\")",
         .path.display()
     )]
     Damaged { path: PathBuf, detail: String },

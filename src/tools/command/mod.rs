@@ -5,7 +5,7 @@
 //! kills programs when the server dies.
 //!
 //! The rest of this comment is long on purpose: it is the one statement of the contract
-//! with programs, which every file below implements a part of (README.md repeats it).
+//! with programs, which every file below implements a part of (docs/command-tools.md repeats it).
 //! Retries, leases and durability stay with the workers.
 //!
 //! # Protocol between server and program
