@@ -49,6 +49,10 @@ pub struct Config {
     pub sessions: SessionLimits,
     #[serde(default)]
     pub dashboard: DashboardConfig,
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    #[serde(default)]
+    pub log: LogConfig,
     /// `[builtin]` as written, until [`Config::parse_in`] names each set.
     #[serde(default, rename = "builtin")]
     raw_builtin: RawBuiltinConfig,
@@ -526,6 +530,52 @@ impl Default for DashboardConfig {
     }
 }
 
+/// `[telemetry]`: OpenTelemetry traces over OTLP/HTTP (`src/telemetry/`, docs/tracing.md).
+/// Read at start-up only (a reload does not change it).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL (e.g. `http://127.0.0.1:4318`); spans go to
+    /// `<otlp_endpoint>/v1/traces`. Unset: `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) if set, else telemetry is off.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the spans (default `OTEL_SERVICE_NAME`, else `mcp-taskd`).
+    pub service_name: Option<String>,
+    /// Longest a finished span waits before its batch is sent.
+    pub batch_delay_ms: u64,
+    /// A link from the dashboard's task page to a trace viewer: `{trace_id}` is replaced
+    /// with the task's trace id (e.g. `http://jaeger:16686/trace/{trace_id}`).
+    pub trace_url: Option<String>,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: None,
+            service_name: None,
+            batch_delay_ms: 1000,
+            trace_url: None,
+        }
+    }
+}
+
+/// `[log]`: how the server's log lines look on stderr.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+}
+
+/// `text` (default: one line of text, as env_logger writes it) or `json` (one JSON
+/// object a line, for journald and Loki).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
 impl Config {
     /// Whether the dashboard is served on this configuration's listener.
     pub fn dashboard_enabled(&self) -> bool {
@@ -805,6 +855,20 @@ impl Config {
             oauth.check()?;
             if s.public_url.is_none() && !s.listen.ip().is_loopback() {
                 return Err(ConfigError::OAuthWithoutPublicUrl { listen: s.listen });
+            }
+        }
+        if let Some(endpoint) = &self.telemetry.otlp_endpoint {
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                return Err(ConfigError::TelemetryEndpoint {
+                    endpoint: endpoint.clone(),
+                });
+            }
+        }
+        if let Some(url) = &self.telemetry.trace_url {
+            if !url.contains("{trace_id}")
+                || !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                return Err(ConfigError::TraceUrl { url: url.clone() });
             }
         }
         if !s.listen.ip().is_loopback() {

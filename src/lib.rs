@@ -23,6 +23,8 @@
 //! protocol    vocabulary: errors and codes, envelope and _meta, capabilities, log
 //!             levels, input-request kinds, task statuses
 //! metrics     counters and gauges for GET /metrics (bounded labels only)
+//! telemetry   OpenTelemetry spans of requests and of each task's life, OTLP export
+//!             (off unless an endpoint is configured); the JSON log format
 //! liveness    heartbeats of the long-lived loops (read by the systemd watchdog)
 //! dashboard   the operator web page and its JSON API (admin-role tokens), on the
 //!             MCP listener; uses ops' operations
@@ -60,5 +62,6 @@ pub mod server;
 pub mod shares;
 pub mod stdio;
 pub mod tasks;
+pub mod telemetry;
 pub mod tools;
 pub mod transport;

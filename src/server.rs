@@ -77,6 +77,8 @@ pub enum ServeError {
     },
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 /// Everything behind a transport: the store (holding the data dir's lock), the workers,
@@ -111,6 +113,9 @@ impl Engine {
             path: data_dir.clone(),
             source,
         })?;
+        if let Some(traces) = crate::telemetry::start(&config.telemetry)? {
+            log::info!("telemetry on: spans go to {traces}");
+        }
         let hub = Arc::new(Hub::new(config.notifications.clone()));
         let live = Arc::new(Live::new(Settings::build(config.clone(), &hub)?));
         // Before any program runs: descendants that leave their process group must come
@@ -250,6 +255,8 @@ impl Engine {
         if writer.is_finished() {
             let _ = writer.join();
         }
+        // Last: the spans of everything above go out too.
+        crate::telemetry::shutdown();
         log::info!("stopped");
     }
 }

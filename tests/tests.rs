@@ -33,6 +33,7 @@
 //! - [`reload`]: SIGHUP and `mcp-taskd reload`: tokens, tools, limits, refused files
 //!   and restart-only keys, applied while serving;
 //! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`;
+//! - [`tracing`]: OpenTelemetry spans of a task's life, received by a real OTLP decoder;
 //! - [`cluster`]: PostgreSQL: the harness's throwaway cluster, several nodes on one
 //!   database.
 //!
@@ -69,4 +70,5 @@ mod stdio;
 mod storage;
 mod systemd_notify;
 mod task_input;
+mod tracing;
 mod transport;

@@ -133,6 +133,12 @@ pub enum ConfigError {
          this server: tokens are bound to that URL)"
     )]
     OAuthWithoutPublicUrl { listen: SocketAddr },
+    #[error("telemetry.otlp_endpoint \"{endpoint}\" must be an http:// or https:// URL")]
+    TelemetryEndpoint { endpoint: String },
+    #[error(
+        "telemetry.trace_url \"{url}\" must be an http:// or https:// URL holding {{trace_id}}"
+    )]
+    TraceUrl { url: String },
     #[error("builtin.sets: unknown set \"{name}\" (known: {})", known_sets())]
     UnknownBuiltinSet { name: String },
     #[error(

@@ -31,6 +31,11 @@ pub const TASK_STATUS: &str = "task_status";
 pub const TASK_WAIT: &str = "task_wait";
 pub const TASK_CANCEL: &str = "task_cancel";
 
+/// Whether `name` is one of the bridge's `task_*` tools.
+pub fn is_task_tool(name: &str) -> bool {
+    [TASK_STATUS, TASK_WAIT, TASK_CANCEL].contains(&name)
+}
+
 /// Longest wait for a task creation's commit.
 const CREATION_WAIT: Duration = Duration::from_secs(30);
 

@@ -12,6 +12,7 @@ pub mod bridge;
 mod listen;
 mod lists;
 mod mrtr;
+mod request_span;
 pub mod request_state;
 mod tasks;
 mod tools_call;
@@ -130,6 +131,30 @@ impl Service {
     /// Routes one request. The transport has already checked headers, `_meta`, the
     /// protocol version and that the method exists.
     pub fn handle(&self, request: &Request<'_>, emitter: &mut dyn Emitter) -> Reply {
+        if !crate::telemetry::enabled() {
+            return self.dispatch(request, emitter);
+        }
+        let tool = request
+            .envelope
+            .str_param("name")
+            .filter(|name| self.tools().get(name).is_some() || bridge::is_task_tool(name));
+        let span = request_span::start(request, tool);
+        // What this request starts (a task, a program) hangs under its span.
+        let meta = RequestMeta {
+            trace: span.context().or_else(|| request.meta.trace.clone()),
+            ..request.meta.clone()
+        };
+        let traced = Request {
+            identity: request.identity,
+            scopes: request.scopes,
+            envelope: request.envelope,
+            meta: &meta,
+        };
+        let reply = self.dispatch(&traced, emitter);
+        request_span::finish(span, reply)
+    }
+
+    fn dispatch(&self, request: &Request<'_>, emitter: &mut dyn Emitter) -> Reply {
         let method = request.envelope.method.as_str();
         match method {
             "server/discover" => Reply::Result(self.discover()),

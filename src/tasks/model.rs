@@ -443,6 +443,8 @@ pub struct TaskDetail {
     pub origin: Vec<u8>,
     pub result: Option<String>,
     pub input_responses: String,
+    /// The trace the task's spans belong to (not sensitive: ids only).
+    pub trace: Option<TraceContext>,
 }
 
 /// What a rerun copies from its source task.

@@ -21,7 +21,9 @@ use crate::live::Live;
 use crate::protocol::{
     missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus, TraceContext,
 };
+use crate::telemetry::{self, unix_ms, Kind, Span, OUTCOME, TASK_ID};
 use crate::tools::Registered;
+use opentelemetry::KeyValue;
 
 /// Longest task id accepted from a client.
 const MAX_TASK_ID: usize = 128;
@@ -142,17 +144,46 @@ impl TaskService {
             .then(|| arguments_digest(arguments));
         let key = idempotency_key.clone();
         let task = match self.new_task(identity, tool, origin, responses, idempotency_key, digest) {
-            Ok(task) => NewTask { trace, ..task },
+            Ok(task) => task,
             Err(error) => return Later::ready(Err(error)),
         };
+        // The creation's span, from here to the commit: every later span of the task
+        // hangs under it, so its context is what the task stores.
+        let mut span = Span::start(Kind::Internal, trace.as_ref(), None, || {
+            (
+                format!("create_task {}", task.tool),
+                vec![
+                    KeyValue::new(TASK_ID, task.id.clone()),
+                    KeyValue::new("gen_ai.tool.name", task.tool.clone()),
+                ],
+            )
+        });
+        let task = NewTask {
+            trace: span.context().or(trace),
+            ..task
+        };
+        let new_id = span.is_recording().then(|| task.id.clone());
         let wake = self.wake.clone();
         self.store.create(task).map(move |created| {
-            let row = match created.map_err(internal)? {
-                Created::Task(row) => row,
-                Created::KeyInUse(conflict) => {
-                    return Err(key_in_use(key.as_deref().unwrap_or_default(), conflict))
+            let row = match created.map_err(internal) {
+                Ok(Created::Task(row)) => row,
+                Ok(Created::KeyInUse(conflict)) => {
+                    span.fail("key_in_use", "idempotency key in use".into());
+                    span.end();
+                    return Err(key_in_use(key.as_deref().unwrap_or_default(), conflict));
+                }
+                Err(error) => {
+                    span.fail(error.code.to_string(), "not stored".into());
+                    span.end();
+                    return Err(error);
                 }
             };
+            if new_id.is_some_and(|id| id != row.id) {
+                // An idempotent retry: the task that holds the key answers.
+                span.set(TASK_ID, row.id.clone());
+                span.set("mcp_taskd.deduplicated", true);
+            }
+            span.end();
             let _ = wake.try_send(());
             let mut result = task_fields(&row);
             result["resultType"] = json!("task");
@@ -327,6 +358,15 @@ impl TaskService {
         self.find(identity, task_id).is_ok()
     }
 
+    /// The task, when telemetry is on (a span of its trace follows); else nothing is
+    /// read.
+    fn traced_row(&self, identity: &Identity, task_id: &str) -> Option<TaskRow> {
+        if !telemetry::enabled() {
+            return None;
+        }
+        self.store.find_authorized(identity, task_id).ok().flatten()
+    }
+
     fn find(&self, identity: &Identity, task_id: &str) -> Result<TaskRow, RpcError> {
         check_task_id(task_id)?;
         self.store
@@ -389,6 +429,8 @@ impl TaskService {
     ) -> Result<Value, RpcError> {
         check_task_id(task_id)?;
         self.authorize_change(identity, scopes, task_id)?;
+        // Traced: the task as it waited, for the span of its wait.
+        let before = self.traced_row(identity, task_id);
         let effect = self
             .store
             .update(identity, task_id, responses)
@@ -398,6 +440,22 @@ impl TaskService {
             UpdateEffect::Accepted { requeued } => {
                 if requeued {
                     let _ = self.wake.try_send(());
+                    if let Some(task) = before.filter(|t| t.status == TaskStatus::InputRequired) {
+                        // Since the task last changed: when it asked, or the answer
+                        // before this one of a round answered in parts.
+                        Span::start(
+                            Kind::Internal,
+                            task.trace.as_ref(),
+                            Some(unix_ms(task.updated_at)),
+                            || {
+                                (
+                                    format!("task_input_required {}", task.tool),
+                                    vec![KeyValue::new(TASK_ID, task.id.clone())],
+                                )
+                            },
+                        )
+                        .end();
+                    }
                 }
                 Ok(json!({ "resultType": "complete" }))
             }
@@ -414,7 +472,11 @@ impl TaskService {
     ) -> Result<Value, RpcError> {
         check_task_id(task_id)?;
         self.authorize_change(identity, scopes, task_id)?;
+        let before = self.traced_row(identity, task_id);
         let effect = self.store.cancel(identity, task_id).map_err(internal)?;
+        if let Some(task) = before {
+            trace_cancel(&task, &effect);
+        }
         match effect {
             CancelEffect::NotFound => Err(RpcError::task_not_found()),
             CancelEffect::SignalRunning => {
@@ -423,6 +485,27 @@ impl TaskService {
             }
             CancelEffect::Done => Ok(json!({ "resultType": "complete" })),
         }
+    }
+}
+
+/// The span of a client's cancellation, in the task's trace.
+fn trace_cancel(task: &TaskRow, effect: &CancelEffect) {
+    let mut span = Span::start(Kind::Internal, task.trace.as_ref(), None, || {
+        (
+            format!("task_cancel {}", task.tool),
+            vec![KeyValue::new(TASK_ID, task.id.clone())],
+        )
+    });
+    span.set(OUTCOME, cancel_outcome(effect));
+    span.end();
+}
+
+/// What a cancellation did, as its span says.
+fn cancel_outcome(effect: &CancelEffect) -> &'static str {
+    match effect {
+        CancelEffect::NotFound => "not_found",
+        CancelEffect::Done => "done",
+        CancelEffect::SignalRunning => "signalled_running_attempt",
     }
 }
 
@@ -445,6 +528,19 @@ impl TaskService {
     /// `tasks/cancel` on any task: the same effects, and a running attempt is told.
     pub fn admin_cancel(&self, task_id: &str) -> Result<CancelEffect, StoreError> {
         let effect = self.store.admin_cancel(task_id)?;
+        if telemetry::enabled() {
+            if let Some(detail) = self.store.task_detail(task_id)? {
+                let mut span = Span::start(Kind::Internal, detail.trace.as_ref(), None, || {
+                    (
+                        format!("task_cancel {}", detail.summary.tool),
+                        vec![KeyValue::new(TASK_ID, task_id.to_owned())],
+                    )
+                });
+                span.set("mcp_taskd.operator", true);
+                span.set(OUTCOME, cancel_outcome(&effect));
+                span.end();
+            }
+        }
         if effect == CancelEffect::SignalRunning {
             self.inflight.cancel(task_id);
         }

@@ -3,7 +3,9 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
+
+use opentelemetry::KeyValue;
 
 use serde_json::{json, Map, Value};
 
@@ -13,6 +15,7 @@ use crate::clock::now_ms;
 use crate::protocol::{ClientCapabilities, InputKind, LogLevel, RpcError, TraceContext};
 use crate::tasks::backend::{Finished, StoreError, TaskStore};
 use crate::tasks::model::{Claim, Finish, Lease, Origin};
+use crate::telemetry::{Kind, Span, ATTEMPT, OUTCOME, RETRY_COUNT, TASK_ID};
 use crate::tools::panics::run_tool;
 use crate::tools::{Invocation, InvocationHost, Outcome};
 
@@ -31,12 +34,11 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
                 None,
             ))
         });
-    shared.observer.attempt_started(
-        &claim.tool,
-        Duration::from_millis(claim.queue_wait_ms.max(0) as u64),
-    );
+    let queue_wait = Duration::from_millis(claim.queue_wait_ms.max(0) as u64);
+    shared.observer.attempt_started(&claim.tool, queue_wait);
+    let mut attempt_span = trace_queue_wait_and_attempt(&claim, queue_wait);
     let started = Instant::now();
-    let finish = execute(shared, &claim, &control);
+    let finish = execute(shared, &claim, &control, attempt_span.context());
     shared
         .observer
         .attempt_ended(&claim.tool, started.elapsed());
@@ -49,6 +51,7 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
         task_id: claim.task_id.clone(),
         token: claim.token.clone(),
     };
+    let label = finish.label();
     let claim_next = !shared.stopping.load(Ordering::Acquire);
     let (next, registered) = registering(
         &shared.inflight,
@@ -67,6 +70,13 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
         other => other,
     };
     shared.inflight.remove(&claim.task_id, &claim.token);
+    let outcome = match &committed {
+        Ok(Finished { applied: false, .. }) => "discarded",
+        Ok(_) => label,
+        Err(_) => "not_committed",
+    };
+    attempt_span.set(OUTCOME, outcome);
+    attempt_span.end();
     match committed {
         Ok(Finished { applied, mut next }) => {
             if !applied {
@@ -114,7 +124,68 @@ fn commit_later(
     Err(error)
 }
 
-fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Finish {
+/// Records the claimed job's wait in the queue (a span that ended just now) and starts
+/// the attempt's span; both hang under the task's stored trace context.
+fn trace_queue_wait_and_attempt(claim: &Claim, queue_wait: Duration) -> Span {
+    let parent = claim.trace.as_ref();
+    let ids = || {
+        vec![
+            KeyValue::new(TASK_ID, claim.task_id.clone()),
+            KeyValue::new(ATTEMPT, claim.attempt),
+        ]
+    };
+    let now = SystemTime::now();
+    Span::start(Kind::Internal, parent, Some(now - queue_wait), || {
+        (format!("task_queued {}", claim.tool), ids())
+    })
+    .end_at(now);
+    Span::start(Kind::Internal, parent, Some(now), || {
+        let mut attributes = ids();
+        attributes.push(KeyValue::new(RETRY_COUNT, claim.attempt - 1));
+        attributes.push(KeyValue::new("gen_ai.tool.name", claim.tool.clone()));
+        (format!("task_attempt {}", claim.tool), attributes)
+    })
+}
+
+/// The span of the tool's run in an attempt, under the attempt's span.
+fn tool_run_span(claim: &Claim, attempt: Option<&TraceContext>) -> Span {
+    Span::start(Kind::Internal, attempt, None, || {
+        (
+            format!("execute_tool {}", claim.tool),
+            vec![
+                KeyValue::new(TASK_ID, claim.task_id.clone()),
+                KeyValue::new(ATTEMPT, claim.attempt),
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", claim.tool.clone()),
+            ],
+        )
+    })
+}
+
+fn execute(
+    shared: &Shared,
+    claim: &Claim,
+    control: &Arc<AttemptControl>,
+    attempt: Option<TraceContext>,
+) -> Finish {
+    let mut span = tool_run_span(claim, attempt.as_ref());
+    let finish = run_tool_of(shared, claim, control, span.context().or(attempt));
+    match &finish {
+        Finish::Completed { .. } | Finish::InputRequired { .. } | Finish::Release => {}
+        Finish::Cancelled => span.set(OUTCOME, "cancelled"),
+        Finish::Failed { .. } => span.fail("failed", "the tool's run failed".into()),
+        Finish::Retry { .. } => span.fail("retry", "the attempt failed and may be retried".into()),
+    }
+    span.end();
+    finish
+}
+
+fn run_tool_of(
+    shared: &Shared,
+    claim: &Claim,
+    control: &Arc<AttemptControl>,
+    trace: Option<TraceContext>,
+) -> Finish {
     let Ok(origin) = serde_json::from_slice::<Origin>(&claim.origin) else {
         log::error!("a task's stored origin is unreadable");
         return Finish::failed(&RpcError::internal());
@@ -148,7 +219,7 @@ fn execute(shared: &Shared, claim: &Claim, control: &Arc<AttemptControl>) -> Fin
         token: &claim.token,
         control,
         last_status: None,
-        trace: claim.trace.as_ref(),
+        trace: trace.or_else(|| claim.trace.clone()),
     };
     let mut invocation = Invocation {
         arguments: &origin.arguments,
@@ -227,7 +298,8 @@ struct TaskHost<'a> {
     token: &'a str,
     control: &'a Arc<AttemptControl>,
     last_status: Option<Instant>,
-    trace: Option<&'a TraceContext>,
+    /// The run's span (else the task's stored context): a program's `TRACEPARENT`.
+    trace: Option<TraceContext>,
 }
 
 /// Least time between two status-message writes of one attempt.
@@ -288,6 +360,6 @@ impl InvocationHost for TaskHost<'_> {
     }
 
     fn trace(&self) -> Option<TraceContext> {
-        self.trace.cloned()
+        self.trace.clone()
     }
 }

@@ -27,7 +27,9 @@ use super::reaper::{self, Run};
 use super::spawn::{self, Program, RunEnv};
 use super::CommandTool;
 use crate::protocol::TraceContext;
+use crate::telemetry::{Kind, Span, TASK_ID};
 use crate::tools::{Invocation, Outcome};
+use opentelemetry::KeyValue;
 
 /// How much of stderr is kept for the log.
 const STDERR_TAIL: usize = 64 * 1024;
@@ -80,17 +82,24 @@ impl CommandTool {
         let payload = input.to_string().into_bytes();
         let task = call.host.task_attempt();
         let trace = call.host.trace();
+        // The program's span, from its start to its exit; its TRACEPARENT names it.
+        let mut span = self.program_span(trace.as_ref(), task.map(|(id, _)| id));
+        let trace = span.context().or(trace);
         let mut run = Run::start();
         let mut child = match self.spawn(&run, task, trace.as_ref()) {
             Ok(child) => child,
             Err(error) => {
+                span.fail("start_failed", "the program could not be started".into());
+                span.end();
                 return Outcome::Retry(format!(
                     "could not start {}: {error}",
                     self.program.display()
-                ))
+                ));
             }
         };
         let pid = child.pid;
+        span.set("process.pid", i64::from(pid));
+        span.event("process.started", Vec::new());
         run.watch_pipes(&child);
         let mut pump = match Pump::new(&mut child, payload, self.max_output) {
             Ok(pump) => pump,
@@ -139,6 +148,19 @@ impl CommandTool {
         // Descendants that left the group are killed before the output is collected:
         // they may hold stdout open.
         let status = reap_program(&mut child, run);
+        if let Ok(status) = &status {
+            use std::os::unix::process::ExitStatusExt;
+            if let Some(code) = status.code() {
+                span.set("process.exit.code", i64::from(code));
+            }
+            if let Some(signal) = status.signal() {
+                span.set("process.exit.signal", i64::from(signal));
+            }
+        }
+        if ended != Ended::Exited {
+            span.set("mcp_taskd.stopped", ended.reason());
+        }
+        span.end();
 
         pump.close_stdin();
         let deadline = Instant::now() + PIPE_GRACE;
@@ -178,6 +200,24 @@ impl CommandTool {
         outcome
     }
 
+    /// The span of one run of the program, under `parent` (the tool run's span).
+    fn program_span(&self, parent: Option<&TraceContext>, task_id: Option<&str>) -> Span {
+        Span::start(Kind::Internal, parent, None, || {
+            let name = self
+                .program
+                .file_name()
+                .map_or_else(|| "program".into(), |name| name.to_string_lossy());
+            let mut attributes = vec![KeyValue::new(
+                "process.executable.name",
+                name.clone().into_owned(),
+            )];
+            if let Some(task_id) = task_id {
+                attributes.push(KeyValue::new(TASK_ID, task_id.to_owned()));
+            }
+            (format!("exec {name}"), attributes)
+        })
+    }
+
     /// Logs the tail of stderr: at warn level when the attempt failed, debug otherwise.
     fn log_stderr(&self, tail: &[u8], outcome: &Outcome) {
         if tail.is_empty() {
@@ -211,6 +251,18 @@ enum Ended {
     Stopped,
     TimedOut,
     Overflow,
+}
+
+impl Ended {
+    /// Why supervision stopped the program, as its span says.
+    fn reason(self) -> &'static str {
+        match self {
+            Ended::Exited => "exited",
+            Ended::Stopped => "stopped",
+            Ended::TimedOut => "timed_out",
+            Ended::Overflow => "output_overflow",
+        }
+    }
 }
 
 /// What the program wrote to stdout: at most the limit, scanned for progress lines as

@@ -76,7 +76,7 @@ pub fn task_detail(
 ) -> Result<Option<TaskDetail>, Failure> {
     let sql = format!(
         "SELECT {SUMMARY_COLUMNS}, ttl_ms, expires_at, cancel_requested, error, \
-         input_requests, origin, result, input_responses FROM tasks WHERE id = $1"
+         input_requests, origin, result, input_responses, trace_context FROM tasks WHERE id = $1"
     );
     let Some(row) = conn.query_opt_built(&sql, &[&task_id])? else {
         return Ok(None);
@@ -91,6 +91,7 @@ pub fn task_detail(
         origin: row.try_get(14)?,
         result: row.try_get(15)?,
         input_responses: row.try_get(16)?,
+        trace: super::trace_column(&row, 17)?,
         job: None,
         attempts: Vec::new(),
     };

@@ -121,7 +121,7 @@ pub fn list_tasks(
 pub fn task_detail(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<TaskDetail>> {
     let sql = format!(
         "SELECT {SUMMARY_COLUMNS}, ttl_ms, expires_at, cancel_requested, error, \
-         input_requests, origin, result, input_responses FROM tasks WHERE id = ?1"
+         input_requests, origin, result, input_responses, trace_context FROM tasks WHERE id = ?1"
     );
     let found = conn
         .prepare_cached(&sql)?
@@ -136,6 +136,7 @@ pub fn task_detail(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<
                 origin: row.get(14)?,
                 result: row.get(15)?,
                 input_responses: row.get(16)?,
+                trace: super::trace_column(row, 17)?,
                 job: None,
                 attempts: Vec::new(),
             })

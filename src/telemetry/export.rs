@@ -1,0 +1,178 @@
+//! The way out: OTLP/HTTP protobuf through ureq (the one HTTP client of the project),
+//! and the bounds and counts around the SDK's batch span processor.
+//!
+//! Export never slows a request: a finished span goes into a bounded queue (one atomic
+//! add and a channel send on the request's thread) and the batch processor's own
+//! thread encodes and posts it. A span that finds the queue full is dropped and
+//! counted; so is every span of a batch the collector did not take (refused, down,
+//! too slow: the export timeout bounds each try). Nothing is retried or queued beyond
+//! the bound, so a dead collector costs memory for one queue, no more.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::Context;
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanData, SpanExporter, SpanProcessor};
+use opentelemetry_sdk::Resource;
+
+/// Largest collector answer read (an OTLP answer is a few bytes; a partial-success one
+/// names counts and a message).
+const MAX_ANSWER_BYTES: u64 = 64 * 1024;
+
+/// Spans finished, exported and dropped since start (the `/metrics` page shows them).
+#[derive(Debug, Default)]
+pub struct ExportCounts {
+    /// Spans handed to the collector and accepted.
+    pub exported: AtomicU64,
+    /// Spans dropped because the queue was full (the collector is slower than the
+    /// spans come, or gone and every try waits for its timeout).
+    pub dropped_queue_full: AtomicU64,
+    /// Spans of batches the collector did not accept.
+    pub dropped_export_failed: AtomicU64,
+    /// Spans in the queue or being exported right now.
+    queued: AtomicU64,
+}
+
+/// OTLP's HTTP client: blocking ureq calls on the batch processor's own thread (the
+/// SDK runs an export's future to completion there), never on a request's thread.
+#[derive(Debug, Clone)]
+pub struct UreqClient {
+    agent: ureq::Agent,
+}
+
+impl UreqClient {
+    /// A client whose every call (connect, send, read) ends within `timeout`.
+    pub fn new(timeout: Duration) -> UreqClient {
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+            .build();
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .tls_config(tls)
+            .build()
+            .into();
+        UreqClient { agent }
+    }
+
+    /// Posts `body` to `url` as OTLP protobuf; the status code, or why there is none.
+    pub fn post_protobuf(&self, url: &str, body: Vec<u8>) -> Result<u16, ureq::Error> {
+        let response = self
+            .agent
+            .post(url)
+            .header("Content-Type", "application/x-protobuf")
+            .send(&body[..])?;
+        Ok(response.status().as_u16())
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpClient for UreqClient {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let (parts, body) = request.into_parts();
+        let request = Request::from_parts(parts, body.to_vec());
+        let response = self.agent.run(request)?;
+        let (parts, mut body) = response.into_parts();
+        let bytes = body.with_config().limit(MAX_ANSWER_BYTES).read_to_vec()?;
+        Ok(Response::from_parts(parts, Bytes::from(bytes)))
+    }
+}
+
+/// The SDK's batch span processor behind our own bound: a span beyond `capacity`
+/// queued is dropped here and counted (the SDK counts its own drops but shows them to
+/// no one). The bound is the SDK queue's size, so the SDK never drops one itself.
+#[derive(Debug)]
+pub struct BoundedBatch {
+    inner: BatchSpanProcessor,
+    capacity: u64,
+    counts: Arc<ExportCounts>,
+}
+
+impl BoundedBatch {
+    pub fn new(inner: BatchSpanProcessor, capacity: usize, counts: Arc<ExportCounts>) -> Self {
+        BoundedBatch {
+            inner,
+            capacity: capacity as u64,
+            counts,
+        }
+    }
+}
+
+impl SpanProcessor for BoundedBatch {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        let queued = self.counts.queued.fetch_add(1, Ordering::AcqRel);
+        if queued >= self.capacity {
+            self.counts.queued.fetch_sub(1, Ordering::AcqRel);
+            self.counts
+                .dropped_queue_full
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.inner.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// The OTLP exporter, counting what each batch did (and freeing its room in the
+/// queue, taken by [`BoundedBatch`]).
+pub struct CountingExporter<E> {
+    inner: E,
+    counts: Arc<ExportCounts>,
+}
+
+impl<E> CountingExporter<E> {
+    pub fn new(inner: E, counts: Arc<ExportCounts>) -> Self {
+        CountingExporter { inner, counts }
+    }
+}
+
+impl<E> fmt::Debug for CountingExporter<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CountingExporter")
+    }
+}
+
+impl<E: SpanExporter> SpanExporter for CountingExporter<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let spans = batch.len() as u64;
+        let result = self.inner.export(batch).await;
+        self.counts.queued.fetch_sub(spans, Ordering::AcqRel);
+        let counter = match result {
+            Ok(()) => &self.counts.exported,
+            Err(_) => &self.counts.dropped_export_failed,
+        };
+        counter.fetch_add(spans, Ordering::Relaxed);
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
