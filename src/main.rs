@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use mcp_taskd::config::Config;
+use mcp_taskd::config::{Config, LogFormat};
 use mcp_taskd::notifications::Hub;
 use mcp_taskd::ops::cli::{self, Location, TasksCommand};
 use mcp_taskd::ops::reload::ConfigSource;
+use mcp_taskd::telemetry::logs;
 
 /// `mcp-taskd --version`: the release, and the commit it was built from (`build.rs`).
 const VERSION: &str = concat!(
@@ -142,12 +143,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The operator commands print their answers, and a host shows stdio's stderr as
     // its log: only warnings go to the log.
-    let default_level = match cli.command {
-        Command::Serve { .. } => "info",
-        _ => "warn",
-    };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
-        .init();
+    // `serve` and `stdio` install it once their configuration (`[log] format`) is read.
+    if !matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Stdio { connect: None, .. }
+    ) {
+        logs::init("warn", LogFormat::Text);
+    }
     // A tool that panics is logged as one line where it is caught, not as a backtrace.
     mcp_taskd::tools::panics::install_hook();
     let result = match cli.command {
@@ -204,11 +206,13 @@ fn serve(
         data_dir,
     };
     let config = source.load()?;
+    logs::init("info", config.log.format);
     Ok(mcp_taskd::server::run(config, source)?)
 }
 
 fn stdio(path: Option<&Path>, data_dir: Option<PathBuf>) -> Result<(), Box<dyn Error>> {
     let mut config = Config::load(path)?;
+    logs::init("warn", config.log.format);
     if let Some(data_dir) = data_dir {
         config.server.data_dir = data_dir;
     }

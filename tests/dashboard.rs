@@ -320,3 +320,32 @@ fn a_disabled_dashboard_is_not_there_and_a_foreign_host_is_refused() {
     assert_eq!(moved.status, 308);
     assert_eq!(moved.header("Location"), Some("/dashboard/"));
 }
+
+#[test]
+fn the_task_page_shows_the_trace_id_and_the_viewer_link_template() {
+    let config = format!(
+        "{CONFIG}[telemetry]\ntrace_url = \"http://jaeger.local:16686/trace/{{trace_id}}\"\n"
+    );
+    let server = Server::start(&config);
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let created = crate::common::Rpc::tool("slow_compute", json!({"seconds": 0}))
+        .caps(crate::common::tasks_caps())
+        .meta(
+            "traceparent",
+            json!(format!("00-{trace_id}-00f067aa0ba902b7-01")),
+        )
+        .header("Authorization", ALICE)
+        .send(&server)
+        .result();
+    let id = created["taskId"].as_str().expect("taskId");
+    let session = admin_get(&server, "/dashboard/api/session");
+    assert_eq!(
+        session["traceUrl"],
+        "http://jaeger.local:16686/trace/{trace_id}"
+    );
+    let task = admin_get(&server, &format!("/dashboard/api/tasks/{id}"));
+    assert_eq!(task["traceId"], trace_id, "{task}");
+    // The page builds the link from both (tests/browser covers the page itself).
+    let app = get(&server, "/dashboard/app.js", &[]).text();
+    assert!(app.contains("{trace_id}") && app.contains("fact-trace"));
+}

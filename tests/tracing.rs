@@ -372,3 +372,48 @@ fn a_client_traced_by_the_official_python_sdk_propagates_into_our_spans() {
         .expect("found above");
     assert_eq!(request["parent_span_id"], span_id.as_str());
 }
+
+#[test]
+fn json_logs_name_the_task_and_its_trace() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let data = tempfile::tempdir().expect("temp dir");
+    // Telemetry off: the log still names the caller's trace.
+    let config = format!(
+        "[log]\nformat = \"json\"\n\n{}",
+        config("http://127.0.0.1:9", work.path(), "").replace(
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:9\"\n",
+            "[telemetry]\n"
+        )
+    );
+    let server = Server::start_in_with_env(
+        data.path(),
+        &config,
+        &[("RUST_LOG", std::ffi::OsStr::new("info"))],
+    );
+    let traceparent = format!("00-{TRACE_ID}-{CLIENT_SPAN}-01");
+    let created = Rpc::tool("traced", json!({"secret": "arg-5e1f-secret"}))
+        .caps(tasks_caps())
+        .meta("traceparent", json!(traceparent))
+        .send(&server)
+        .result();
+    let task = created["taskId"].as_str().expect("taskId").to_owned();
+    // Run 1 exits 3: the worker logs the failed attempt.
+    let line = poll_until(LIMIT, || {
+        server
+            .log_lines()
+            .into_iter()
+            .find(|line| line.contains("failed attempt 1"))
+    })
+    .expect("the failed attempt is logged");
+    let line: Value = serde_json::from_str(&line).expect("a JSON object a line");
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["target"], "mcp_taskd::tasks::workers::attempt");
+    assert_eq!(line["task_id"], task.as_str(), "{line}");
+    assert_eq!(line["trace_id"], TRACE_ID, "{line}");
+    assert!(line["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')));
+    for line in server.log_lines() {
+        let parsed: Value = serde_json::from_str(&line).expect("every line is JSON");
+        assert!(parsed["message"].is_string(), "{line}");
+        assert!(!line.contains("arg-5e1f-secret"), "{line}");
+    }
+}

@@ -290,6 +290,7 @@ impl Dashboard {
                     "csrf": self.csrf_of(viewer),
                     "tools": self.tool_names(),
                     "statuses": TaskStatus::ALL.map(TaskStatus::as_str),
+                    "traceUrl": self.live.load().config.telemetry.trace_url,
                 }),
             ),
             (Method::Get, ["overview"]) => self.overview(),

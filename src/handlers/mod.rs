@@ -29,6 +29,7 @@ use crate::notifications::{Filter, Hub, Subscription};
 use crate::protocol::envelope::{Envelope, RequestMeta};
 use crate::protocol::{ClientCapabilities, RpcError};
 use crate::tasks::TaskService;
+use crate::telemetry::logs::LogScope;
 use crate::tools::Registry;
 use request_state::StateSigner;
 pub use tasks::TaskNotification;
@@ -132,6 +133,8 @@ impl Service {
     /// protocol version and that the method exists.
     pub fn handle(&self, request: &Request<'_>, emitter: &mut dyn Emitter) -> Reply {
         if !crate::telemetry::enabled() {
+            // Log lines of the request name its trace (the JSON log format).
+            let _log_scope = LogScope::enter(None, request.meta.trace.as_ref());
             return self.dispatch(request, emitter);
         }
         let tool = request
@@ -150,6 +153,7 @@ impl Service {
             envelope: request.envelope,
             meta: &meta,
         };
+        let _log_scope = LogScope::enter(None, meta.trace.as_ref());
         let reply = self.dispatch(&traced, emitter);
         request_span::finish(span, reply)
     }

@@ -225,6 +225,8 @@ fn detail_json(task: &TaskDetail, payload: bool) -> Value {
     detail["ttlMs"] = json!(task.ttl_ms);
     detail["expiresAt"] = json!(task.expires_at.map(rfc3339));
     detail["cancelRequested"] = json!(task.cancel_requested);
+    // An id, not content: the trace the task's spans (and its programs') belong to.
+    detail["traceId"] = json!(task.trace.as_ref().map(|trace| trace.trace_id()));
     detail["job"] = task.job.as_ref().map_or(Value::Null, |job| {
         json!({
             "state": job.state,

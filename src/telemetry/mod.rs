@@ -24,6 +24,7 @@
 //! change it).
 
 pub mod export;
+pub mod logs;
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;

@@ -5,6 +5,7 @@
 const base = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
 const $ = (id) => document.getElementById(id);
 let csrf = null;
+let traceUrl = null;     // telemetry.trace_url: a viewer's URL with {trace_id} in it
 let pageStack = [];      // "before" cursors of the pages shown, for "Newest"
 let cursor = null;       // the "before" of the page on screen (null: the newest)
 let nextCursor = null;
@@ -167,8 +168,14 @@ async function loadTask() {
     facts.push(["Job", `${t.job.state}, attempt ${t.job.attempt} of ${t.job.maxAttempts}, ` +
       `runs after ${t.job.runAfter}` + (t.job.lastError ? `, last error: ${t.job.lastError}` : "")]);
   }
+  facts.push(["Trace", t.traceId || "—"]);
   $("task-facts").replaceChildren(...facts.flatMap(([k, v]) =>
     [el("dt", { text: k }), el("dd", { id: "fact-" + k.toLowerCase().replace(/ /g, "-"), text: String(v) })]));
+  // The trace id links to the configured trace viewer (Jaeger, Tempo).
+  if (t.traceId && traceUrl) {
+    const href = traceUrl.split("{trace_id}").join(encodeURIComponent(t.traceId));
+    $("fact-trace").replaceChildren(el("a", { href, target: "_blank", rel: "noopener", text: t.traceId }));
+  }
   const terminal = ["completed", "failed", "cancelled"].includes(t.status);
   $("cancel-task").disabled = terminal;
   // A later attempt after one that never ended means that one's lease was reclaimed;
@@ -239,6 +246,7 @@ async function start() {
   try {
     const session = await api("api/session");
     csrf = session.csrf;
+    traceUrl = session.traceUrl || null;
     for (const s of session.statuses) $("f-status").append(el("option", { value: s, text: s }));
     for (const t of session.tools) $("f-tool").append(el("option", { value: t, text: t }));
     route();

@@ -15,6 +15,7 @@ use crate::clock::now_ms;
 use crate::protocol::{ClientCapabilities, InputKind, LogLevel, RpcError, TraceContext};
 use crate::tasks::backend::{Finished, StoreError, TaskStore};
 use crate::tasks::model::{Claim, Finish, Lease, Origin};
+use crate::telemetry::logs::LogScope;
 use crate::telemetry::{Kind, Span, ATTEMPT, OUTCOME, RETRY_COUNT, TASK_ID};
 use crate::tools::panics::run_tool;
 use crate::tools::{Invocation, InvocationHost, Outcome};
@@ -37,8 +38,14 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
     let queue_wait = Duration::from_millis(claim.queue_wait_ms.max(0) as u64);
     shared.observer.attempt_started(&claim.tool, queue_wait);
     let mut attempt_span = trace_queue_wait_and_attempt(&claim, queue_wait);
+    // Log lines of this attempt name its task and span (the JSON log format).
+    let attempt_context = attempt_span.context();
+    let _log_scope = LogScope::enter(
+        Some(&claim.task_id),
+        attempt_context.as_ref().or(claim.trace.as_ref()),
+    );
     let started = Instant::now();
-    let finish = execute(shared, &claim, &control, attempt_span.context());
+    let finish = execute(shared, &claim, &control, attempt_context.clone());
     shared
         .observer
         .attempt_ended(&claim.tool, started.elapsed());
