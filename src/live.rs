@@ -212,6 +212,11 @@ restart_only! {
     // The dashboard's routes are set up at start.
     "dashboard.enabled" => dashboard.enabled;
     "dashboard.path" => dashboard.path;
+    // The exporter (its thread, endpoint and resource) and the logger are set up once.
+    "telemetry.otlp_endpoint" => telemetry.otlp_endpoint;
+    "telemetry.service_name" => telemetry.service_name;
+    "telemetry.batch_delay_ms" => telemetry.batch_delay_ms;
+    "log.format" => log.format;
 }
 
 /// Keys (or whole tables, by their name) a reload applies while serving.
@@ -241,6 +246,8 @@ pub const LIVE: &[&str] = &[
     "server.public_url",
     "builtin.sets",
     "tools",
+    // The dashboard reads it per page load.
+    "telemetry.trace_url",
 ];
 
 #[cfg(test)]
