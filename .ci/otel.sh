@@ -9,7 +9,9 @@
 # Re-running is cheap: the venv is rebuilt only when a pin changes.
 set -euo pipefail
 OTEL_VERSION=1.45.2
-SPEC="opentelemetry-proto==$OTEL_VERSION opentelemetry-sdk==$OTEL_VERSION opentelemetry-api==$OTEL_VERSION"
+# Their dependencies are pinned too, so that a new protobuf release cannot change a run.
+SPEC="opentelemetry-proto==$OTEL_VERSION opentelemetry-sdk==$OTEL_VERSION opentelemetry-api==$OTEL_VERSION \
+opentelemetry-semantic-conventions==0.66b2 protobuf==7.36.2 typing_extensions==4.16.0"
 HOME_DIR="${MCP_TASKD_OTEL_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/mcp-taskd-otel}"
 PYTHON="${PYTHON:-python3}"
 VENV="$HOME_DIR/venv"
