@@ -274,3 +274,7 @@ CREATE FUNCTION taskd_turn(text, bigint, bigint) RETURNS bigint LANGUAGE sql STA
         COALESCE((SELECT turn FROM jobs WHERE state = 'queued' AND turn IS NOT NULL
                   AND owner = $1 AND priority = $2 ORDER BY turn DESC LIMIT 1) + $3, 0))
 $$;
+
+-- migration 5
+-- Per-identity quota of tasks not yet terminal, as schema.sql's migration 9.
+CREATE INDEX jobs_by_owner ON jobs (owner);

@@ -379,3 +379,10 @@ CREATE INDEX jobs_turns_by_tool ON jobs (tool, priority DESC, turn)
 CREATE INDEX jobs_turns_by_owner ON jobs (owner, priority, turn)
     WHERE state = 'queued' AND turn IS NOT NULL;
 CREATE INDEX jobs_due ON jobs (run_after) WHERE state = 'queued' AND turn IS NULL;
+
+-- migration 9
+-- Per-identity quota of tasks not yet terminal (issue 29; src/shares.rs): a task has a
+-- job exactly until it is terminal, so counting an identity's jobs by owner counts its
+-- queued, working and input_required tasks, from the store (a restart changes nothing).
+-- The count stops at the quota (LIMIT), so it reads at most that many index entries.
+CREATE INDEX jobs_by_owner ON jobs (owner);

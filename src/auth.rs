@@ -339,6 +339,9 @@ mod tests {
             weight: 1,
             priority: 0,
             max_sessions: None,
+            max_live_tasks: None,
+            creations_per_sec: None,
+            creation_burst: None,
         }
     }
 

@@ -351,6 +351,14 @@ pub struct TaskDefaults {
     /// How long such a client's `tools/call` waits for its task before it gets a handle
     /// instead of the result (tools may set their own).
     pub inline_wait_ms: u64,
+    /// Tasks not yet terminal one identity may have (a token's `max_live_tasks`
+    /// overrides it); a creation beyond it gets 429. Counted in the store.
+    pub max_live_tasks_per_identity: u64,
+    /// Task creations per second one identity may make, on average (a token's
+    /// `creations_per_sec` overrides it); 0: no limit.
+    pub creations_per_sec_per_identity: f64,
+    /// Creations an identity may make at once before `creations_per_sec` paces it.
+    pub creation_burst_per_identity: u32,
 }
 
 impl Default for TaskDefaults {
@@ -362,6 +370,9 @@ impl Default for TaskDefaults {
             bridge: true,
             // A third of the TypeScript SDK's 60 s default request timeout.
             inline_wait_ms: 20_000,
+            max_live_tasks_per_identity: 100_000,
+            creations_per_sec_per_identity: 0.0,
+            creation_burst_per_identity: 100,
         }
     }
 }
@@ -498,6 +509,12 @@ pub struct TokenConfig {
     pub priority: i32,
     /// The identity's own `sessions.max_sessions_per_identity` (at least 1).
     pub max_sessions: Option<usize>,
+    /// The identity's own `tasks.max_live_tasks_per_identity` (at least 1).
+    pub max_live_tasks: Option<u64>,
+    /// The identity's own `tasks.creations_per_sec_per_identity` (0: no limit).
+    pub creations_per_sec: Option<f64>,
+    /// The identity's own `tasks.creation_burst_per_identity` (at least 1).
+    pub creation_burst: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -768,6 +785,14 @@ impl Config {
         if self.tasks.ttl_ms == 0 || self.tasks.poll_interval_ms == 0 {
             return Err(ConfigError::TaskTimes);
         }
+        let t = &self.tasks;
+        if t.max_live_tasks_per_identity == 0
+            || t.creation_burst_per_identity == 0
+            || !(t.creations_per_sec_per_identity.is_finite()
+                && t.creations_per_sec_per_identity >= 0.0)
+        {
+            return Err(ConfigError::TaskQuotas);
+        }
         if self.tasks.inline_wait_ms > crate::tools::MAX_INLINE_WAIT_MS {
             return Err(ConfigError::InlineWait {
                 field: "tasks.inline_wait_ms".into(),
@@ -824,11 +849,19 @@ impl Config {
             if !PRIORITIES.contains(&token.priority) {
                 return Err(ConfigError::TokenPriority { index });
             }
-            if token.max_sessions == Some(0) {
-                return Err(ConfigError::TokenQuota {
-                    index,
-                    key: "max_sessions",
-                });
+            let zero = [
+                ("max_sessions", token.max_sessions == Some(0)),
+                ("max_live_tasks", token.max_live_tasks == Some(0)),
+                ("creation_burst", token.creation_burst == Some(0)),
+                (
+                    "creations_per_sec",
+                    token
+                        .creations_per_sec
+                        .is_some_and(|rate| !(rate.is_finite() && rate >= 0.0)),
+                ),
+            ];
+            if let Some((key, _)) = zero.iter().find(|(_, bad)| *bad) {
+                return Err(ConfigError::TokenQuota { index, key });
             }
         }
         crate::shares::Shares::check(&self.auth.tokens)?;

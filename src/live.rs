@@ -231,6 +231,10 @@ pub const LIVE: &[&str] = &[
     "limits.cache_ttl_ms",
     "tasks.ttl_ms",
     "tasks.poll_interval_ms",
+    // Read from the shares at each creation.
+    "tasks.max_live_tasks_per_identity",
+    "tasks.creations_per_sec_per_identity",
+    "tasks.creation_burst_per_identity",
     "notifications.max_subscriptions",
     // Read from the shares at each `initialize`: sessions already open stay open.
     "sessions.max_sessions_per_identity",

@@ -36,6 +36,31 @@ const DURATION_BUCKETS: [f64; 16] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 ];
 
+/// An identity's quota that a request went beyond (issue 29; `shares`): the label of
+/// `mcp_taskd_quota_refusals_total`. Never the identity itself.
+#[derive(Debug, Clone, Copy)]
+pub enum Quota {
+    /// An `initialize` beyond the identity's sessions: its oldest session ended.
+    Sessions,
+    /// A task creation beyond the identity's tasks not yet terminal.
+    LiveTasks,
+    /// A task creation faster than the identity's rate.
+    TaskRate,
+}
+
+impl Quota {
+    const ALL: [Quota; 3] = [Quota::Sessions, Quota::LiveTasks, Quota::TaskRate];
+
+    /// The name clients and operators see (error data, metric label, docs).
+    pub fn name(self) -> &'static str {
+        match self {
+            Quota::Sessions => "sessions",
+            Quota::LiveTasks => "live_tasks",
+            Quota::TaskRate => "task_rate",
+        }
+    }
+}
+
 /// Counters updated on the request path, by the janitor and by the workers.
 pub struct Metrics {
     /// Per method (in [`METHODS`] order, then `other`): answered with a result, with an error.
@@ -46,7 +71,7 @@ pub struct Metrics {
     expired: AtomicU64,
     /// Legacy sessions ended to make room: the identity's own oldest (its quota), the
     /// table's least recently used idle one; and `initialize`s refused (none was idle).
-    sessions_ended_own: AtomicU64,
+    quota_refusals: [AtomicU64; Quota::ALL.len()],
     sessions_ended_idle: AtomicU64,
     sessions_refused: AtomicU64,
     /// Per served tool: how long claimed jobs had waited, how long attempts ran. Tools
@@ -117,7 +142,7 @@ impl Metrics {
             rejected: Default::default(),
             reclaimed: AtomicU64::new(0),
             expired: AtomicU64::new(0),
-            sessions_ended_own: AtomicU64::new(0),
+            quota_refusals: Default::default(),
             sessions_ended_idle: AtomicU64::new(0),
             sessions_refused: AtomicU64::new(0),
             tools: ArcSwap::from_pointee(
@@ -172,11 +197,17 @@ impl Metrics {
     /// An `initialize` opened a session, having ended `ended` to make room.
     pub fn record_session_ended(&self, ended: Option<Ended>) {
         match ended {
-            Some(Ended::OwnOldest) => &self.sessions_ended_own,
-            Some(Ended::Idle) => &self.sessions_ended_idle,
-            None => return,
+            Some(Ended::OwnOldest) => self.record_quota_refusal(Quota::Sessions),
+            Some(Ended::Idle) => {
+                self.sessions_ended_idle.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {}
         }
-        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request went beyond its identity's `quota`.
+    pub fn record_quota_refusal(&self, quota: Quota) {
+        self.quota_refusals[quota as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// An `initialize` found the session table full of busy sessions.
@@ -246,13 +277,16 @@ impl Metrics {
             "Tasks deleted after their TTL.",
             self.expired.load(Ordering::Relaxed),
         );
-        let _ = writeln!(out, "# HELP mcp_taskd_quota_refusals_total Requests beyond an identity's quota: sessions = an initialize that ended the identity's own least recently used legacy session.");
+        let _ = writeln!(out, "# HELP mcp_taskd_quota_refusals_total Requests beyond an identity's quota: sessions = an initialize that ended the identity's own least recently used legacy session; live_tasks and task_rate = task creations refused with 429.");
         let _ = writeln!(out, "# TYPE mcp_taskd_quota_refusals_total counter");
-        let _ = writeln!(
-            out,
-            "mcp_taskd_quota_refusals_total{{quota=\"sessions\"}} {}",
-            self.sessions_ended_own.load(Ordering::Relaxed)
-        );
+        for quota in Quota::ALL {
+            let _ = writeln!(
+                out,
+                "mcp_taskd_quota_refusals_total{{quota=\"{}\"}} {}",
+                quota.name(),
+                self.quota_refusals[quota as usize].load(Ordering::Relaxed)
+            );
+        }
         counter(
             &mut out,
             "mcp_taskd_sessions_idle_ended_total",

@@ -159,18 +159,19 @@ impl Engine {
         };
         let inflight = Arc::new(Inflight::default());
         let (wake, woken) = crossbeam_channel::bounded(1);
-        let tasks = Arc::new(TaskService::new(
-            Arc::clone(&live),
-            Arc::clone(&store),
-            Arc::clone(&inflight),
-            wake.clone(),
-        ));
         let metrics = Arc::new(Metrics::new(
             live.load()
                 .tools
                 .all()
                 .iter()
                 .map(|tool| tool.spec.name.as_str()),
+        ));
+        let tasks = Arc::new(TaskService::new(
+            Arc::clone(&live),
+            Arc::clone(&store),
+            Arc::clone(&inflight),
+            wake.clone(),
+            Arc::clone(&metrics),
         ));
         let upkeep = Upkeep::start(
             Arc::clone(&store),

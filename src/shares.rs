@@ -6,12 +6,14 @@
 //! Held in the live configuration (`live::Settings::shares`), rebuilt by a reload.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
 
 use crate::auth::Identity;
 use crate::config::{Config, ConfigError, TokenConfig};
 
 /// One identity's share.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Share {
     /// Turns it takes in the queue for one of an identity of weight 1.
     pub weight: u32,
@@ -19,6 +21,12 @@ pub struct Share {
     pub priority: i32,
     /// Legacy sessions it may have open (`sessions.max_sessions_per_identity`).
     pub max_sessions: usize,
+    /// Tasks not yet terminal it may have (`tasks.max_live_tasks_per_identity`).
+    pub max_live_tasks: u64,
+    /// Task creations a second, on average; 0: no limit.
+    pub creations_per_sec: f64,
+    /// Creations it may make at once before the rate paces it.
+    pub creation_burst: u32,
 }
 
 impl Share {
@@ -28,6 +36,9 @@ impl Share {
             weight: 1,
             priority: 0,
             max_sessions: config.sessions.max_sessions_per_identity,
+            max_live_tasks: config.tasks.max_live_tasks_per_identity,
+            creations_per_sec: config.tasks.creations_per_sec_per_identity,
+            creation_burst: config.tasks.creation_burst_per_identity,
         }
     }
 
@@ -36,14 +47,26 @@ impl Share {
             weight: token.weight,
             priority: token.priority,
             max_sessions: token.max_sessions.unwrap_or(defaults.max_sessions),
+            max_live_tasks: token.max_live_tasks.unwrap_or(defaults.max_live_tasks),
+            creations_per_sec: token
+                .creations_per_sec
+                .unwrap_or(defaults.creations_per_sec),
+            creation_burst: token.creation_burst.unwrap_or(defaults.creation_burst),
         }
     }
 }
 
 /// A token's share as it sets it: an unset quota differs from one set to the default,
 /// a mistake waiting for the default to change.
-fn as_set(token: &TokenConfig) -> (u32, i32, Option<usize>) {
-    (token.weight, token.priority, token.max_sessions)
+fn as_set(token: &TokenConfig) -> impl PartialEq {
+    (
+        (token.weight, token.priority, token.max_sessions),
+        (
+            token.max_live_tasks,
+            token.creations_per_sec,
+            token.creation_burst,
+        ),
+    )
 }
 
 /// Every identity's share: the tokens' by (tenant, principal), the default for the rest.
@@ -103,6 +126,68 @@ impl Shares {
     }
 }
 
+/// Each identity's task creations a second, as a token bucket: `creation_burst` at
+/// once, then `creations_per_sec` on average. In memory: a restart gives everyone a
+/// full bucket, which a rate allows anyway.
+#[derive(Default)]
+pub struct Pacer {
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+    /// The rate and burst it was last paced by.
+    rate: f64,
+    burst: f64,
+}
+
+impl Bucket {
+    /// What it holds at `now`, refilled at its rate up to its burst.
+    fn at(&self, now: Instant) -> f64 {
+        (self.tokens + elapsed_s(self.at, now) * self.rate).min(self.burst)
+    }
+}
+
+/// Buckets kept before the full ones are dropped (a full bucket is what a new
+/// identity gets, so dropping it changes nothing).
+const MAX_BUCKETS: usize = 4096;
+
+impl Pacer {
+    /// Takes one creation from the bucket of the identity keyed `owner`; when it is
+    /// empty, how long until it holds one again.
+    pub fn take(&self, owner: &str, share: &Share, now: Instant) -> Result<(), f64> {
+        if share.creations_per_sec <= 0.0 {
+            return Ok(());
+        }
+        let burst = f64::from(share.creation_burst.max(1));
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(owner) {
+            buckets.retain(|_, bucket| bucket.at(now) < bucket.burst);
+        }
+        let rate = share.creations_per_sec;
+        let bucket = buckets.entry(owner.to_owned()).or_insert(Bucket {
+            tokens: burst,
+            at: now,
+            rate,
+            burst,
+        });
+        // A reload may have changed the share: refill at the old rate, cap at the new.
+        bucket.tokens = bucket.at(now).min(burst);
+        (bucket.at, bucket.rate, bucket.burst) = (now, rate, burst);
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err((1.0 - bucket.tokens) / share.creations_per_sec)
+        }
+    }
+}
+
+fn elapsed_s(from: Instant, to: Instant) -> f64 {
+    to.saturating_duration_since(from).as_secs_f64()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +201,9 @@ mod tests {
             weight,
             priority,
             max_sessions: None,
+            max_live_tasks: None,
+            creations_per_sec: None,
+            creation_burst: None,
         }
     }
 
@@ -149,6 +237,26 @@ mod tests {
             ..who("ide")
         };
         assert_eq!(*shares.of(&oauth), default, "another identity");
+    }
+
+    #[test]
+    fn the_pacer_allows_a_burst_then_the_rate_per_identity() {
+        let (_, mut share) = shares_of(Vec::new());
+        share.creations_per_sec = 10.0;
+        share.creation_burst = 3;
+        let pacer = Pacer::default();
+        let start = Instant::now();
+        for _ in 0..3 {
+            assert!(pacer.take("a", &share, start).is_ok());
+        }
+        let wait = pacer.take("a", &share, start).unwrap_err();
+        assert!((wait - 0.1).abs() < 1e-9, "{wait}");
+        assert!(pacer.take("b", &share, start).is_ok(), "another identity");
+        let later = start + std::time::Duration::from_millis(100);
+        assert!(pacer.take("a", &share, later).is_ok(), "refilled");
+        assert!(pacer.take("a", &share, later).is_err());
+        share.creations_per_sec = 0.0;
+        assert!(pacer.take("a", &share, later).is_ok(), "no limit");
     }
 
     #[test]

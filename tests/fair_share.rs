@@ -244,3 +244,113 @@ fn rfc3339_times_read_back_as_unix_milliseconds() {
     assert_eq!(unix_ms("2026-12-03T08:48:03.775Z"), 1_796_287_683_775);
     assert_eq!(unix_ms("2024-02-29T23:59:59.5Z"), 1_709_251_199_500);
 }
+
+/// Creates one `noop_task` as `principal`; the whole answer.
+fn create_as(server: &Server, principal: &str) -> crate::common::HttpResponse {
+    server.request_with(
+        "tools/call",
+        json!({"name": "noop_task", "arguments": {}}),
+        tasks_caps(),
+        &[("Authorization", &bearer(principal))],
+    )
+}
+
+/// `mcp_taskd_quota_refusals_total` for `quota`.
+fn quota_refusals(server: &Server, quota: &str) -> u64 {
+    let prefix = format!("mcp_taskd_quota_refusals_total{{quota=\"{quota}\"}} ");
+    server
+        .get("/metrics")
+        .text()
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str())?.trim().parse().ok())
+        .expect("the quota's series")
+}
+
+/// Asserts a 429 naming `quota`, with `Retry-After`; returns its seconds.
+fn refused_by(response: &crate::common::HttpResponse, quota: &str) -> u64 {
+    let error = response.expect_error(429, -32603);
+    assert_eq!(error["data"]["quota"], quota, "{error}");
+    let message = error["message"].as_str().expect("message");
+    assert!(message.contains(quota), "{message}");
+    let seconds: u64 = response
+        .header("retry-after")
+        .and_then(|s| s.parse().ok())
+        .expect("Retry-After");
+    assert_eq!(error["data"]["retryAfterSeconds"], seconds);
+    seconds
+}
+
+#[test]
+fn tasks_not_yet_finished_are_capped_per_identity_from_the_store_across_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Tasks of the placeholder never finish: each stays live until cancelled.
+    let config = format!(
+        "[tasks]\nmax_live_tasks_per_identity = 3\n{FILL}{}{}{}",
+        token("flood", ""),
+        token("other", ""),
+        token("big", "max_live_tasks = 6"),
+    );
+    let mut server = Server::start_in(dir.path(), &config);
+    let flooded: Vec<String> = (0..3)
+        .map(|_| {
+            create_as(&server, "flood").result()["taskId"]
+                .as_str()
+                .expect("id")
+                .to_owned()
+        })
+        .collect();
+    for _ in 0..5 {
+        refused_by(&create_as(&server, "flood"), "live_tasks");
+    }
+    assert_eq!(quota_refusals(&server, "live_tasks"), 5);
+    // Another identity creates at once; a token's own quota holds for it.
+    assert_eq!(create_as(&server, "other").result()["resultType"], "task");
+    for _ in 0..6 {
+        assert_eq!(create_as(&server, "big").result()["resultType"], "task");
+    }
+    refused_by(&create_as(&server, "big"), "live_tasks");
+
+    // Counted in the store: a restart changes nothing.
+    assert!(server.terminate(Duration::from_secs(20)), "stopped");
+    let server = Server::start_in(dir.path(), &config);
+    refused_by(&create_as(&server, "flood"), "live_tasks");
+    // A task that ends makes room.
+    let cancelled = server
+        .request_with(
+            "tasks/cancel",
+            json!({"taskId": flooded[2]}),
+            tasks_caps(),
+            &[("Authorization", &bearer("flood"))],
+        )
+        .result();
+    assert_eq!(cancelled["resultType"], "complete", "{cancelled}");
+    let made_room = poll_until(Duration::from_secs(10), || {
+        let created = create_as(&server, "flood");
+        (created.status == 200).then_some(())
+    });
+    assert!(made_room.is_some(), "room after the cancellation");
+    refused_by(&create_as(&server, "flood"), "live_tasks");
+}
+
+#[test]
+fn task_creations_are_paced_per_identity_with_a_burst() {
+    let config = format!(
+        "[tasks]\ncreations_per_sec_per_identity = 0.5\ncreation_burst_per_identity = 4\n\
+         {DRAIN}{}{}{}",
+        token("flood", ""),
+        token("other", ""),
+        token("fast", "creations_per_sec = 1000.0\ncreation_burst = 50"),
+    );
+    let server = Server::start(&config);
+    for _ in 0..4 {
+        assert_eq!(create_as(&server, "flood").result()["resultType"], "task");
+    }
+    let wait = refused_by(&create_as(&server, "flood"), "task_rate");
+    assert!((1..=2).contains(&wait), "one creation every 2 s: {wait}");
+    assert_eq!(quota_refusals(&server, "task_rate"), 1);
+    // Another identity has its own bucket; a token's own rate holds for it.
+    assert_eq!(create_as(&server, "other").result()["resultType"], "task");
+    for _ in 0..40 {
+        assert_eq!(create_as(&server, "fast").result()["resultType"], "task");
+    }
+}

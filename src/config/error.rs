@@ -81,6 +81,11 @@ pub enum ConfigError {
         crate::config::MIN_CACHE_BYTES
     )]
     CacheBytes { value: u64 },
+    #[error(
+        "tasks.max_live_tasks_per_identity and tasks.creation_burst_per_identity must be at \
+         least 1, tasks.creations_per_sec_per_identity 0 (no limit) or more"
+    )]
+    TaskQuotas,
     #[error("[sessions] limits must be positive")]
     SessionLimits,
     #[error("auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)")]
@@ -93,7 +98,7 @@ pub enum ConfigError {
     TokenWeight { index: usize },
     #[error("auth.tokens[{index}].priority must be -100 to 100")]
     TokenPriority { index: usize },
-    #[error("auth.tokens[{index}].{key} must be at least 1")]
+    #[error("auth.tokens[{index}].{key} must be at least 1 (creations_per_sec: 0 or more)")]
     TokenQuota { index: usize, key: &'static str },
     #[error(
         "auth.tokens[{first}] and auth.tokens[{index}] grant the same identity (tenant and \

@@ -441,6 +441,7 @@ fn offline(
         Arc::clone(&store),
         Arc::new(Inflight::default()),
         wake,
+        Arc::new(crate::metrics::Metrics::new([])),
     ));
     let admin = Admin {
         store,

@@ -202,6 +202,9 @@ pub trait TaskStore: Send + Sync {
     fn stats(&self) -> Result<Stats, StoreError>;
     /// Jobs waiting for a worker (backoff included), without reading the tasks.
     fn queued_jobs(&self) -> Result<u64, StoreError>;
+    /// How many tasks of the identity keyed `owner` (`Identity::key`) are not yet
+    /// terminal, counting no further than `at_most`.
+    fn live_tasks(&self, owner: &str, at_most: u64) -> Result<u64, StoreError>;
     /// Bytes of the store's log, if it has one (SQLite's WAL).
     fn log_bytes(&self) -> Option<u64>;
     /// Periodic maintenance that keeps the store's files bounded.

@@ -18,10 +18,12 @@ use crate::auth::{Identity, Scopes};
 use crate::clock::{now_ms, rfc3339};
 use crate::later::Later;
 use crate::live::Live;
+use crate::metrics::{Metrics, Quota};
 use crate::protocol::{
     missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus, TraceContext,
 };
 use crate::telemetry::{self, unix_ms, Kind, Span, OUTCOME, TASK_ID};
+use crate::shares::Pacer;
 use crate::tools::Registered;
 use opentelemetry::KeyValue;
 
@@ -51,6 +53,35 @@ pub struct TaskService {
     wake: Sender<()>,
     /// Large payloads being read into answers at once.
     payloads: PayloadGate,
+    /// Each identity's creations a second.
+    pacer: Pacer,
+    /// Counts the creations refused by a quota.
+    metrics: Arc<Metrics>,
+}
+
+/// Seconds a client over its quota of tasks not yet terminal is asked to wait: tasks
+/// end at their own pace, so this is a polling interval, not a promise.
+const LIVE_TASKS_RETRY_AFTER_S: u16 = 5;
+
+/// The answer to a creation beyond the identity's `quota`: HTTP 429 with `Retry-After`,
+/// naming the quota (and its limit) in the message and in `data`. Nothing was stored.
+fn over_quota(quota: Quota, limit: Value, detail: &str, retry_after_s: u16) -> RpcError {
+    RpcError {
+        retry_after_s: Some(retry_after_s),
+        ..RpcError::new(
+            crate::protocol::error::code::INTERNAL_ERROR,
+            format!(
+                "Quota exceeded: {detail} (quota {}: {limit}); retry after {retry_after_s} s",
+                quota.name()
+            ),
+        )
+        .with_status(429)
+        .with_data(json!({
+            "quota": quota.name(),
+            "limit": limit,
+            "retryAfterSeconds": retry_after_s,
+        }))
+    }
 }
 
 /// The answer to a submission whose idempotency key is held by another tool's task, or
@@ -103,6 +134,7 @@ impl TaskService {
         store: Arc<dyn TaskStore>,
         inflight: Arc<Inflight>,
         wake: Sender<()>,
+        metrics: Arc<Metrics>,
     ) -> TaskService {
         let payload_bytes = live.load().config.tasks.max_payload_bytes_in_flight;
         TaskService {
@@ -111,6 +143,8 @@ impl TaskService {
             store,
             inflight,
             wake,
+            pacer: Pacer::default(),
+            metrics,
         }
     }
 
@@ -127,6 +161,9 @@ impl TaskService {
             idempotency_key,
             trace,
         } = submission;
+        if let Err(refused) = self.admit(identity) {
+            return Later::ready(Err(refused));
+        }
         let origin = Origin {
             v: ORIGIN_VERSION,
             tool: tool.spec.name.clone(),
@@ -189,6 +226,40 @@ impl TaskService {
             result["resultType"] = json!("task");
             Ok(result)
         })
+    }
+
+    /// Whether `identity` may create a task now: within its rate, and below its quota of
+    /// tasks not yet terminal, counted in the store (so a restart forgets nothing).
+    /// Concurrent creations of one identity may each see room: the quota can be passed
+    /// by as many creations as it has in flight at once.
+    fn admit(&self, identity: &Identity) -> Result<(), RpcError> {
+        let settings = self.live.load();
+        let share = settings.shares.of(identity);
+        let owner = identity.key();
+        if let Err(wait_s) = self.pacer.take(&owner, share, std::time::Instant::now()) {
+            self.metrics.record_quota_refusal(Quota::TaskRate);
+            let retry_after_s = wait_s.ceil().clamp(1.0, f64::from(u16::MAX)) as u16;
+            return Err(over_quota(
+                Quota::TaskRate,
+                json!(share.creations_per_sec),
+                "too many task creations a second from this client",
+                retry_after_s,
+            ));
+        }
+        let live = self
+            .store
+            .live_tasks(&owner, share.max_live_tasks)
+            .map_err(internal)?;
+        if live >= share.max_live_tasks {
+            self.metrics.record_quota_refusal(Quota::LiveTasks);
+            return Err(over_quota(
+                Quota::LiveTasks,
+                json!(share.max_live_tasks),
+                "too many tasks of this client are not finished yet",
+                LIVE_TASKS_RETRY_AFTER_S,
+            ));
+        }
+        Ok(())
     }
 
     /// A new task of `tool` for `identity`, with the tool's execution settings.

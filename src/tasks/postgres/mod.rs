@@ -702,6 +702,10 @@ impl TaskStore for Store {
         self.read(upkeep::queued_jobs)
     }
 
+    fn live_tasks(&self, owner: &str, at_most: u64) -> Result<u64, StoreError> {
+        self.read(|conn| upkeep::live_tasks(conn, owner, at_most))
+    }
+
     fn log_bytes(&self) -> Option<u64> {
         None
     }

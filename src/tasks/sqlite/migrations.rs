@@ -109,7 +109,7 @@ mod tests {
     use crate::protocol::TaskStatus;
     use crate::tasks::sqlite::sql;
 
-    const LATEST: u32 = 8;
+    const LATEST: u32 = 9;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -513,6 +513,42 @@ mod tests {
              AND run_after <= ?1 ORDER BY run_after LIMIT ?2",
         );
         assert!(due.contains("jobs_due"), "{due}");
+    }
+
+    #[test]
+    fn migration_9_counts_an_identitys_live_tasks_in_one_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = version_1_database(&dir.path().join("tasks.db"));
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        let plan: String = conn
+            .prepare(
+                "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM \
+                 (SELECT 1 FROM jobs WHERE owner = ?1 LIMIT ?2)",
+            )
+            .unwrap()
+            .query_map(["o", "5"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+            .join("; ");
+        assert!(plan.contains("COVERING INDEX jobs_by_owner"), "{plan}");
+        let key = crate::auth::Identity {
+            endpoint: "/mcp".into(),
+            issuer: String::new(),
+            tenant: "t".into(),
+            principal: "p".into(),
+        }
+        .key();
+        let live = sql::upkeep::live_tasks(&conn, &key, 100).unwrap();
+        let jobs: i64 = conn
+            .query_row("SELECT COUNT(*) FROM jobs", [], |r| r.get(0))
+            .unwrap();
+        let jobs = jobs as u64;
+        assert_eq!(live, jobs, "every stored job is p's");
+        assert_eq!(
+            sql::upkeep::live_tasks(&conn, &key, 1).unwrap(),
+            1.min(jobs)
+        );
     }
 
     #[test]

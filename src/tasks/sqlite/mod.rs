@@ -524,6 +524,11 @@ impl TaskStore for Store {
         upkeep::queued_jobs(&conn).map_err(classify)
     }
 
+    fn live_tasks(&self, owner: &str, at_most: u64) -> Result<u64, StoreError> {
+        let conn = self.read()?;
+        upkeep::live_tasks(&conn, owner, at_most).map_err(classify)
+    }
+
     fn log_bytes(&self) -> Option<u64> {
         self.wal_bytes()
     }

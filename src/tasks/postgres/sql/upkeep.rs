@@ -250,6 +250,21 @@ pub fn job_counts(conn: &mut Db<'_, impl GenericClient>) -> Result<Vec<(String, 
     Ok(jobs)
 }
 
+/// Tasks of `owner` not yet terminal (each has its job until then), up to `at_most`:
+/// at most that many entries of jobs_by_owner.
+pub fn live_tasks(
+    conn: &mut Db<'_, impl GenericClient>,
+    owner: &str,
+    at_most: u64,
+) -> Result<u64, Failure> {
+    let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+    let row = conn.query_one(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE owner = $1 LIMIT $2) AS live",
+        &[&owner, &at_most],
+    )?;
+    Ok(row.try_get::<_, i64>(0)?.max(0) as u64)
+}
+
 /// Jobs waiting for a worker (backoff included).
 pub fn queued_jobs(conn: &mut Db<'_, impl GenericClient>) -> Result<u64, Failure> {
     Ok(job_counts(conn)?

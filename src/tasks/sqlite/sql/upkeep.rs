@@ -164,6 +164,17 @@ pub fn max_outbox_seq(conn: &Connection) -> rusqlite::Result<i64> {
     })
 }
 
+/// Tasks of `owner` not yet terminal (each has its job until then), up to `at_most`:
+/// at most that many entries of jobs_by_owner.
+pub fn live_tasks(conn: &Connection, owner: &str, at_most: u64) -> rusqlite::Result<u64> {
+    let count: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE owner = ?1 LIMIT ?2)")?
+        .query_row(params![owner, at_most.min(i64::MAX as u64) as i64], |row| {
+            row.get(0)
+        })?;
+    Ok(count.max(0) as u64)
+}
+
 /// Jobs waiting for a worker (backoff included): one row of `job_counts`.
 pub fn queued_jobs(conn: &Connection) -> rusqlite::Result<u64> {
     let count: Option<i64> = conn
