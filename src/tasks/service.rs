@@ -22,8 +22,8 @@ use crate::metrics::{Metrics, Quota};
 use crate::protocol::{
     missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus, TraceContext,
 };
-use crate::telemetry::{self, unix_ms, Kind, Span, OUTCOME, TASK_ID};
 use crate::shares::Pacer;
+use crate::telemetry::{self, unix_ms, Kind, Span, OUTCOME, TASK_ID};
 use crate::tools::Registered;
 use opentelemetry::KeyValue;
 
