@@ -25,7 +25,8 @@
 //!   hook and the threads (std uses `posix_spawn`), pipes served on this thread;
 //! - `as configured`: what a run does now (`mcp_taskd::tools::command::spawn`: our
 //!   own `clone(CLONE_VM | CLONE_VFORK)` on a reused stack, C strings built once),
-//!   pipes served the same way.
+//!   pipes served the same way. Built with `--features portable`, the portable start
+//!   instead (the system's `posix_spawn`, C strings built once).
 //!
 //! Not part of `cargo test`; built by `cargo bench --no-run --bench spawncost`.
 
@@ -112,7 +113,9 @@ fn cpu_us() -> (i64, i64) {
         // SAFETY: rusage is plain data that getrusage fills in.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         unsafe { libc::getrusage(who, &mut usage) };
-        let us = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
+        // `tv_usec` is an i64 on Linux, an i32 on macOS.
+        #[allow(clippy::useless_conversion)]
+        let us = |t: libc::timeval| t.tv_sec * 1_000_000 + i64::from(t.tv_usec);
         us(usage.ru_utime) + us(usage.ru_stime)
     };
     (of(libc::RUSAGE_SELF), of(libc::RUSAGE_CHILDREN))
@@ -185,9 +188,11 @@ fn configured(program: &str) -> Command {
 
 fn command_hooked(program: &str) {
     let mut command = configured(program);
-    // SAFETY: the hook makes one async-signal-safe system call.
+    // SAFETY: the hook makes one async-signal-safe system call (Linux has the signal;
+    // elsewhere the hook does nothing, and still makes std `fork`).
     unsafe {
         command.pre_exec(|| {
+            #[cfg(target_os = "linux")]
             libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,

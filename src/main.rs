@@ -125,7 +125,6 @@ enum Command {
 fn main() -> ExitCode {
     // The run guard, which kills command tools' programs if the server dies, is this
     // binary in a hidden mode.
-    #[cfg(target_os = "linux")]
     mcp_taskd::tools::command::guard::run_if_guard();
     // For packages: `mcp-taskd package-files DIR`, outside the definition above so that
     // the pages and completions it writes do not list it.

@@ -120,11 +120,8 @@ impl Engine {
         let live = Arc::new(Live::new(Settings::build(config.clone(), &hub)?));
         // Before any program runs: descendants that leave their process group must come
         // back to the server, not to init, to be found and killed when their run ends.
-        if !command::become_subreaper() {
-            log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
-        }
+        command::become_subreaper();
         // Before any program runs: programs must die with the server, `kill -9` included.
-        #[cfg(target_os = "linux")]
         if !config.tools.is_empty() {
             command::guard::keep().map_err(ServeError::RunGuard)?;
         }

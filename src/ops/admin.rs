@@ -14,7 +14,8 @@
 //!
 //! The socket is as trusted as its file mode: whoever can connect is an operator (no
 //! identity binding). The server also refuses peers whose user is neither its own nor
-//! root (`SO_PEERCRED`), which covers the moment between `bind` and `chmod`.
+//! root (as the kernel recorded it at `connect`, see [`peer_user`]), which covers the
+//! moment between `bind` and `chmod`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -33,6 +34,8 @@ use crate::clock::rfc3339;
 use crate::protocol::TaskStatus;
 use crate::tasks::model::{CancelEffect, Origin, StatsDetail, TaskDetail, TaskFilter, TaskSummary};
 use crate::tasks::{TaskService, TaskStore};
+
+mod peer_user;
 
 /// The socket's file name in the data dir.
 pub const SOCKET_NAME: &str = "admin.sock";
@@ -375,26 +378,9 @@ fn accept_loop(listener: &UnixListener, admin: &Arc<Admin>, stopping: &AtomicBoo
 
 /// The peer runs as this process's user or as root.
 fn peer_is_trusted(stream: &UnixStream) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut credentials = libc::ucred {
-        pid: 0,
-        uid: u32::MAX,
-        gid: u32::MAX,
-    };
-    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the buffer is a ucred of the length passed; the fd is open for the call.
-    let got = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut credentials as *mut libc::ucred).cast(),
-            &mut length,
-        )
-    };
     // SAFETY: geteuid has no preconditions.
     let own = unsafe { libc::geteuid() };
-    got == 0 && (credentials.uid == own || credentials.uid == 0)
+    peer_user::peer_uid(stream).is_ok_and(|uid| uid == own || uid == 0)
 }
 
 fn answer(mut stream: &UnixStream, line: &Value) -> std::io::Result<()> {

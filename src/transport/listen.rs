@@ -9,7 +9,7 @@
 //!   keep-alive;
 //! - a client that stops reading makes frames pile up unsent in the socket. Past
 //!   `queue_len` of them (or a quarter of the send buffer, so an answer always fits), the
-//!   stream pauses; the hub keeps coalescing its changes meanwhile, so a reader that
+//!   stream pauses (where the kernel cannot count them: once the socket has no room); the hub keeps coalescing its changes meanwhile, so a reader that
 //!   catches up loses nothing. Paused for `max_stall_ms` without the client reading a
 //!   byte, the stream ends with an error answer to the listen request, never in silence.
 
@@ -51,9 +51,20 @@ impl Outlet {
 
     /// The bytes waiting unsent in the socket, when they are more frames than allowed
     /// (the client is not keeping up); `None` while it keeps up.
+    ///
+    /// Where the kernel cannot say how many bytes are unsent (see [`Peer`]), a socket
+    /// with no room left stands for "too many", and everything written so far for the
+    /// bytes: an upper bound, which stays put while the client reads nothing (so its
+    /// stall is timed from when the room ran out) and clears once there is room again.
+    /// The error answer of a stream cut off then may have to wait for room, up to the
+    /// connection's write deadline (Linux reports no room while up to a third of the
+    /// buffer is still free, which the short answer usually fits in).
     fn behind(&self) -> Option<u64> {
         let peer = self.peer?;
-        let unsent = peer.unsent_bytes().filter(|unsent| *unsent > 0)?;
+        let Some(unsent) = peer.unsent_bytes() else {
+            return (!peer.has_room()).then(|| self.sse.bytes_written());
+        };
+        let unsent = Some(unsent).filter(|unsent| *unsent > 0)?;
         let sent_up_to = self.sse.bytes_written().saturating_sub(unsent);
         let waiting = self
             .frame_ends

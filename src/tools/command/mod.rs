@@ -85,7 +85,7 @@
 //!   a slot is free. An inline call beyond it waits for a slot up to `timeout_ms`.
 
 mod declaration;
-#[cfg(target_os = "linux")]
+mod exit;
 pub mod guard;
 mod output;
 mod process;

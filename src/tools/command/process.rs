@@ -4,8 +4,8 @@
 //! reaped.
 //!
 //! One run is supervised by the thread that runs it, with one `poll(2)` loop over the
-//! program's stdin, stdout and stderr and, on Linux, a pidfd that becomes readable when
-//! the program exits. No helper threads: three a run (stdin writer, stdout and stderr
+//! program's stdin, stdout and stderr and, where the system has one (a pidfd on Linux,
+//! see `exit`), a descriptor that becomes readable when the program exits. No helper threads: three a run (stdin writer, stdout and stderr
 //! readers) meant three thread starts and the wake-ups between them and the
 //! supervising thread, which slept and looked. Together with starting programs without
 //! the launcher, the server's CPU per no-op run fell from ~1.4 ms to ~0.9 ms
@@ -16,8 +16,12 @@
 //! The program dies with the server, even on `kill -9`, through the run guard
 //! (`guard`), so nothing of ours runs in the new process before its `exec`, and it can
 //! start the way `posix_spawn` starts a program rather than `fork` the server.
+//!
+//! Everything here is the same on every system; what differs (starting, hearing of the
+//! exit, what the reaper and the guard can find) is in `spawn`, `exit`, `reaper` and
+//! `guard`, each with a portable implementation.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -26,6 +30,7 @@ use super::output::{forward, interpret, parse_progress, truncate, Progress};
 use super::reaper::{self, Run};
 use super::spawn::{self, Program, RunEnv};
 use super::CommandTool;
+use super::{exit, guard};
 use crate::protocol::TraceContext;
 use crate::telemetry::{Kind, Span, TASK_ID};
 use crate::tools::{Invocation, Outcome};
@@ -40,9 +45,9 @@ const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long to wait for the output pipes to close after the program's group is gone.
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 /// Longest wait in the supervision loop before the timeout and cancellation are looked
-/// at again (and, without a pidfd, whether the program exited).
+/// at again (and, without an exit descriptor, whether the program exited).
 const POLL: Duration = Duration::from_millis(20);
-/// Without a pidfd, the first pause between two looks at the program; each pause
+/// Without an exit descriptor, the first pause between two looks at the program; each pause
 /// doubles up to [`POLL`] (see [`Checks`]).
 const FIRST_POLL: Duration = Duration::from_millis(1);
 /// Bytes read from a pipe at once: a buffer on the stack, not the heap (a 64 KiB heap
@@ -65,11 +70,13 @@ impl CommandTool {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, error.clone())
         })?;
         let run_env = RunEnv::new((reaper::MARKER, run.marker()), task, trace)?;
-        reaper::spawn(|| {
+        let program = reaper::spawn(|| {
             let program = spawn::start(launch, &run_env)?;
             let pid = program.pid;
             Ok((program, pid))
-        })
+        })?;
+        guard::cover(program.pid);
+        Ok(program)
     }
 
     /// Runs the program once and supervises it until it ends or must be stopped.
@@ -328,16 +335,16 @@ impl StderrTail {
     }
 }
 
-/// The program's pipes, its pidfd, and what came out of them.
+/// The program's pipes, its exit descriptor, and what came out of them.
 struct Pump {
     stdin: Option<OwnedFd>,
     payload: Vec<u8>,
     written: usize,
     stdout_pipe: Option<OwnedFd>,
     stderr_pipe: Option<OwnedFd>,
-    /// Readable once the program has exited (Linux 5.3+; `None` elsewhere).
-    pidfd: Option<OwnedFd>,
-    pidfd_fired: bool,
+    /// Readable once the program has exited, where the system has one (see `exit`).
+    exit_fd: Option<OwnedFd>,
+    exit_fired: bool,
     stdout: StdoutScan,
     stderr: StderrTail,
     /// Progress lines read and not yet forwarded.
@@ -374,8 +381,8 @@ impl Pump {
             written: 0,
             stdout_pipe: Some(stdout),
             stderr_pipe: Some(stderr),
-            pidfd: pidfd_of(child.pid),
-            pidfd_fired: false,
+            exit_fd: exit::descriptor(child.pid),
+            exit_fired: false,
             stdout: StdoutScan::new(limit),
             stderr: StderrTail::default(),
             progress: Vec::new(),
@@ -384,18 +391,18 @@ impl Pump {
         Ok(pump)
     }
 
-    /// Whether the loop hears of the program's exit by itself (a pidfd), rather than by
+    /// Whether the loop hears of the program's exit by itself (a descriptor), rather than by
     /// looking.
     fn sees_exit(&self) -> bool {
-        self.pidfd.is_some()
+        self.exit_fd.is_some()
     }
 
     /// Whether the program has exited (it is not reaped: its pid stays taken).
     fn exited(&self, pid: libc::pid_t) -> bool {
-        if self.pidfd.is_some() {
-            self.pidfd_fired
+        if self.exit_fd.is_some() {
+            self.exit_fired
         } else {
-            has_exited(pid)
+            exit::has_exited(pid)
         }
     }
 
@@ -435,7 +442,7 @@ impl Pump {
         if let Some(fd) = &self.stderr_pipe {
             watch(fd, libc::POLLIN, Slot::Stderr);
         }
-        if let (Some(fd), false) = (&self.pidfd, self.pidfd_fired) {
+        if let (Some(fd), false) = (&self.exit_fd, self.exit_fired) {
             watch(fd, libc::POLLIN, Slot::Exit);
         }
         if count == 0 {
@@ -458,7 +465,7 @@ impl Pump {
                 Slot::Stdin => self.feed(),
                 Slot::Stdout => self.drain_stdout(),
                 Slot::Stderr => self.drain_stderr(),
-                Slot::Exit => self.pidfd_fired = true,
+                Slot::Exit => self.exit_fired = true,
             }
         }
     }
@@ -539,23 +546,7 @@ fn read_ready(pipe: &mut Option<OwnedFd>, mut take: impl FnMut(&[u8])) -> bool {
     false
 }
 
-/// A pidfd for our unreaped child (so the pid names it), where the kernel has them.
-fn pidfd_of(pid: libc::pid_t) -> Option<OwnedFd> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: plain system call; a non-negative result is a descriptor we own.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        // SAFETY: the descriptor was just created and is owned by nothing else.
-        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = pid;
-        None
-    }
-}
-
-/// Without a pidfd, pauses between looks at a program that usually exits within
+/// Without an exit descriptor, pauses between looks at a program that usually exits within
 /// milliseconds: [`FIRST_POLL`], doubling up to [`POLL`]. Output wakes the loop sooner.
 struct Checks(Duration);
 
@@ -571,27 +562,13 @@ impl Checks {
     }
 }
 
-/// Whether the child has exited, without reaping it: while it is unreaped its pid
-/// cannot be reused, so signalling its process group stays safe.
-fn has_exited(pid: libc::pid_t) -> bool {
-    // SAFETY: siginfo_t is plain data; waitid writes into the struct we own.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-        if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, options) != 0 {
-            // Only ECHILD is possible here: nothing left to wait for.
-            return true;
-        }
-        info.si_pid() != 0
-    }
-}
-
 /// Kills what the run left behind outside its process group, then reaps the program.
 /// In this order: while the program is unreaped its pid, which names its group, stays
 /// taken.
 fn reap_program(child: &mut Program, run: Run) -> std::io::Result<std::process::ExitStatus> {
     let pid = child.pid;
-    reaper::sweep(run, pid, || has_exited(pid));
+    reaper::sweep(run, pid, || exit::has_exited(pid));
+    guard::release(pid);
     let status = child.wait();
     reaper::forget(pid);
     status

@@ -1,9 +1,8 @@
-//! Descendants that leave the program's process group (`setsid`, `setpgid`, double
-//! fork): finding them when a run ends, killing them, and reaping their zombies.
+//! Linux: the server is a child subreaper, and `/proc` tells it about its children.
 //!
 //! How: the server is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so a descendant
 //! whose parent dies is re-parented to the server instead of init. Every run carries a
-//! marker in its environment ([`MARKER`]), which its descendants inherit. Once the
+//! marker in its environment ([`super::MARKER`]), which its descendants inherit. Once the
 //! program is dead (and before it is reaped), every live descendant of the run is an
 //! *orphan* (a child of the server that is not a program) or a descendant of one. When
 //! a run ends, [`sweep`] looks only at the server's own children:
@@ -41,14 +40,11 @@
 use std::collections::{BTreeSet, HashSet};
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-use super::spawn::Program;
-
-/// The environment variable that marks a run's descendants.
-pub const MARKER: &str = "MCP_TASKD_RUN";
+use super::server_pid;
+use crate::tools::command::spawn::Program;
 
 /// How long a sweep keeps killing and reaping before it leaves the rest to the next one.
 const SWEEP_LIMIT: Duration = Duration::from_secs(2);
@@ -76,7 +72,6 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 /// Spawning holds it shared, a sweep pass exclusively: a pass never sees a child whose
 /// registration is still under way.
 static GATE: RwLock<()> = RwLock::new(());
-static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
 
 fn registry() -> MutexGuard<'static, Registry> {
     // The registry holds plain sets: a panic elsewhere cannot leave it inconsistent.
@@ -85,57 +80,36 @@ fn registry() -> MutexGuard<'static, Registry> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// This process's id, asked of the kernel once: every run needs it twice (its marker,
-/// its sweep).
-fn server_pid() -> libc::pid_t {
-    static PID: OnceLock<libc::pid_t> = OnceLock::new();
-    *PID.get_or_init(|| std::process::id() as libc::pid_t)
-}
-
-/// Makes the server the reaper of its orphaned descendants. Returns whether it worked
-/// (it needs Linux 3.4); without it orphans go to init and sweeps find none.
-pub fn become_subreaper() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: plain system call on the calling process.
-        unsafe {
-            libc::prctl(
-                libc::PR_SET_CHILD_SUBREAPER,
-                1 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            ) == 0
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        false
+/// Makes the server the reaper of its orphaned descendants (Linux 3.4+); without it
+/// orphans go to init and sweeps find none, which the log says.
+pub fn become_subreaper() {
+    // SAFETY: plain system call on the calling process.
+    let became = unsafe {
+        libc::prctl(
+            libc::PR_SET_CHILD_SUBREAPER,
+            1 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        ) == 0
+    };
+    if !became {
+        log::warn!("cannot become a child subreaper: descendants that leave a command tool's process group may outlive its run");
     }
 }
 
-/// One run of a program: its marker, registered as running until [`sweep`].
-pub struct Run {
-    marker: String,
+/// What a run leaves for its sweep to recognise its orphans by, beyond its marker.
+#[derive(Default)]
+pub struct Traces {
     /// Descendants of the program seen before it was stopped.
     doomed: HashSet<(libc::pid_t, u64)>,
     /// The `pipe:[inode]` names of the program's stdin, stdout and stderr.
     pipes: Vec<String>,
 }
 
-impl Run {
-    pub fn start() -> Run {
-        let marker = format!(
-            "{}{}",
-            marker_prefix(server_pid()),
-            NEXT_RUN.fetch_add(1, Ordering::Relaxed)
-        );
-        registry().running.insert(marker.clone());
-        Run {
-            marker,
-            doomed: HashSet::new(),
-            pipes: Vec::new(),
-        }
+impl Traces {
+    pub fn new() -> Traces {
+        Traces::default()
     }
 
     /// Remembers the program's pipes: an orphan that still holds one of them inherited
@@ -164,25 +138,21 @@ impl Run {
     pub fn record_descendants(&mut self, program: libc::pid_t) {
         record_descendants(program, &mut self.doomed);
     }
-
-    /// The value of [`MARKER`] in the program's environment.
-    pub fn marker(&self) -> &str {
-        &self.marker
-    }
 }
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        registry().running.remove(&self.marker);
-    }
+/// A run started: its marker counts as running until [`run_ended`].
+pub fn run_started(marker: &str) {
+    registry().running.insert(marker.to_owned());
+}
+
+pub fn run_ended(marker: &str) {
+    registry().running.remove(marker);
 }
 
 /// Starts a program with `start`, which returns it with its pid, and registers it, so
 /// that no sweep takes it for an orphan (a child that failed to `exec` is reaped by
 /// `start` itself, under the same gate).
-pub(super) fn spawn<T>(
-    start: impl FnOnce() -> std::io::Result<(T, libc::pid_t)>,
-) -> std::io::Result<T> {
+pub fn spawn<T>(start: impl FnOnce() -> std::io::Result<(T, libc::pid_t)>) -> std::io::Result<T> {
     let _gate = GATE.read().unwrap_or_else(|poisoned| poisoned.into_inner());
     let (program, pid) = start()?;
     registry().programs.insert(pid);
@@ -194,16 +164,9 @@ pub fn forget(program: libc::pid_t) {
     registry().programs.remove(&program);
 }
 
-/// Ends a run: call it once its program has exited (or been killed), *before* reaping
-/// it, so that the program's pid, which is also its process group id, cannot be reused.
-/// Waits (up to [`SWEEP_LIMIT`]) until the program has exited, then kills every orphan
-/// of this run and of earlier runs, and reaps every orphan zombie.
-pub fn sweep(mut run: Run, group: libc::pid_t, has_exited: impl Fn() -> bool) {
-    let ended = run.marker.clone();
-    let doomed = std::mem::take(&mut run.doomed);
-    let pipes = std::mem::take(&mut run.pipes);
-    // From here on the run no longer counts as running.
-    drop(run);
+/// Waits (up to [`SWEEP_LIMIT`]) until the ended run's program has exited, then kills
+/// every orphan of this run and of earlier runs, and reaps every orphan zombie.
+pub fn sweep(ended: &str, traces: Traces, group: libc::pid_t, has_exited: impl Fn() -> bool) {
     let deadline = Instant::now() + SWEEP_LIMIT;
     while !has_exited() {
         if Instant::now() >= deadline {
@@ -214,10 +177,10 @@ pub fn sweep(mut run: Run, group: libc::pid_t, has_exited: impl Fn() -> bool) {
     sweep_until_clear(
         &Doom::Run {
             group,
-            marker: &ended,
-            pipes: &pipes,
+            marker: ended,
+            pipes: &traces.pipes,
         },
-        doomed,
+        traces.doomed,
         deadline,
     );
 }
@@ -419,25 +382,17 @@ enum Environ {
     Unreadable,
 }
 
-/// How the markers of every run of the server `server` start.
-pub fn marker_prefix(server: libc::pid_t) -> String {
-    format!("{server}.")
-}
-
 /// Whether the process's environment carries a marker starting with `prefix`.
-#[cfg(target_os = "linux")]
 pub fn carries_marker(pid: libc::pid_t, prefix: &str) -> bool {
     matches!(marker_of(pid), Environ::Marked(found) if found.starts_with(prefix))
 }
 
 /// The process's group, if it still exists.
-#[cfg(target_os = "linux")]
 pub fn process_group(pid: libc::pid_t) -> Option<libc::pid_t> {
     Stat::read(pid).map(|stat| stat.pgid)
 }
 
 /// The process's start time (0 once it is gone): with its pid, it names one process.
-#[cfg(target_os = "linux")]
 pub fn start_time(pid: libc::pid_t) -> u64 {
     Stat::read(pid).map_or(0, |stat| stat.start)
 }
@@ -449,7 +404,7 @@ fn marker_of(pid: libc::pid_t) -> Environ {
     if environ.is_empty() {
         return Environ::Unreadable;
     }
-    let prefix = format!("{MARKER}=");
+    let prefix = format!("{}=", super::MARKER);
     environ
         .split(|&byte| byte == 0)
         .find_map(|entry| entry.strip_prefix(prefix.as_bytes()))
@@ -531,7 +486,7 @@ fn scan_for_children(parent: libc::pid_t) -> Vec<libc::pid_t> {
 }
 
 /// Every process id in `/proc` (the run guard's scan, and the fallback above).
-pub(super) fn all_pids() -> Vec<libc::pid_t> {
+pub fn all_pids() -> Vec<libc::pid_t> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
