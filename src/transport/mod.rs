@@ -6,6 +6,7 @@
 //! or an SSE stream when a request emits notifications before its result or opens a
 //! `subscriptions/listen` stream.
 
+mod cors;
 mod era;
 pub(crate) mod headers;
 pub mod limits;
@@ -152,7 +153,7 @@ fn metadata_page(method: &Method, document: &str) -> Response<Body> {
         return with_header(
             json_response(405, &json!({"error": "method not allowed"})),
             "Allow",
-            "GET",
+            "GET, OPTIONS",
         );
     }
     let bytes = document.as_bytes().to_vec();
@@ -352,6 +353,11 @@ impl Frontend {
             .as_ref()
             .and_then(|oauth| oauth.metadata.document_at(&path))
         {
+            // Public and readable from any origin (metadata_page says so itself).
+            if *request.method() == Method::Options {
+                let requested = header(request, "Access-Control-Request-Headers");
+                return Admitted::Page(cors::metadata_preflight(requested));
+            }
             return Admitted::Page(metadata_page(request.method(), document));
         }
         if let Some(dashboard) = self.dashboard.as_ref().filter(|d| d.owns(&path)) {
@@ -368,6 +374,22 @@ impl Frontend {
         }
         if path != self.endpoint {
             return Respond(json_response(404, &json!({"error": "not found"})));
+        }
+        // CORS: a browser page of an allowed origin may call the endpoint and read the
+        // answer; a preflight is answered here (a foreign origin is refused below).
+        if let Some(origin) = header(request, "Origin").map(str::to_owned) {
+            if settings
+                .origins
+                .allows(header(request, "Host"), Some(&origin))
+            {
+                cors::allow(request, &origin);
+                let preflight = *request.method() == Method::Options
+                    && header(request, "Access-Control-Request-Method").is_some();
+                if preflight {
+                    let requested = header(request, "Access-Control-Request-Headers");
+                    return Admitted::Page(cors::preflight(requested));
+                }
+            }
         }
         // GET and DELETE exist only inside legacy sessions.
         let legacy_verb = matches!(request.method(), Method::Get | Method::Delete)

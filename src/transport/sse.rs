@@ -17,9 +17,16 @@ pub struct SseWriter {
 
 impl SseWriter {
     /// Writes the `200 text/event-stream` head and takes over the connection.
-    pub fn start(request: tiny_http::Request) -> io::Result<SseWriter> {
+    pub fn start(mut request: tiny_http::Request) -> io::Result<SseWriter> {
         let version = request.http_version();
         let chunked = (version.0, version.1) >= (1, 1);
+        // Headers every answer to this request carries (CORS), written here since this
+        // answer writes its own head.
+        let extra: String = request
+            .take_response_headers()
+            .iter()
+            .map(|header| format!("{}: {}\r\n", header.field, header.value))
+            .collect();
         let mut out = request.into_writer();
         let framing = if chunked {
             "Transfer-Encoding: chunked"
@@ -29,7 +36,7 @@ impl SseWriter {
         write!(
             out,
             "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
-             X-Accel-Buffering: no\r\n{framing}\r\n\r\n"
+             X-Accel-Buffering: no\r\n{extra}{framing}\r\n\r\n"
         )?;
         out.flush()?;
         Ok(SseWriter {

@@ -121,6 +121,49 @@ fn metadata_names_the_exact_resource_at_the_path_aware_and_root_urls() {
     assert_eq!(echo(&server, Some(&bearer(STATIC_TOKEN))).status, 200);
 }
 
+/// What a browser-based client (the Inspector on its loopback port) needs to discover
+/// OAuth: a preflight for the metadata (it sends `MCP-Protocol-Version`) and a `401`
+/// whose challenge the page may read.
+#[test]
+fn a_browser_page_can_read_the_metadata_and_the_challenge() {
+    let idp = Idp::start(&[]);
+    let server = Server::start(&config(&idp, ""));
+    let inspector = "http://localhost:6274";
+    let metadata = server.exchange(&server.raw_request(
+        "OPTIONS",
+        "/.well-known/oauth-protected-resource/mcp",
+        &[
+            ("Origin", inspector),
+            ("Access-Control-Request-Method", "GET"),
+            ("Access-Control-Request-Headers", "mcp-protocol-version"),
+        ],
+        b"",
+    ));
+    assert_eq!(metadata.status, 204, "{}", metadata.text());
+    assert_eq!(metadata.header("Access-Control-Allow-Origin"), Some("*"));
+    assert_eq!(
+        metadata.header("Access-Control-Allow-Headers"),
+        Some("mcp-protocol-version")
+    );
+    let headers: Vec<(&str, &str)> = vec![("Origin", inspector)];
+    let refused = server.request_with(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "hi"}}),
+        json!({}),
+        &headers,
+    );
+    assert_eq!(refused.status, 401);
+    assert_eq!(
+        refused.header("Access-Control-Allow-Origin"),
+        Some(inspector)
+    );
+    let exposed = refused
+        .header("Access-Control-Expose-Headers")
+        .unwrap_or("");
+    assert!(exposed.contains("WWW-Authenticate"), "{exposed}");
+    assert!(challenge(&refused).contains("resource_metadata="));
+}
+
 #[test]
 fn behind_a_proxy_the_public_url_is_the_resource() {
     let idp = Idp::start(&[]);

@@ -171,3 +171,113 @@ fn configured_hosts_and_origins_are_accepted() {
     }
     assert_still_serving(&server);
 }
+
+// ----------------------------------------------------------------------------------------
+// CORS (browser-based clients such as the Inspector)
+
+/// A preflight as a browser sends it before a POST with the MCP and auth headers.
+fn preflight(server: &Server, origin: &str) -> crate::common::HttpResponse {
+    server.exchange(&server.raw_request(
+        "OPTIONS",
+        "/mcp",
+        &[
+            ("Origin", origin),
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "authorization, content-type, mcp-protocol-version, mcp-method, mcp-name",
+            ),
+        ],
+        b"",
+    ))
+}
+
+#[test]
+fn allowed_origins_get_cors_and_foreign_ones_get_nothing() {
+    let server = Server::start(
+        "[server]\nallowed_origins = [\"https://app.example.com\"]\n\
+         [builtin]\nsets = [\"conformance\"]\n",
+    );
+    for origin in ["http://localhost:6274", "https://app.example.com"] {
+        let answer = preflight(&server, origin);
+        assert_eq!(answer.status, 204, "{origin}: {}", answer.text());
+        assert_eq!(answer.header("Access-Control-Allow-Origin"), Some(origin));
+        let methods = answer.header("Access-Control-Allow-Methods").unwrap_or("");
+        assert!(methods.contains("POST"), "{methods}");
+        assert_eq!(
+            answer.header("Access-Control-Allow-Headers"),
+            Some("authorization, content-type, mcp-protocol-version, mcp-method, mcp-name")
+        );
+        assert_eq!(answer.header("Vary"), Some("Origin"));
+
+        // The call itself: readable, with the headers clients read exposed.
+        let response = Rpc::tool("test_simple_text", json!({}))
+            .header("Origin", origin)
+            .send(&server);
+        assert_eq!(response.status, 200, "{}", response.text());
+        assert_eq!(response.header("Access-Control-Allow-Origin"), Some(origin));
+        let exposed = response
+            .header("Access-Control-Expose-Headers")
+            .unwrap_or("");
+        for name in ["WWW-Authenticate", "Mcp-Session-Id", "MCP-Protocol-Version"] {
+            assert!(exposed.contains(name), "{name} not in {exposed}");
+        }
+    }
+    // No request without an Origin (not a browser) carries CORS headers.
+    let response = Rpc::tool("test_simple_text", json!({})).send(&server);
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("Access-Control-Allow-Origin"), None);
+
+    // A foreign origin: no preflight approval, and its request is still refused by the
+    // DNS-rebinding check, with nothing a page could read.
+    let answer = preflight(&server, "https://evil.example.com");
+    assert_ne!(answer.status, 204);
+    assert_eq!(answer.header("Access-Control-Allow-Origin"), None);
+    let response = Rpc::tool("test_simple_text", json!({}))
+        .header("Origin", "https://evil.example.com")
+        .send(&server);
+    response.expect_rpc_error(403, -32600, &Value::Null);
+    assert_eq!(response.header("Access-Control-Allow-Origin"), None);
+    // An allowed origin with a foreign Host (DNS rebinding) is refused too.
+    let response = Rpc::tool("test_simple_text", json!({}))
+        .header("Origin", "http://localhost:6274")
+        .header("Host", "evil.example.com")
+        .send(&server);
+    response.expect_rpc_error(403, -32600, &Value::Null);
+    assert_eq!(response.header("Access-Control-Allow-Origin"), None);
+    assert_still_serving(&server);
+}
+
+#[test]
+fn a_streamed_answer_carries_the_cors_headers() {
+    let server = Server::start(CONFORMANCE);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen", "params": {
+        "notifications": {"toolsListChanged": true},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": crate::common::VERSION,
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let request = server.raw_request(
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", crate::common::VERSION),
+            ("Mcp-Method", "subscriptions/listen"),
+            ("Origin", "http://127.0.0.1:6274"),
+        ],
+        body.as_bytes(),
+    );
+    let raw = server
+        .try_exchange_raw(&request, std::time::Duration::from_millis(1500))
+        .expect("connect");
+    let text = String::from_utf8_lossy(&raw);
+    let head = text.split("\r\n\r\n").next().unwrap_or("");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/event-stream"), "{head}");
+    assert!(
+        head.contains("Access-Control-Allow-Origin: http://127.0.0.1:6274\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("Access-Control-Expose-Headers: "), "{head}");
+}

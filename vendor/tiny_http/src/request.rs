@@ -90,6 +90,11 @@ pub struct Request {
     // mcp-taskd patch: the connection's response descriptor (see `socket_fd`).
     #[cfg(unix)]
     socket_fd: Option<std::os::unix::io::RawFd>,
+
+    // mcp-taskd patch: headers every response to this request carries (CORS), whichever
+    // code path answers it (see `add_response_header`). Boxed: most requests have none,
+    // and the request is moved around by value.
+    response_headers: Option<Box<Vec<Header>>>,
 }
 
 /// mcp-taskd patch: an answer handed from `Request::respond` to the connection thread.
@@ -305,6 +310,7 @@ where
             close_connection,
             #[cfg(unix)]
             socket_fd: None,
+            response_headers: None,
         });
     }
 
@@ -365,6 +371,7 @@ where
         notify_when_responded: None,
         answers: None,
         close_connection: false,
+        response_headers: None,
         #[cfg(unix)]
         socket_fd: None,
     })
@@ -584,10 +591,31 @@ impl Request {
         res
     }
 
-    fn respond_impl<R>(&mut self, response: Response<R>) -> Result<(), IoError>
+    /// mcp-taskd patch: a header that the response to this request carries, whatever
+    /// answers it: `respond` adds it, and a caller that takes the raw writer
+    /// (`into_writer`) writes `take_response_headers` itself.
+    pub fn add_response_header(&mut self, header: Header) {
+        self.response_headers
+            .get_or_insert_with(Default::default)
+            .push(header);
+    }
+
+    /// mcp-taskd patch: the headers of `add_response_header`, for a caller that writes
+    /// the response head itself.
+    pub fn take_response_headers(&mut self) -> Vec<Header> {
+        self.response_headers
+            .take()
+            .map(|headers| *headers)
+            .unwrap_or_default()
+    }
+
+    fn respond_impl<R>(&mut self, mut response: Response<R>) -> Result<(), IoError>
     where
         R: Read,
     {
+        for header in self.take_response_headers() {
+            response.add_header(header);
+        }
         let mut writer = self.extract_writer_impl();
 
         let do_not_send_body = self.method == Method::Head;
