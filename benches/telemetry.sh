@@ -4,35 +4,35 @@
 # (benches/eraload.rs, modern era) and `noop_task` creations/s (benches/taskload.rs
 # create), each at CONC connections. Modes, interleaved round by round:
 #   off   no [telemetry]: the default
-#   on    [telemetry] otlp_endpoint = a local OTLP/HTTP collector that answers and
-#         discards (tests/scripts/otlp_receiver.py with OTLP_DISCARD=1; decoding on this
-#         2-core box would measure the collector, not the server)
+#   on    [telemetry] otlp_endpoint = a local OTLP/HTTP collector that reads each batch
+#         whole and discards it (benches/otlpsink.rs: on a 2-core box a collector that
+#         decodes, or a Python one that only reads, takes CPU from the server measured)
 #   down  [telemetry] otlp_endpoint = a port nothing listens on
 # Clients send no traceparent: every request starts a trace, and the default sampler
 # records it (parentbased_always_on), the costliest case.
 #
-#   cargo build --release && cargo bench --no-run --bench eraload --bench taskload
+#   cargo build --release && cargo bench --no-run --bench eraload --bench taskload --bench otlpsink
 #   benches/telemetry.sh [target/release/mcp-taskd]
 #
-# Environment: ROUNDS (3), SECONDS (5, inline), N (20000, creations), CONC (64),
-# PYTHON (the venv of .ci/otel.sh, or python3).
+# Environment: ROUNDS (3), INLINE_SECONDS (5), N (20000, creations), CONC (64).
+# (Not SECONDS: bash keeps its own SECONDS, the shell's age, so it is always set.)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${1:-$REPO/target/release/mcp-taskd}
 ROUNDS=${ROUNDS:-3}
-SECONDS_INLINE=${SECONDS:-5}
+INLINE_SECONDS=${INLINE_SECONDS:-5}
 N=${N:-20000}
 CONC=${CONC:-64}
-PYTHON=${PYTHON:-$(command -v "$HOME/.cache/mcp-taskd-otel/venv/bin/python" || command -v python3)}
 bench_bin() { find "$REPO/target/release/deps" -maxdepth 1 -type f -executable -name "$1-*" | head -1; }
 ERALOAD=$(bench_bin eraload)
 TASKLOAD=$(bench_bin taskload)
-[ -x "$ERALOAD" ] && [ -x "$TASKLOAD" ] || { echo "build the load clients first (see the header)" >&2; exit 1; }
+OTLPSINK=$(bench_bin otlpsink)
+[ -x "$ERALOAD" ] && [ -x "$TASKLOAD" ] && [ -x "$OTLPSINK" ] || { echo "build the load clients first (see the header)" >&2; exit 1; }
 OUT=$(mktemp -d -t telemetry-bench-XXXXXX)
 echo "results in $OUT" >&2
 
 # The discarding collector, for the whole run.
-OTLP_DISCARD=1 "$PYTHON" "$REPO/tests/scripts/otlp_receiver.py" /dev/null 3600 <&- >"$OUT/collector.port" &
+"$OTLPSINK" 3600 >"$OUT/collector.port" &
 COLLECTOR=$!
 trap 'kill $COLLECTOR 2>/dev/null || true' EXIT
 for _ in $(seq 50); do [ -s "$OUT/collector.port" ] && break; sleep 0.1; done
@@ -51,7 +51,7 @@ run() { # mode round port
   RUST_LOG=error "$BIN" serve --config "$config" --listen "127.0.0.1:$port" --data-dir "$data/data" >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-  inline=$("$ERALOAD" "127.0.0.1:$port" modern "$SECONDS_INLINE" "$CONC" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls_per_s"])')
+  inline=$("$ERALOAD" "127.0.0.1:$port" modern "$INLINE_SECONDS" "$CONC" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls_per_s"])')
   create=$("$TASKLOAD" "127.0.0.1:$port" create "$N" "$CONC" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["creations_per_s"]))')
   dropped=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^mcp_taskd_spans_dropped_total/ {s += $2} END {print s + 0}')
   exported=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^mcp_taskd_spans_exported_total/ {print $2}')
