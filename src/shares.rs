@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::auth::Identity;
 use crate::config::{Config, ConfigError, TokenConfig};
@@ -184,6 +184,82 @@ impl Pacer {
     }
 }
 
+/// Each identity's tasks not yet terminal, as last counted in the store plus the
+/// creations admitted since. The quota is checked against this estimate, so a creation
+/// costs a store count at most once per [`RECOUNT_EVERY`] per identity instead of one
+/// count each: a count walks up to the quota's worth of index entries (100,000 by
+/// default), and one per creation made creations of a busy identity quadratic.
+///
+/// The store stays the authority: every estimate is a recent count, a restart starts
+/// from a fresh count, and a refusal is confirmed by a count no older than
+/// [`RECOUNT_WHEN_FULL`]. Tasks that end after a count are seen at the next one, and
+/// admitted creations that store nothing (an idempotent repeat, a failed write) count
+/// until then: the estimate errs towards refusing, for at most a second. On PostgreSQL,
+/// creations on other nodes since the count are not in a node's estimate: the quota can
+/// be passed by what the other nodes admit in one [`RECOUNT_EVERY`].
+#[derive(Default)]
+pub struct LiveTaskEstimates {
+    estimates: Mutex<HashMap<String, Estimate>>,
+}
+
+struct Estimate {
+    counted: u64,
+    at: Instant,
+    admitted_since: u64,
+}
+
+/// How old a count may be before the next creation counts again.
+pub const RECOUNT_EVERY: Duration = Duration::from_secs(1);
+/// How old a count that said "full" may be and still refuse without counting again:
+/// bounds the counting a client over its quota can cause to 10 a second.
+pub const RECOUNT_WHEN_FULL: Duration = Duration::from_millis(100);
+/// Estimates kept before the old ones are dropped (a dropped one is counted afresh).
+const MAX_ESTIMATES: usize = 4096;
+
+impl LiveTaskEstimates {
+    /// Whether the identity keyed `owner` may have one more task not yet terminal under
+    /// `limit`; if so, the creation is added to its estimate. `count(at_most)` counts
+    /// its live tasks in the store, and is called without the estimates' lock held.
+    pub fn admit<E>(
+        &self,
+        owner: &str,
+        limit: u64,
+        now: Instant,
+        count: impl FnOnce(u64) -> Result<u64, E>,
+    ) -> Result<bool, E> {
+        {
+            let mut estimates = self.estimates.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(estimate) = estimates.get_mut(owner) {
+                let age = now.saturating_duration_since(estimate.at);
+                let live = estimate.counted.saturating_add(estimate.admitted_since);
+                if age < RECOUNT_EVERY && live < limit {
+                    estimate.admitted_since += 1;
+                    return Ok(true);
+                }
+                if age < RECOUNT_WHEN_FULL {
+                    return Ok(false);
+                }
+            }
+        }
+        let counted = count(limit)?;
+        let admitted = counted < limit;
+        let mut estimates = self.estimates.lock().unwrap_or_else(|p| p.into_inner());
+        if estimates.len() >= MAX_ESTIMATES && !estimates.contains_key(owner) {
+            estimates
+                .retain(|_, estimate| now.saturating_duration_since(estimate.at) < RECOUNT_EVERY);
+        }
+        estimates.insert(
+            owner.to_owned(),
+            Estimate {
+                counted,
+                at: now,
+                admitted_since: u64::from(admitted),
+            },
+        );
+        Ok(admitted)
+    }
+}
+
 fn elapsed_s(from: Instant, to: Instant) -> f64 {
     to.saturating_duration_since(from).as_secs_f64()
 }
@@ -257,6 +333,39 @@ mod tests {
         assert!(pacer.take("a", &share, later).is_err());
         share.creations_per_sec = 0.0;
         assert!(pacer.take("a", &share, later).is_ok(), "no limit");
+    }
+
+    #[test]
+    fn live_task_estimates_count_in_the_store_once_a_second_and_confirm_refusals() {
+        let estimates = LiveTaskEstimates::default();
+        let counts = std::cell::Cell::new(0);
+        let store = |live: u64| {
+            let counts = &counts;
+            move |_at_most: u64| -> Result<u64, ()> {
+                counts.set(counts.get() + 1);
+                Ok(live)
+            }
+        };
+        let start = Instant::now();
+        // The first creation counts; the next ones within the second add to the count.
+        assert_eq!(estimates.admit("a", 3, start, store(1)), Ok(true));
+        assert_eq!(estimates.admit("a", 3, start, store(1)), Ok(true));
+        assert_eq!(counts.get(), 1);
+        // Estimated full (1 counted + 2 admitted): refused at once without a count...
+        assert_eq!(estimates.admit("a", 3, start, store(0)), Ok(false));
+        assert_eq!(counts.get(), 1);
+        // ...until the count is older than RECOUNT_WHEN_FULL: then the store decides.
+        let later = start + RECOUNT_WHEN_FULL;
+        assert_eq!(estimates.admit("a", 3, later, store(0)), Ok(true));
+        assert_eq!(counts.get(), 2);
+        // A full store refuses, and so does the estimate right after.
+        let full = later + RECOUNT_EVERY;
+        assert_eq!(estimates.admit("a", 3, full, store(3)), Ok(false));
+        assert_eq!(estimates.admit("a", 3, full, store(0)), Ok(false));
+        assert_eq!(counts.get(), 3);
+        // Identities are estimated apart; a store error is passed on.
+        assert_eq!(estimates.admit("b", 3, full, store(0)), Ok(true));
+        assert_eq!(estimates.admit("c", 3, full, |_| Err(())), Err(()));
     }
 
     #[test]

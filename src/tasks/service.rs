@@ -22,7 +22,7 @@ use crate::metrics::{Metrics, Quota};
 use crate::protocol::{
     missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus, TraceContext,
 };
-use crate::shares::Pacer;
+use crate::shares::{LiveTaskEstimates, Pacer};
 use crate::telemetry::{self, unix_ms, Kind, Span, OUTCOME, TASK_ID};
 use crate::tools::Registered;
 use opentelemetry::KeyValue;
@@ -55,6 +55,8 @@ pub struct TaskService {
     payloads: PayloadGate,
     /// Each identity's creations a second.
     pacer: Pacer,
+    /// Each identity's tasks not yet terminal, counted in the store now and then.
+    live_tasks: LiveTaskEstimates,
     /// Counts the creations refused by a quota.
     metrics: Arc<Metrics>,
 }
@@ -144,6 +146,7 @@ impl TaskService {
             inflight,
             wake,
             pacer: Pacer::default(),
+            live_tasks: LiveTaskEstimates::default(),
             metrics,
         }
     }
@@ -229,9 +232,9 @@ impl TaskService {
     }
 
     /// Whether `identity` may create a task now: within its rate, and below its quota of
-    /// tasks not yet terminal, counted in the store (so a restart forgets nothing).
-    /// Concurrent creations of one identity may each see room: the quota can be passed
-    /// by as many creations as it has in flight at once.
+    /// tasks not yet terminal, as counted in the store at most a second ago plus the
+    /// creations admitted since (so a restart forgets nothing; see
+    /// [`LiveTaskEstimates`] for how far the estimate can be off, and which way).
     fn admit(&self, identity: &Identity) -> Result<(), RpcError> {
         let settings = self.live.load();
         let share = settings.shares.of(identity);
@@ -246,11 +249,16 @@ impl TaskService {
                 retry_after_s,
             ));
         }
-        let live = self
-            .store
-            .live_tasks(&owner, share.max_live_tasks)
+        let admitted = self
+            .live_tasks
+            .admit(
+                &owner,
+                share.max_live_tasks,
+                std::time::Instant::now(),
+                |at_most| self.store.live_tasks(&owner, at_most),
+            )
             .map_err(internal)?;
-        if live >= share.max_live_tasks {
+        if !admitted {
             self.metrics.record_quota_refusal(Quota::LiveTasks);
             return Err(over_quota(
                 Quota::LiveTasks,
