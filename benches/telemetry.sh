@@ -8,6 +8,8 @@
 #         whole and discards it (benches/otlpsink.rs: on a 2-core box a collector that
 #         decodes, or a Python one that only reads, takes CPU from the server measured)
 #   down  [telemetry] otlp_endpoint = a port nothing listens on
+#   before  with BEFORE=<binary>: that build (one from before telemetry existed, e.g.
+#         7393758) with no [telemetry], for "off is within noise of before"
 # Clients send no traceparent: every request starts a trace, and the default sampler
 # records it (parentbased_always_on), the costliest case.
 #
@@ -20,6 +22,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${1:-$REPO/target/release/mcp-taskd}
 ROUNDS=${ROUNDS:-3}
+BEFORE=${BEFORE:-}
 INLINE_SECONDS=${INLINE_SECONDS:-5}
 N=${N:-20000}
 CONC=${CONC:-64}
@@ -48,7 +51,9 @@ run() { # mode round port
     on) printf '\n[telemetry]\notlp_endpoint = "%s"\n' "$COLLECTOR_URL" >>"$config" ;;
     down) printf '\n[telemetry]\notlp_endpoint = "%s"\n' "$DEAD_URL" >>"$config" ;;
   esac
-  RUST_LOG=error "$BIN" serve --config "$config" --listen "127.0.0.1:$port" --data-dir "$data/data" >/dev/null 2>&1 &
+  local bin=$BIN
+  [ "$mode" = before ] && bin=$BEFORE
+  RUST_LOG=error "$bin" serve --config "$config" --listen "127.0.0.1:$port" --data-dir "$data/data" >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
   inline=$("$ERALOAD" "127.0.0.1:$port" modern "$INLINE_SECONDS" "$CONC" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls_per_s"])')
@@ -68,6 +73,9 @@ for round in $(seq "$ROUNDS"); do
     2) modes="on down off" ;;
     0) modes="down off on" ;;
   esac
+  if [ -n "$BEFORE" ]; then
+    if [ $((round % 2)) = 1 ]; then modes="before $modes"; else modes="$modes before"; fi
+  fi
   port=8400
   for mode in $modes; do
     port=$((port + 1))
@@ -78,8 +86,10 @@ python3 - "$OUT/results" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
 med = {}
-for mode in ("off", "on", "down"):
+for mode in ("before", "off", "on", "down"):
     r = [x for x in rows if x[0] == mode]
+    if not r:
+        continue
     med[mode] = (statistics.median(float(x[2]) for x in r), statistics.median(float(x[3]) for x in r))
 print("median       inline/s  creations/s  inline/off  creations/off")
 for mode, (inline, create) in med.items():
