@@ -278,3 +278,19 @@ $$;
 -- migration 5
 -- Per-identity quota of tasks not yet terminal, as schema.sql's migration 9.
 CREATE INDEX jobs_by_owner ON jobs (owner);
+
+-- migration 6
+-- One index by owner instead of two, as schema.sql's migration 10: jobs_by_owner
+-- (owner, priority, turn) holds every job, is not rewritten by a claim, and serves the
+-- quota's count and an identity's last turn, queued or in service.
+DROP INDEX jobs_turns_by_owner;
+DROP INDEX jobs_by_owner;
+CREATE INDEX jobs_by_owner ON jobs (owner, priority, turn);
+CREATE OR REPLACE FUNCTION taskd_turn(text, bigint, bigint) RETURNS bigint
+    LANGUAGE sql STABLE AS $$
+    SELECT GREATEST(
+        COALESCE((SELECT turn FROM jobs WHERE state = 'queued' AND turn IS NOT NULL
+                  AND priority = $2 ORDER BY turn LIMIT 1), 0),
+        COALESCE((SELECT turn FROM jobs WHERE owner = $1 AND priority = $2
+                  AND turn IS NOT NULL ORDER BY turn DESC LIMIT 1) + $3, 0))
+$$;

@@ -386,3 +386,20 @@ CREATE INDEX jobs_due ON jobs (run_after) WHERE state = 'queued' AND turn IS NUL
 -- queued, working and input_required tasks, from the store (a restart changes nothing).
 -- The count stops at the quota (LIMIT), so it reads at most that many index entries.
 CREATE INDEX jobs_by_owner ON jobs (owner);
+
+-- migration 10
+-- One index by owner instead of two (issue 29: fair claiming cost a drain of quick jobs
+-- a fifth of its rate). jobs_turns_by_owner (owner, priority, turn), partial on queued
+-- jobs, was written at each job's creation and again at its claim; jobs_by_owner
+-- (owner) at its creation and its end. Now jobs_by_owner (owner, priority, turn) holds
+-- every job: written at creation and at the end (and when a retry gets its turn), not
+-- at the claim. It serves both reads:
+-- - the quota's count of an identity's jobs (sql::upkeep::live_tasks), by its prefix;
+-- - an identity's last turn at a priority (sql::turns, LAST): now the last of its jobs
+--   queued *or in service*. That is start-time fair queuing as written (a flow's next
+--   start is after the finish of its previous packet, whether that is queued or being
+--   sent): an identity whose job was just claimed starts its next one a stride later,
+--   not at the head of the queue again.
+DROP INDEX jobs_turns_by_owner;
+DROP INDEX jobs_by_owner;
+CREATE INDEX jobs_by_owner ON jobs (owner, priority, turn);

@@ -10,15 +10,15 @@ use rusqlite::{params, Connection, OptionalExtension};
 const HEAD: &str = "SELECT turn FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
      AND priority = ?1 ORDER BY turn LIMIT 1";
 
-/// The last turn of `owner` (?1) queued at `priority` (?2): one seek in
-/// `jobs_turns_by_owner`.
-const LAST: &str = "SELECT turn FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
-     AND owner = ?1 AND priority = ?2 ORDER BY turn DESC LIMIT 1";
+/// The last turn of `owner` (?1) at `priority` (?2), of a job queued or in service
+/// (schema.sql, migration 10): one seek in `jobs_by_owner`.
+const LAST: &str = "SELECT turn FROM jobs WHERE owner = ?1 AND priority = ?2 \
+     AND turn IS NOT NULL ORDER BY turn DESC LIMIT 1";
 
 /// The next turns of the jobs joining the queue in one write. A job's turn is its
-/// owner's next at its priority: `stride` after the owner's last queued there, and not
-/// before the head of the queue there (an owner with nothing queued starts at the
-/// head). Jobs given turns in the same write follow each other, in the order asked.
+/// owner's next at its priority: `stride` after the owner's last there (queued or in
+/// service), and not before the head of the queue there (an owner with nothing queued
+/// or running starts at the head). Jobs given turns in the same write follow each other, in the order asked.
 #[derive(Default)]
 pub struct Turns {
     /// The next turn of each (owner, priority) asked for so far.
