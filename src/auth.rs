@@ -61,6 +61,32 @@ impl Identity {
         }
         key
     }
+
+    /// The identity a [`Identity::key`] was made from; `None` for text that is not one.
+    pub fn from_key(key: &str) -> Option<Identity> {
+        let mut rest = key;
+        let mut fields = Vec::with_capacity(4);
+        for _ in 0..4 {
+            let (length, tail) = rest.split_once(':')?;
+            let length: usize = length.parse().ok()?;
+            let end = tail
+                .char_indices()
+                .nth(length)
+                .map_or(tail.len(), |(at, _)| at);
+            if tail[..end].chars().count() != length {
+                return None;
+            }
+            fields.push(tail[..end].to_owned());
+            rest = &tail[end..];
+        }
+        let [endpoint, issuer, tenant, principal] = <[String; 4]>::try_from(fields).ok()?;
+        rest.is_empty().then_some(Identity {
+            endpoint,
+            issuer,
+            tenant,
+            principal,
+        })
+    }
 }
 
 /// What a caller's credential lets it reach, by OAuth scope.
@@ -342,6 +368,28 @@ mod tests {
             max_live_tasks: None,
             creations_per_sec: None,
             creation_burst: None,
+        }
+    }
+
+    #[test]
+    fn an_identity_reads_back_from_its_key_and_nothing_else_does() {
+        let identity = Identity {
+            endpoint: "/mcp".into(),
+            issuer: "https://idp.example/".into(),
+            tenant: "t:1".into(),
+            principal: "é3:x".into(),
+        };
+        assert_eq!(Identity::from_key(&identity.key()), Some(identity.clone()));
+        let anonymous = Identity::anonymous("/mcp");
+        assert_eq!(Identity::from_key(&anonymous.key()), Some(anonymous));
+        for bad in [
+            "",
+            "4:/mcp",
+            "4:/mcp0:0:1:ab",
+            "x:/mcp0:0:0:",
+            "9:/mcp0:0:0:",
+        ] {
+            assert_eq!(Identity::from_key(bad), None, "{bad}");
         }
     }
 

@@ -12,8 +12,8 @@
 //! queue wait and attempt duration are this process's observations since it started (a
 //! restart resets them, which Prometheus' `rate` and `histogram_quantile` expect).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use std::fmt::Write as _;
@@ -49,7 +49,7 @@ pub enum Quota {
 }
 
 impl Quota {
-    const ALL: [Quota; 3] = [Quota::Sessions, Quota::LiveTasks, Quota::TaskRate];
+    pub const ALL: [Quota; 3] = [Quota::Sessions, Quota::LiveTasks, Quota::TaskRate];
 
     /// The name clients and operators see (error data, metric label, docs).
     pub fn name(self) -> &'static str {
@@ -60,6 +60,10 @@ impl Quota {
         }
     }
 }
+
+/// How many identities' refusals [`Metrics`] keeps apart (a bounded map: an attacker
+/// with many tokens cannot grow it).
+const REFUSING_IDENTITIES: usize = 1024;
 
 /// Counters updated on the request path, by the janitor and by the workers.
 pub struct Metrics {
@@ -72,6 +76,11 @@ pub struct Metrics {
     /// Legacy sessions ended to make room: the identity's own oldest (its quota), the
     /// table's least recently used idle one; and `initialize`s refused (none was idle).
     quota_refusals: [AtomicU64; Quota::ALL.len()],
+    /// The same refusals by identity (its `auth::Identity::key`), for `mcp-taskd stats`
+    /// over the admin socket only: never served on `/metrics`, whose labels name no
+    /// identity. At most [`REFUSING_IDENTITIES`] are kept; past them, a new identity's
+    /// refusals count in the totals only.
+    refusals_by_identity: Mutex<HashMap<String, [u64; Quota::ALL.len()]>>,
     sessions_ended_idle: AtomicU64,
     sessions_refused: AtomicU64,
     /// Per served tool: how long claimed jobs had waited, how long attempts ran. Tools
@@ -143,6 +152,7 @@ impl Metrics {
             reclaimed: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             quota_refusals: Default::default(),
+            refusals_by_identity: Mutex::default(),
             sessions_ended_idle: AtomicU64::new(0),
             sessions_refused: AtomicU64::new(0),
             tools: ArcSwap::from_pointee(
@@ -194,10 +204,11 @@ impl Metrics {
         self.rejected[index].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// An `initialize` opened a session, having ended `ended` to make room.
-    pub fn record_session_ended(&self, ended: Option<Ended>) {
+    /// An `initialize` of the identity keyed `owner` opened a session, having ended
+    /// `ended` to make room.
+    pub fn record_session_ended(&self, ended: Option<Ended>, owner: &str) {
         match ended {
-            Some(Ended::OwnOldest) => self.record_quota_refusal(Quota::Sessions),
+            Some(Ended::OwnOldest) => self.record_quota_refusal(Quota::Sessions, owner),
             Some(Ended::Idle) => {
                 self.sessions_ended_idle.fetch_add(1, Ordering::Relaxed);
             }
@@ -205,9 +216,42 @@ impl Metrics {
         }
     }
 
-    /// A request went beyond its identity's `quota`.
-    pub fn record_quota_refusal(&self, quota: Quota) {
+    /// A request of the identity keyed `owner` went beyond its `quota`.
+    pub fn record_quota_refusal(&self, quota: Quota, owner: &str) {
         self.quota_refusals[quota as usize].fetch_add(1, Ordering::Relaxed);
+        // Only counters: a poisoned lock still holds consistent ones.
+        let mut by_identity = self
+            .refusals_by_identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(counts) = by_identity.get_mut(owner) {
+            counts[quota as usize] += 1;
+        } else if by_identity.len() < REFUSING_IDENTITIES {
+            let mut counts = [0; Quota::ALL.len()];
+            counts[quota as usize] = 1;
+            by_identity.insert(owner.to_owned(), counts);
+        }
+    }
+
+    /// Refusals since start-up by identity key, each as (quota name, count) for every
+    /// quota (`mcp-taskd stats`).
+    pub fn refusals_by_identity(&self) -> Vec<(String, Vec<(&'static str, u64)>)> {
+        let by_identity = self
+            .refusals_by_identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut rows: Vec<_> = by_identity
+            .iter()
+            .map(|(owner, counts)| {
+                let named = Quota::ALL
+                    .iter()
+                    .map(|quota| (quota.name(), counts[*quota as usize]))
+                    .collect();
+                (owner.clone(), named)
+            })
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
     }
 
     /// An `initialize` found the session table full of busy sessions.

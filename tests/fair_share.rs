@@ -310,6 +310,30 @@ fn tasks_not_yet_finished_are_capped_per_identity_from_the_store_across_a_restar
     }
     refused_by(&create_as(&server, "big"), "live_tasks");
 
+    // The operator sees each identity's unfinished tasks and its refusals, most first.
+    let stats = operator_stats(dir.path());
+    let identities = stats["identities"].as_array().expect("identities");
+    let principals: Vec<&str> = identities
+        .iter()
+        .filter_map(|identity| identity["principal"].as_str())
+        .collect();
+    assert_eq!(principals, ["big", "flood", "other"], "{stats}");
+    let unfinished = |identity: &Value| -> u64 {
+        ["queued", "running", "waiting"]
+            .iter()
+            .map(|state| identity[state].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let counts: Vec<(u64, &Value)> = identities
+        .iter()
+        .map(|identity| (unfinished(identity), &identity["refusals"]["live_tasks"]))
+        .collect();
+    assert_eq!(
+        counts,
+        [(6, &json!(1)), (3, &json!(5)), (1, &json!(0))],
+        "{stats}"
+    );
+
     // Counted in the store: a restart changes nothing.
     assert!(server.terminate(Duration::from_secs(20)), "stopped");
     let server = Server::start_in(dir.path(), &config);
@@ -330,6 +354,24 @@ fn tasks_not_yet_finished_are_capped_per_identity_from_the_store_across_a_restar
     });
     assert!(made_room.is_some(), "room after the cancellation");
     refused_by(&create_as(&server, "flood"), "live_tasks");
+}
+
+/// `mcp-taskd stats --json` against the server running on the data in `dir`.
+fn operator_stats(dir: &Path) -> Value {
+    let output = crate::common::binary()
+        .args(["stats", "--json", "--config"])
+        .arg(dir.join("config.toml"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run mcp-taskd stats");
+    assert!(
+        output.status.success(),
+        "stats failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("stats JSON")
 }
 
 #[test]

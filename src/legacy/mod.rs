@@ -367,7 +367,8 @@ impl Legacy {
             crate::protocol::ClientCapabilities(capabilities),
         ) {
             Ok(opened) => {
-                self.metrics.record_session_ended(opened.ended);
+                self.metrics
+                    .record_session_ended(opened.ended, &identity.key());
                 opened.session
             }
             Err(_) => {

@@ -53,7 +53,8 @@ impl Legacy {
             ClientCapabilities(capabilities),
         ) {
             Ok(opened) => {
-                self.metrics.record_session_ended(opened.ended);
+                self.metrics
+                    .record_session_ended(opened.ended, &identity.key());
                 opened.session
             }
             Err(_) => {

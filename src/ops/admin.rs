@@ -170,7 +170,8 @@ impl Admin {
                 let workers = self.worker_threads.map(
                     |threads| json!({"threads": threads, "busy": self.tasks.running_attempts()}),
                 );
-                Ok(stats_json(&stats, workers))
+                let refusals = self.tasks.refusals_by_identity();
+                Ok(stats_json(&stats, workers, &refusals))
             }
             Request::Reload => match self.reloader.get() {
                 Some(reloader) => reloader
@@ -268,7 +269,56 @@ fn detail_json(task: &TaskDetail, payload: bool) -> Value {
     detail
 }
 
-fn stats_json(stats: &StatsDetail, workers: Option<Value>) -> Value {
+/// Each identity with jobs (the most first, as the store lists them) or with refusals
+/// since start-up: its fields, its jobs by state and its refusals by quota. For the
+/// operator, over the admin socket: identities never leave the box otherwise.
+fn identities_json(stats: &StatsDetail, refusals: &[(String, Vec<(&'static str, u64)>)]) -> Value {
+    let refusals_of = |owner: &str| -> Value {
+        let counts = refusals
+            .iter()
+            .find(|(key, _)| key == owner)
+            .map(|(_, counts)| counts.clone())
+            .unwrap_or_else(|| {
+                let quotas = crate::metrics::Quota::ALL.iter();
+                quotas.map(|quota| (quota.name(), 0)).collect()
+            });
+        counts
+            .into_iter()
+            .map(|(quota, count)| (quota.to_owned(), json!(count)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let entry = |owner: &str, jobs: [u64; 3]| -> Value {
+        let identity = crate::auth::Identity::from_key(owner);
+        json!({
+            "endpoint": identity.as_ref().map(|i| i.endpoint.clone()),
+            "issuer": identity.as_ref().map(|i| i.issuer.clone()),
+            "tenant": identity.as_ref().map(|i| i.tenant.clone()),
+            "principal": identity.as_ref().map(|i| i.principal.clone()),
+            "queued": jobs[0],
+            "running": jobs[1],
+            "waiting": jobs[2],
+            "refusals": refusals_of(owner),
+        })
+    };
+    let mut list: Vec<Value> = stats
+        .by_identity
+        .iter()
+        .map(|row| entry(&row.owner, [row.queued, row.running, row.waiting]))
+        .collect();
+    for (owner, _) in refusals {
+        if !stats.by_identity.iter().any(|row| &row.owner == owner) {
+            list.push(entry(owner, [0; 3]));
+        }
+    }
+    Value::Array(list)
+}
+
+fn stats_json(
+    stats: &StatsDetail,
+    workers: Option<Value>,
+    refusals: &[(String, Vec<(&'static str, u64)>)],
+) -> Value {
     let counts = |pairs: &[(String, u64)]| -> Value {
         pairs
             .iter()
@@ -293,6 +343,7 @@ fn stats_json(stats: &StatsDetail, workers: Option<Value>) -> Value {
         "tasksByTool": by_tool,
         "jobs": counts(&stats.jobs),
         "oldestReadyAgeSeconds": stats.oldest_ready_age_ms as f64 / 1000.0,
+        "identities": identities_json(stats, refusals),
         "workers": workers,
         "created": {"lastMinute": stats.created_last_minute, "lastHour": stats.created_last_hour},
         "attemptsEnded": {

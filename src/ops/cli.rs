@@ -250,6 +250,36 @@ pub fn stats(at: &Location, json: bool) -> Outcome {
         };
         println!("attempts ended in the last {window}: {ended}");
     }
+    let identities = stats["identities"].as_array().cloned().unwrap_or_default();
+    if !identities.is_empty() {
+        println!("identities (most unfinished tasks first; refusals since the server started):");
+    }
+    for identity in &identities {
+        let text = |field: &str| identity[field].as_str().unwrap_or("?").to_owned();
+        let mut name = text("principal");
+        if !text("tenant").is_empty() {
+            name = format!("{}/{name}", text("tenant"));
+        }
+        if !text("issuer").is_empty() {
+            name = format!("{name} ({})", text("issuer"));
+        }
+        let refusals: Vec<String> = identity["refusals"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, count)| count.as_u64().unwrap_or(0) > 0)
+            .map(|(quota, count)| format!("{quota} {count}"))
+            .collect();
+        let refusals = if refusals.is_empty() {
+            "none".to_owned()
+        } else {
+            refusals.join(", ")
+        };
+        println!(
+            "  {name:<24}{} queued, {} running, {} waiting for input; refused: {refusals}",
+            identity["queued"], identity["running"], identity["waiting"]
+        );
+    }
     Ok(())
 }
 

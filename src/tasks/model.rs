@@ -470,6 +470,22 @@ pub struct StatsDetail {
     /// Attempts ended in the window, by outcome.
     pub ended_last_minute: Vec<(String, u64)>,
     pub ended_last_hour: Vec<(String, u64)>,
+    /// The identities with the most jobs (tasks not yet terminal), most first, at most
+    /// [`STATS_IDENTITIES`].
+    pub by_identity: Vec<IdentityJobs>,
+}
+
+/// How many identities `mcp-taskd stats` lists by their jobs.
+pub const STATS_IDENTITIES: i64 = 20;
+
+/// One identity's jobs, by state (`mcp-taskd stats`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct IdentityJobs {
+    /// The jobs' `owner`: the identity's key (`auth::Identity::key`).
+    pub owner: String,
+    pub queued: u64,
+    pub running: u64,
+    pub waiting: u64,
 }
 
 /// The smallest task id created at or after `ms`: ids start with the creation time in

@@ -231,6 +231,12 @@ impl TaskService {
         })
     }
 
+    /// Quota refusals since start-up by identity key (`mcp-taskd stats`; never on
+    /// `/metrics`).
+    pub fn refusals_by_identity(&self) -> Vec<(String, Vec<(&'static str, u64)>)> {
+        self.metrics.refusals_by_identity()
+    }
+
     /// Whether `identity` may create a task now: within its rate, and below its quota of
     /// tasks not yet terminal, as counted in the store at most a second ago plus the
     /// creations admitted since (so a restart forgets nothing; see
@@ -240,7 +246,7 @@ impl TaskService {
         let share = settings.shares.of(identity);
         let owner = identity.key();
         if let Err(wait_s) = self.pacer.take(&owner, share, std::time::Instant::now()) {
-            self.metrics.record_quota_refusal(Quota::TaskRate);
+            self.metrics.record_quota_refusal(Quota::TaskRate, &owner);
             let retry_after_s = wait_s.ceil().clamp(1.0, f64::from(u16::MAX)) as u16;
             return Err(over_quota(
                 Quota::TaskRate,
@@ -259,7 +265,7 @@ impl TaskService {
             )
             .map_err(internal)?;
         if !admitted {
-            self.metrics.record_quota_refusal(Quota::LiveTasks);
+            self.metrics.record_quota_refusal(Quota::LiveTasks, &owner);
             return Err(over_quota(
                 Quota::LiveTasks,
                 json!(share.max_live_tasks),

@@ -10,8 +10,8 @@ use super::{status_column, Failure};
 use crate::auth::Identity;
 use crate::protocol::TaskStatus;
 use crate::tasks::model::{
-    AttemptRecord, CancelEffect, JobRecord, RerunSource, StatsDetail, TaskDetail, TaskFilter,
-    TaskSummary,
+    AttemptRecord, CancelEffect, IdentityJobs, JobRecord, RerunSource, StatsDetail, TaskDetail,
+    TaskFilter, TaskSummary, STATS_IDENTITIES,
 };
 
 const SUMMARY_COLUMNS: &str =
@@ -206,6 +206,28 @@ pub fn stats_detail(
     };
     let created_last_minute = created_since(60_000)?;
     let created_last_hour = created_since(3_600_000)?;
+    // One pass over jobs by owner: on demand, never on a timer.
+    let by_identity = conn
+        .query(
+            "SELECT owner, COUNT(*) FILTER (WHERE state = 'queued'), \
+             COUNT(*) FILTER (WHERE state = 'running'), \
+             COUNT(*) FILTER (WHERE state = 'waiting') FROM jobs GROUP BY owner \
+             ORDER BY COUNT(*) DESC, owner LIMIT $1",
+            &[&STATS_IDENTITIES],
+        )?
+        .iter()
+        .map(|row| {
+            let count = |at: usize| -> Result<u64, Failure> {
+                Ok(row.try_get::<_, i64>(at)?.max(0) as u64)
+            };
+            Ok(IdentityJobs {
+                owner: row.try_get(0)?,
+                queued: count(1)?,
+                running: count(2)?,
+                waiting: count(3)?,
+            })
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
     let mut ended_since = |ms: i64| -> Result<Vec<(String, u64)>, Failure> {
         let rows = conn.query(
             "SELECT outcome, COUNT(*) FROM attempts WHERE ended_at >= taskd_now_ms() - $1 \
@@ -229,5 +251,6 @@ pub fn stats_detail(
         created_last_hour,
         ended_last_minute: ended_since(60_000)?,
         ended_last_hour: ended_since(3_600_000)?,
+        by_identity,
     })
 }

@@ -8,8 +8,8 @@ use super::status_column;
 use crate::auth::Identity;
 use crate::protocol::TaskStatus;
 use crate::tasks::model::{
-    AttemptRecord, CancelEffect, JobRecord, RerunSource, StatsDetail, TaskDetail, TaskFilter,
-    TaskPage, TaskSummary,
+    AttemptRecord, CancelEffect, IdentityJobs, JobRecord, RerunSource, StatsDetail, TaskDetail,
+    TaskFilter, TaskPage, TaskSummary, STATS_IDENTITIES,
 };
 
 /// Qualified, so that a page may read them through a join with `jobs`.
@@ -253,9 +253,28 @@ pub fn stats_detail(conn: &Connection, now: i64) -> rusqlite::Result<StatsDetail
         })?;
         rows.collect()
     };
+    // One pass over jobs_by_owner (and each job's state): on demand, never on a timer.
+    let by_identity = conn
+        .prepare_cached(
+            "SELECT owner, SUM(state = 'queued'), SUM(state = 'running'), \
+             SUM(state = 'waiting') FROM jobs GROUP BY owner \
+             ORDER BY COUNT(*) DESC, owner LIMIT ?1",
+        )?
+        .query_map([STATS_IDENTITIES], |row| {
+            let count =
+                |at: usize| -> rusqlite::Result<u64> { Ok(row.get::<_, i64>(at)?.max(0) as u64) };
+            Ok(IdentityJobs {
+                owner: row.get(0)?,
+                queued: count(1)?,
+                running: count(2)?,
+                waiting: count(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(StatsDetail {
         by_tool_status,
         jobs,
+        by_identity,
         oldest_ready_age_ms: oldest.map_or(0, |at| (now - at).max(0) as u64),
         created_last_minute: created_since(60_000)?,
         created_last_hour: created_since(3_600_000)?,
