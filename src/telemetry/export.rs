@@ -134,14 +134,48 @@ impl SpanProcessor for BoundedBatch {
 
 /// The OTLP exporter, counting what each batch did (and freeing its room in the
 /// queue, taken by [`BoundedBatch`]).
+///
+/// It also yields the CPU to the server's own threads: the first batch lowers the
+/// priority of the thread that exports (the batch processor's own, which encodes and
+/// sends every batch) to [`EXPORT_NICENESS`]. On a box the requests keep busy, the
+/// export then takes what they leave, and a full queue drops spans (counted) rather
+/// than the server serving fewer requests; on an idle box nothing changes.
 pub struct CountingExporter<E> {
     inner: E,
     counts: Arc<ExportCounts>,
+    lowered: std::sync::Once,
 }
+
+/// The niceness of the exporting thread (0 is the server's; 19 the lowest).
+#[cfg(target_os = "linux")]
+const EXPORT_NICENESS: libc::c_int = 10;
 
 impl<E> CountingExporter<E> {
     pub fn new(inner: E, counts: Arc<ExportCounts>) -> Self {
-        CountingExporter { inner, counts }
+        CountingExporter {
+            inner,
+            counts,
+            lowered: std::sync::Once::new(),
+        }
+    }
+}
+
+/// Lowers the calling thread's priority (Linux: niceness is per thread). Elsewhere
+/// niceness is the whole process's, so the exporter keeps the server's priority.
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain system calls on the calling thread's own id.
+        let lowered = unsafe {
+            let thread = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, thread, EXPORT_NICENESS)
+        };
+        if lowered != 0 {
+            log::debug!(
+                "telemetry: could not lower the exporter's priority: {}",
+                std::io::Error::last_os_error()
+            );
+        }
     }
 }
 
@@ -153,6 +187,7 @@ impl<E> fmt::Debug for CountingExporter<E> {
 
 impl<E: SpanExporter> SpanExporter for CountingExporter<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.lowered.call_once(lower_this_threads_priority);
         let spans = batch.len() as u64;
         let result = self.inner.export(batch).await;
         self.counts.queued.fetch_sub(spans, Ordering::AcqRel);
