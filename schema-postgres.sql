@@ -294,3 +294,19 @@ CREATE OR REPLACE FUNCTION taskd_turn(text, bigint, bigint) RETURNS bigint
         COALESCE((SELECT turn FROM jobs WHERE owner = $1 AND priority = $2
                   AND turn IS NOT NULL ORDER BY turn DESC LIMIT 1) + $3, 0))
 $$;
+
+-- migration 7
+-- Legacy sessions, as schema.sql's migration 11: any node serves a session another
+-- opened, and a restart ends none.
+CREATE TABLE sessions (
+    id            text PRIMARY KEY,
+    owner         text NOT NULL,
+    version       text NOT NULL,
+    capabilities  text NOT NULL,
+    client_info   text NOT NULL,
+    log_level     text,
+    subscriptions text NOT NULL,
+    followed      text NOT NULL,
+    last_used     bigint NOT NULL
+);
+CREATE INDEX sessions_last_used ON sessions (last_used);

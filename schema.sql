@@ -403,3 +403,23 @@ CREATE INDEX jobs_by_owner ON jobs (owner);
 DROP INDEX jobs_turns_by_owner;
 DROP INDEX jobs_by_owner;
 CREATE INDEX jobs_by_owner ON jobs (owner, priority, turn);
+
+-- migration 11
+-- Legacy sessions (issue 28; tasks::sqlite::sql::sessions, legacy::sessions): written
+-- when `initialize` opens one and when its state changes, read by a server that does
+-- not hold the session in memory (it restarted), so that a restart ends no client's
+-- session. owner is the identity it is bound to (auth::Identity::key), never a
+-- credential; last_used is recorded lazily (at most once a minute a session), and
+-- sessions idle past `sessions.idle_timeout_ms` are swept a hundred at a time.
+CREATE TABLE sessions (
+    id            TEXT PRIMARY KEY,
+    owner         TEXT NOT NULL,
+    version       TEXT NOT NULL,
+    capabilities  TEXT NOT NULL,
+    client_info   TEXT NOT NULL,
+    log_level     TEXT,
+    subscriptions TEXT NOT NULL,
+    followed      TEXT NOT NULL,
+    last_used     INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX sessions_last_used ON sessions (last_used);

@@ -379,6 +379,8 @@ pub fn run(config: Config, source: ConfigSource) -> Result<(), ServeError> {
         log::warn!("some requests were still being handled when the drain went on");
     }
     frontend.wait_for_streams(Duration::from_secs(5));
+    // Legacy sessions outlive the process: their latest use and followed tasks too.
+    frontend.legacy.record_sessions();
     drop(frontend);
     engine.finish();
     Ok(())

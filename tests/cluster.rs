@@ -653,3 +653,70 @@ fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same
     let refusal = String::from_utf8_lossy(&again.stderr);
     assert!(refusal.contains("already holds 6 task"), "{refusal}");
 }
+
+/// A legacy (2025-11-25) request to `server` in session `session` (none: `initialize`).
+fn legacy_post(server: &Server, session: Option<&str>, body: &Value) -> HttpResponse {
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    if let Some(session) = session {
+        headers.push(("Mcp-Session-Id", session));
+        headers.push(("MCP-Protocol-Version", "2025-11-25"));
+    }
+    server.post_raw("/mcp", &headers, body.to_string().as_bytes())
+}
+
+#[test]
+fn a_legacy_session_opened_on_one_node_is_served_by_another() {
+    let Some(url) = shared_database("a_legacy_session_opened_on_one_node_is_served_by_another")
+    else {
+        return;
+    };
+    let config = node_config(&url, 2, "");
+    let (_a_dir, a) = node(&config);
+    let (_b_dir, b) = node(&config);
+    let opened = legacy_post(
+        &a,
+        None,
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "behind-a-balancer", "version": "1"}}}),
+    );
+    assert_eq!(opened.status, 200, "{}", opened.text());
+    let session = opened
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+
+    // Node B never saw the initialize: it reads the session from the database.
+    let created = legacy_post(
+        &b,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "slow_compute", "arguments": {"seconds": 0.2}, "task": {}}}),
+    )
+    .result();
+    let task_id = created["task"]["taskId"].as_str().expect("taskId");
+    let done = poll_until(Duration::from_secs(10), || {
+        let task = legacy_post(
+            &a,
+            Some(&session),
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get",
+                    "params": {"taskId": task_id}}),
+        )
+        .result();
+        (task["status"] == "completed").then_some(task)
+    });
+    assert!(
+        done.is_some(),
+        "the task is read through the session on node A"
+    );
+    // An id neither node knows is refused alike.
+    let unknown = legacy_post(
+        &b,
+        Some("0b4c9d1e-3f5a-4c2b-8d7e-6a1f2e3d4c5b"),
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}),
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+}

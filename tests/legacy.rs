@@ -958,3 +958,123 @@ fn a_legacy_calls_trace_context_reaches_its_command_tool() {
     let from_header = post(&server, &headers, &body).result();
     assert_eq!(from_header["structuredContent"]["TRACEPARENT"], header);
 }
+
+/// Two identities' tokens (as in the status test above) and the conformance tools.
+fn alice_and_bob() -> String {
+    format!(
+        "[[auth.tokens]]\nprincipal = \"alice\"\ntenant = \"t1\"\n\
+         sha256 = \"928d604f1562e969a1c25cedfc0469d0739378654af09e5aab506546185595f2\"\n\
+         [[auth.tokens]]\nprincipal = \"bob\"\ntenant = \"t1\"\n\
+         sha256 = \"7a15a809fd0dc8c1e1aa27f1c41ea47d18b52b037991be9b90a3dcf6403cdd0e\"\n{CONFORMANCE}"
+    )
+}
+
+#[test]
+fn a_session_outlives_a_restart_and_stays_its_identitys() {
+    const ALICE: &str = "legacy-token-alice";
+    const BOB: &str = "legacy-token-bob";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = alice_and_bob();
+    let mut server = Server::start_in(dir.path(), &config);
+    let (session, version, task_id) = {
+        let alice = Client::connect_as(&server, "2025-11-25", json!({}), Some(ALICE));
+        let level = alice.request("logging/setLevel", json!({"level": "error"}));
+        assert_eq!(level.result(), json!({}));
+        let created = alice
+            .request(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 2}, "task": {}}),
+            )
+            .result();
+        let task_id = created["task"]["taskId"].as_str().expect("taskId");
+        (
+            alice.session.clone(),
+            alice.version.clone(),
+            task_id.to_owned(),
+        )
+    };
+    // As `systemctl restart` does: SIGTERM, then the same data dir.
+    assert!(server.terminate(Duration::from_secs(20)), "stopped");
+    let server = Server::start_in(dir.path(), &config);
+    let as_client = |session: &str, token: &str| Client {
+        server: &server,
+        session: session.to_owned(),
+        version: version.clone(),
+        authorization: Some(format!("Bearer {token}")),
+    };
+    let alice = as_client(&session, ALICE);
+
+    // The same session serves on: a call, and its GET stream, which starts with the
+    // current status of the task it follows and then hears it complete.
+    assert_eq!(alice.request("ping", json!({})).result(), json!({}));
+    // Read from the first byte: the replay may arrive with the response's head.
+    let mut headers = alice.headers();
+    headers.push(("Accept", "text/event-stream"));
+    let mut stream = open(&server, &server.raw_request("GET", "/mcp", &headers, b""));
+    let heard = read_until(&mut stream, Duration::from_secs(20), |t| {
+        t.contains("\"completed\"")
+    });
+    assert!(heard.starts_with("HTTP/1.1 200"), "{heard}");
+    let statuses: Vec<Value> = data_messages(&heard)
+        .into_iter()
+        .filter(|m| m["method"] == "notifications/tasks/status")
+        .collect();
+    assert!(
+        statuses
+            .iter()
+            .all(|m| m["params"]["taskId"] == task_id.as_str()),
+        "{heard}"
+    );
+    assert_eq!(
+        statuses.last().map(|m| m["params"]["status"].clone()),
+        Some(json!("completed")),
+        "{heard}"
+    );
+    let task = alice
+        .request("tasks/get", json!({"taskId": task_id}))
+        .result();
+    assert_eq!(task["status"], "completed", "{task}");
+
+    // Another identity presenting it, and an unknown id, get the same 404.
+    let foreign = as_client(&session, BOB).request("ping", json!({}));
+    let unknown =
+        as_client("6f1c2c0e-5d2a-4bbf-9a51-1d4f0e0c9a77", ALICE).request("ping", json!({}));
+    assert_eq!(foreign.status, 404, "{}", foreign.text());
+    assert_eq!(
+        (foreign.status, foreign.text()),
+        (unknown.status, unknown.text())
+    );
+    // And the foreign attempt changed nothing: the session is still alice's.
+    assert_eq!(alice.request("ping", json!({})).result(), json!({}));
+
+    // DELETE ends it for good.
+    assert_eq!(alice.delete().status, 200);
+    assert_eq!(alice.request("ping", json!({})).status, 404);
+}
+
+#[test]
+fn a_session_survives_kill_9_and_a_deleted_one_stays_deleted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut server = Server::start_in(dir.path(), CONFORMANCE);
+    let (kept, deleted, version) = {
+        let kept = Client::connect(&server, "2025-06-18", json!({}));
+        let deleted = Client::connect(&server, "2025-06-18", json!({}));
+        assert_eq!(deleted.delete().status, 200);
+        (
+            kept.session.clone(),
+            deleted.session.clone(),
+            kept.version.clone(),
+        )
+    };
+    server.kill9();
+    let server = Server::start_in(dir.path(), CONFORMANCE);
+    let client = |session: &str| Client {
+        server: &server,
+        session: session.to_owned(),
+        version: version.clone(),
+        authorization: None,
+    };
+    let listed = client(&kept).request("tools/list", json!({}));
+    assert!(listed.result()["tools"].is_array(), "{}", listed.text());
+    assert_eq!(client(&deleted).request("ping", json!({})).status, 404);
+}

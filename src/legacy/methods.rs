@@ -96,6 +96,7 @@ impl Legacy {
                     .and_then(LogLevel::parse)
                     .ok_or_else(|| RpcError::invalid_params("level must be a log level name"))?;
                 session.set_log_level(level);
+                self.sessions.record_change(session);
                 Ok(json!({}))
             }
             "resources/subscribe" | "resources/unsubscribe" => {
@@ -110,6 +111,7 @@ impl Legacy {
                 } else {
                     session.unsubscribe(uri);
                 }
+                self.sessions.record_change(session);
                 Ok(json!({}))
             }
             "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel"

@@ -33,7 +33,7 @@ use crate::protocol::RpcError;
 use crate::transport::headers::header;
 use crate::transport::{Inbound, SessionEra};
 pub use on_wire::WireSession;
-use sessions::{Refused, Session, Sessions};
+use sessions::{Negotiated, Refused, Session, Sessions};
 use stream::{json_response, Body};
 
 /// How long the relay sleeps on its mailbox between checks that the hub is open.
@@ -82,10 +82,11 @@ impl Legacy {
         limits: SessionLimits,
         metrics: Arc<Metrics>,
     ) -> Arc<Legacy> {
+        let store = service.tasks.store();
         let legacy = Arc::new(Legacy {
             service,
             hub: Arc::clone(&hub),
-            sessions: Arc::new(Sessions::new(limits, Arc::clone(&hub))),
+            sessions: Arc::new(Sessions::new(limits, Arc::clone(&hub), Some(store))),
             metrics,
         });
         legacy.start_relay();
@@ -166,7 +167,7 @@ impl Legacy {
             let _ = std::io::copy(request.as_reader(), &mut std::io::sink());
         }
         match (request.method().clone(), message) {
-            (Method::Get, None) => self.open_stream(request, identity),
+            (Method::Get, None) => self.open_stream(request, &caller),
             (Method::Delete, None) => {
                 let response = match header(&request, "Mcp-Session-Id") {
                     None => no_session(),
@@ -188,16 +189,30 @@ impl Legacy {
     }
 
     /// The caller's session named by the request, with its version header checked
-    /// against the negotiated revision.
+    /// against the negotiated revision. One this server does not hold is read back from
+    /// the store (it restarted, or another node opened it): its followed tasks' current
+    /// statuses then wait for its next GET stream.
     fn session_of(
         &self,
         request: &tiny_http::Request,
-        identity: &Identity,
+        caller: &Caller,
     ) -> Result<Arc<Session>, Response<Body>> {
+        let identity = &caller.identity;
         let id = header(request, "Mcp-Session-Id").ok_or_else(no_session)?;
         let session = match self.sessions.get(id, identity) {
             Ok(session) => session,
-            Err(Refused::NotFound | Refused::Full) => return Err(session_not_found()),
+            Err(Refused::Full) => return Err(session_not_found()),
+            Err(Refused::NotFound) => {
+                let session = self
+                    .sessions
+                    .restore(id, identity, caller.credential)
+                    .map_err(|_| session_not_found())?;
+                let keep = self.sessions.limits().replay_events;
+                for task_id in session.followed_tasks() {
+                    tasks::announce_status(&self.service, &session, &task_id, keep);
+                }
+                session
+            }
         };
         // A missing header means 2025-03-26 to the spec; accept it from any session
         // rather than break clients that never send it.
@@ -219,8 +234,8 @@ impl Legacy {
         Ok(session)
     }
 
-    fn open_stream(self: &Arc<Self>, request: tiny_http::Request, identity: &Identity) {
-        let session = match self.session_of(&request, identity) {
+    fn open_stream(self: &Arc<Self>, request: tiny_http::Request, caller: &Caller) {
+        let session = match self.session_of(&request, caller) {
             Ok(session) => session,
             Err(response) => {
                 let _ = request.respond(response);
@@ -265,7 +280,7 @@ impl Legacy {
         let is_response = message.get("method").is_none()
             && (message.get("result").is_some() || message.get("error").is_some());
         if is_response {
-            let response = match self.session_of(&request, identity) {
+            let response = match self.session_of(&request, caller) {
                 Ok(session) => {
                     let id = message.get("id").cloned().unwrap_or(Value::Null);
                     if !session.deliver_answer(&id, message) {
@@ -299,7 +314,7 @@ impl Legacy {
             let _ = request.respond(json_response(202, None, &[]));
             return;
         }
-        let session = match self.session_of(&request, identity) {
+        let session = match self.session_of(&request, caller) {
             Ok(session) => session,
             Err(response) => {
                 let _ = request.respond(response);
@@ -359,12 +374,17 @@ impl Legacy {
             _ => serde_json::Map::new(),
         };
         let share = self.service.live.load().shares.of(identity).max_sessions;
+        let client_info = envelope.params.get("clientInfo").cloned();
         let session = match self.sessions.open(
             identity,
             share,
             credential,
-            version,
-            crate::protocol::ClientCapabilities(capabilities),
+            Negotiated {
+                version,
+                capabilities: crate::protocol::ClientCapabilities(capabilities),
+                client_info: client_info.unwrap_or(Value::Null),
+            },
+            true,
         ) {
             Ok(opened) => {
                 self.metrics
@@ -398,5 +418,9 @@ impl SessionEra for Legacy {
 
     fn revoke(&self, auth: &Authenticator) -> usize {
         self.sessions.revoke(auth)
+    }
+
+    fn record_sessions(&self) {
+        self.sessions.record_all();
     }
 }

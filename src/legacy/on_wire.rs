@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::sessions::Session;
+use super::sessions::{Negotiated, Session};
 use super::stream::CallSink;
 use super::{era, error_body, methods, Legacy};
 use crate::auth::{Caller, Credential, Identity, Scopes};
@@ -45,12 +45,18 @@ impl Legacy {
             _ => serde_json::Map::new(),
         };
         let share = self.service.live.load().shares.of(identity).max_sessions;
+        // One session per connection, which ends with it: nothing to keep in the store.
+        let client_info = envelope.params.get("clientInfo").cloned();
         let session = match self.sessions.open(
             identity,
             share,
             Credential::Local,
-            version,
-            ClientCapabilities(capabilities),
+            Negotiated {
+                version,
+                capabilities: ClientCapabilities(capabilities),
+                client_info: client_info.unwrap_or(Value::Null),
+            },
+            false,
         ) {
             Ok(opened) => {
                 self.metrics

@@ -13,6 +13,19 @@
 //! the tasks whose status changes that stream announces.
 //! It is never an identity: it records who opened it only so that nobody else can use
 //! it, and tasks stay bound to the authenticated identity.
+//!
+//! Durability (issue 28). A session opened over HTTP is also written to the task store
+//! (`SessionRecord`): when `initialize` succeeds, when the client changes its log level
+//! or subscriptions, and otherwise at most once a [`RECORD_EVERY`] (its last use, and
+//! the tasks it follows), never a write per request. A server that is asked for a
+//! session it does not hold (it restarted; on PostgreSQL, another node opened it) reads
+//! it back and serves it as the one that opened it would, to the same identity only:
+//! an unknown or foreign id gets the same 404 either way. What is not written down, and
+//! so not restored: requests in flight and server-to-client requests awaiting an answer
+//! (a task's input request is asked again by the next `tasks/result`), and the GET
+//! stream's kept events (a restored session's stream starts with the current status of
+//! each task it follows instead). A `kill -9` loses at most the last
+//! [`RECORD_EVERY`] of use and followed tasks; a graceful stop records every session.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,9 +36,16 @@ use crossbeam_channel::Sender;
 use serde_json::Value;
 
 use crate::auth::{Authenticator, Credential, Identity};
+use crate::clock::now_ms;
 use crate::config::SessionLimits;
 use crate::notifications::Hub;
 use crate::protocol::{ClientCapabilities, LogLevel};
+use crate::tasks::model::SessionRecord;
+use crate::tasks::TaskStore;
+
+/// How often a session's use (and the tasks it follows) is written to the store at
+/// most, when nothing else made it write.
+pub const RECORD_EVERY: Duration = Duration::from_secs(60);
 
 /// The most tasks one session follows for `notifications/tasks/status`; past it, the
 /// oldest is forgotten (the notification is optional: a client polls `tasks/get`).
@@ -46,6 +66,8 @@ pub struct Session {
     /// The negotiated protocol revision.
     pub version: &'static str,
     pub capabilities: ClientCapabilities,
+    /// `initialize`'s `clientInfo` (null if it sent none), kept with the session.
+    pub client_info: Value,
     /// Where the session's followed tasks are registered, so the hub's relay hears them.
     hub: Arc<Hub>,
     state: Mutex<State>,
@@ -68,6 +90,11 @@ struct State {
     /// the status the client last saw; each is followed once in the hub.
     followed: VecDeque<(String, String)>,
     closed: bool,
+    /// When the store last got this session's state (`None`: not stored, e.g. stdio).
+    recorded: Option<Instant>,
+    /// Read back from the store: its first GET stream gets the kept events (the current
+    /// status of each followed task) whatever its `Last-Event-ID`.
+    restored: bool,
 }
 
 impl Session {
@@ -170,6 +197,9 @@ impl Session {
     ) -> Vec<StreamEvent> {
         let mut state = self.lock();
         state.live = Some(live);
+        if std::mem::take(&mut state.restored) {
+            return state.events.iter().cloned().collect();
+        }
         match last_event_id {
             Some(last) => state
                 .events
@@ -230,6 +260,42 @@ impl Session {
         }
     }
 
+    /// The session as the store keeps it, last used now.
+    fn record(&self) -> SessionRecord {
+        let state = self.lock();
+        let list = |items: Vec<&String>| serde_json::json!(items).to_string();
+        SessionRecord {
+            id: self.id.clone(),
+            owner: self.identity.key(),
+            version: self.version.to_owned(),
+            capabilities: Value::Object(self.capabilities.0.clone()).to_string(),
+            client_info: self.client_info.to_string(),
+            log_level: state.log_level.map(|level| level.as_str().to_owned()),
+            subscriptions: list(state.subscriptions.iter().collect()),
+            followed: list(state.followed.iter().map(|(id, _)| id).collect()),
+            last_used: now_ms(),
+        }
+    }
+
+    /// Whether the store's copy is [`RECORD_EVERY`] old (marking it recorded now), for
+    /// a stored session.
+    fn record_due(&self) -> bool {
+        let mut state = self.lock();
+        match state.recorded {
+            Some(at) if at.elapsed() >= RECORD_EVERY => {
+                state.recorded = Some(Instant::now());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The task ids it follows (for a restored session's first stream).
+    pub fn followed_tasks(&self) -> Vec<String> {
+        let state = self.lock();
+        state.followed.iter().map(|(id, _)| id.clone()).collect()
+    }
+
     /// Nothing in flight and no open stream: ending it interrupts nobody.
     fn is_idle(&self) -> bool {
         let state = self.lock();
@@ -260,6 +326,14 @@ pub enum Refused {
     Full,
 }
 
+/// What `initialize` negotiated, as the session keeps it.
+pub struct Negotiated {
+    pub version: &'static str,
+    pub capabilities: ClientCapabilities,
+    /// `clientInfo` (null if the client sent none).
+    pub client_info: Value,
+}
+
 /// A session just opened, and what was ended to make room for it.
 pub struct Opened {
     pub session: Arc<Session>,
@@ -279,6 +353,9 @@ pub struct Sessions {
     limits: SessionLimits,
     hub: Arc<Hub>,
     table: Mutex<HashMap<String, Entry>>,
+    /// Where sessions opened over HTTP are written (see the module's doc); `None` keeps
+    /// them in memory only.
+    store: Option<Arc<dyn TaskStore>>,
 }
 
 struct Entry {
@@ -287,11 +364,60 @@ struct Entry {
 }
 
 impl Sessions {
-    pub fn new(limits: SessionLimits, hub: Arc<Hub>) -> Sessions {
+    pub fn new(
+        limits: SessionLimits,
+        hub: Arc<Hub>,
+        store: Option<Arc<dyn TaskStore>>,
+    ) -> Sessions {
         Sessions {
             limits,
             hub,
             table: Mutex::new(HashMap::new()),
+            store,
+        }
+    }
+
+    /// Writes `session` to the store, if it is a stored one; with `sweep`, the store
+    /// also drops sessions idle for longer than the timeout. A store that cannot take it
+    /// costs the session its durability, not its use: logged, not refused.
+    fn record(&self, session: &Session, sweep: bool) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        if session.lock().recorded.is_none() {
+            return;
+        }
+        let idle_since = sweep.then(|| now_ms() - self.idle_limit().as_millis() as i64);
+        if let Err(error) = store.save_session(session.record(), idle_since) {
+            log::warn!("could not record a legacy session in the store: {error}");
+        }
+    }
+
+    /// Deletes the stored copies of sessions that ended.
+    fn forget(&self, ended: &[String]) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        for id in ended {
+            if let Err(error) = store.delete_session(id) {
+                log::warn!("could not delete an ended legacy session from the store: {error}");
+            }
+        }
+    }
+
+    /// Records `session` now: its log level or subscriptions changed.
+    pub fn record_change(&self, session: &Session) {
+        if let Some(at) = session.lock().recorded.as_mut() {
+            *at = Instant::now();
+        }
+        self.record(session, false);
+    }
+
+    /// Records every stored session's state (a graceful stop): a restart then loses
+    /// none of their use or followed tasks.
+    pub fn record_all(&self) {
+        for session in self.all() {
+            self.record(&session, false);
         }
     }
 
@@ -315,11 +441,17 @@ impl Sessions {
         identity: &Identity,
         share: usize,
         credential: Credential,
-        version: &'static str,
-        capabilities: ClientCapabilities,
+        negotiated: Negotiated,
+        durable: bool,
     ) -> Result<Opened, Refused> {
+        let Negotiated {
+            version,
+            capabilities,
+            client_info,
+        } = negotiated;
         let mut table = self.lock();
         let mut ended = None;
+        let mut gone_ids = Vec::new();
         // One pass over the table (bounded by `max_sessions`): this identity's count
         // and its least recently used session.
         let mut own = 0;
@@ -336,15 +468,17 @@ impl Sessions {
             let oldest = own_oldest.map(|(id, _)| id.clone());
             if let Some(gone) = oldest.and_then(|id| table.remove(&id)) {
                 gone.session.close();
+                gone_ids.push(gone.session.id.clone());
                 ended = Some(Ended::OwnOldest);
             }
         }
         if table.len() >= self.limits.max_sessions {
             let idle = self.idle_limit();
-            table.retain(|_, entry| {
+            table.retain(|id, entry| {
                 let keep = entry.last_used.elapsed() < idle;
                 if !keep {
                     entry.session.close();
+                    gone_ids.push(id.clone());
                 }
                 keep
             });
@@ -356,19 +490,27 @@ impl Sessions {
                 .min_by_key(|(_, entry)| entry.last_used)
                 .map(|(id, _)| id.clone());
             let Some(gone) = oldest_idle.and_then(|id| table.remove(&id)) else {
+                drop(table);
+                self.forget(&gone_ids);
                 return Err(Refused::Full);
             };
             gone.session.close();
+            gone_ids.push(gone.session.id.clone());
             ended = ended.or(Some(Ended::Idle));
         }
+        let state = State {
+            recorded: (durable && self.store.is_some()).then(Instant::now),
+            ..State::default()
+        };
         let session = Arc::new(Session {
             id: uuid::Uuid::new_v4().to_string(),
             identity: identity.clone(),
             credential,
             version,
             capabilities,
+            client_info,
             hub: Arc::clone(&self.hub),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
         });
         table.insert(
             session.id.clone(),
@@ -377,7 +519,90 @@ impl Sessions {
                 last_used: Instant::now(),
             },
         );
+        drop(table);
+        self.forget(&gone_ids);
+        self.record(&session, true);
         Ok(Opened { session, ended })
+    }
+
+    /// Reads session `id` back from the store (this server does not hold it: it
+    /// restarted, or another node opened it) for `identity`, which presents it with
+    /// `credential`. Unknown, idle past the timeout, unreadable, or another identity's:
+    /// [`Refused::NotFound`], as for a session never opened.
+    pub fn restore(
+        &self,
+        id: &str,
+        identity: &Identity,
+        credential: Credential,
+    ) -> Result<Arc<Session>, Refused> {
+        let Some(store) = &self.store else {
+            return Err(Refused::NotFound);
+        };
+        let used_since = now_ms() - self.idle_limit().as_millis() as i64;
+        let record = match store.load_session(id, used_since) {
+            Ok(Some(record)) => record,
+            Ok(None) => return Err(Refused::NotFound),
+            Err(error) => {
+                log::warn!("could not read a legacy session from the store: {error}");
+                return Err(Refused::NotFound);
+            }
+        };
+        // The same answer as an unknown id: nothing tells a prober the id exists.
+        if record.owner != identity.key() {
+            return Err(Refused::NotFound);
+        }
+        let Some(version) = crate::legacy::era::LEGACY_VERSIONS
+            .iter()
+            .copied()
+            .find(|known| *known == record.version)
+        else {
+            return Err(Refused::NotFound);
+        };
+        let capabilities = match serde_json::from_str(&record.capabilities) {
+            Ok(Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        let strings = |json: &str| -> Vec<String> {
+            serde_json::from_str::<Vec<String>>(json).unwrap_or_default()
+        };
+        let state = State {
+            log_level: record.log_level.as_deref().and_then(LogLevel::parse),
+            subscriptions: strings(&record.subscriptions).into_iter().collect(),
+            // Ids after every id the previous server gave out (those count up from 1),
+            // so that a `Last-Event-ID` from before the restart replays what is new.
+            next_event_id: u64::try_from(now_ms()).unwrap_or(0),
+            recorded: Some(Instant::now()),
+            restored: true,
+            ..State::default()
+        };
+        let session = Arc::new(Session {
+            id: record.id,
+            identity: identity.clone(),
+            credential,
+            version,
+            capabilities: ClientCapabilities(capabilities),
+            client_info: serde_json::from_str(&record.client_info).unwrap_or(Value::Null),
+            hub: Arc::clone(&self.hub),
+            state: Mutex::new(state),
+        });
+        let mut table = self.lock();
+        if let Some(entry) = table.get(id) {
+            // Another request restored it meanwhile: one session, whichever came first.
+            return Ok(Arc::clone(&entry.session));
+        }
+        table.insert(
+            session.id.clone(),
+            Entry {
+                session: Arc::clone(&session),
+                last_used: Instant::now(),
+            },
+        );
+        drop(table);
+        // Status "" is no status: each followed task is announced on the first stream.
+        for task_id in strings(&record.followed) {
+            session.follow_task(&task_id, "");
+        }
+        Ok(session)
     }
 
     /// The caller's live session `id`, marked as used now.
@@ -391,19 +616,30 @@ impl Sessions {
             if let Some(expired) = table.remove(id) {
                 expired.session.close();
             }
+            drop(table);
+            self.forget(&[id.to_owned()]);
             return Err(Refused::NotFound);
         }
         if entry.session.identity != *identity {
             return Err(Refused::NotFound);
         }
         entry.last_used = Instant::now();
-        Ok(Arc::clone(&entry.session))
+        let session = Arc::clone(&entry.session);
+        drop(table);
+        if session.record_due() {
+            self.record(&session, false);
+        }
+        Ok(session)
     }
 
     /// Keeps a session with an open stream from expiring while the stream is quiet.
     pub fn touch(&self, id: &str) {
-        if let Some(entry) = self.lock().get_mut(id) {
+        let session = self.lock().get_mut(id).map(|entry| {
             entry.last_used = Instant::now();
+            Arc::clone(&entry.session)
+        });
+        if let Some(session) = session.filter(|session| session.record_due()) {
+            self.record(&session, false);
         }
     }
 
@@ -415,6 +651,8 @@ impl Sessions {
                 if let Some(ended) = table.remove(id) {
                     ended.session.close();
                 }
+                drop(table);
+                self.forget(&[id.to_owned()]);
                 Ok(())
             }
             _ => Err(Refused::NotFound),
@@ -426,16 +664,19 @@ impl Sessions {
     /// Returns how many ended.
     pub fn revoke(&self, auth: &Authenticator) -> usize {
         let mut table = self.lock();
-        let before = table.len();
-        table.retain(|_, entry| {
+        let mut revoked = Vec::new();
+        table.retain(|id, entry| {
             let session = &entry.session;
             let keep = auth.still_grants(&session.credential, &session.identity);
             if !keep {
                 session.close();
+                revoked.push(id.clone());
             }
             keep
         });
-        before - table.len()
+        drop(table);
+        self.forget(&revoked);
+        revoked.len()
     }
 
     /// Whether `id` still names a session (streams end once theirs is gone).
@@ -472,8 +713,12 @@ mod tests {
                 who,
                 usize::MAX,
                 Credential::Local,
-                "2025-11-25",
-                ClientCapabilities::default(),
+                Negotiated {
+                    version: "2025-11-25",
+                    capabilities: ClientCapabilities::default(),
+                    client_info: Value::Null,
+                },
+                false,
             )
             .map(|opened| opened.session)
     }
@@ -492,7 +737,7 @@ mod tests {
 
     #[test]
     fn a_session_is_only_found_by_its_opener() {
-        let sessions = Sessions::new(limits(4, 60_000), hub());
+        let sessions = Sessions::new(limits(4, 60_000), hub(), None);
         let alice = someone("alice");
         let session = open(&sessions, &alice).unwrap();
         assert!(sessions.get(&session.id, &alice).is_ok());
@@ -513,7 +758,7 @@ mod tests {
 
     #[test]
     fn a_full_table_of_busy_sessions_refuses_until_they_expire() {
-        let sessions = Sessions::new(limits(1, 50), hub());
+        let sessions = Sessions::new(limits(1, 50), hub(), None);
         let alice = someone("alice");
         let first = open(&sessions, &alice).unwrap();
         // An open GET stream: ending it would interrupt its client.
@@ -528,7 +773,7 @@ mod tests {
 
     #[test]
     fn beyond_its_share_an_identity_ends_its_own_least_recently_used_session() {
-        let sessions = Sessions::new(limits(100, 60_000), hub());
+        let sessions = Sessions::new(limits(100, 60_000), hub(), None);
         let (alice, bob) = (someone("alice"), someone("bob"));
         let opened = |who: &Identity| {
             sessions
@@ -536,8 +781,12 @@ mod tests {
                     who,
                     2,
                     Credential::Local,
-                    "2025-11-25",
-                    ClientCapabilities::default(),
+                    Negotiated {
+                        version: "2025-11-25",
+                        capabilities: ClientCapabilities::default(),
+                        client_info: Value::Null,
+                    },
+                    false,
                 )
                 .unwrap()
         };
@@ -562,7 +811,7 @@ mod tests {
 
     #[test]
     fn a_full_table_ends_the_least_recently_used_idle_session_before_refusing() {
-        let sessions = Sessions::new(limits(3, 60_000), hub());
+        let sessions = Sessions::new(limits(3, 60_000), hub(), None);
         let flooder = someone("flooder");
         let busy = open(&sessions, &flooder).unwrap();
         let (live, _events) = crossbeam_channel::bounded(1);
@@ -575,8 +824,12 @@ mod tests {
                 &someone("other"),
                 64,
                 Credential::Local,
-                "2025-11-25",
-                ClientCapabilities::default(),
+                Negotiated {
+                    version: "2025-11-25",
+                    capabilities: ClientCapabilities::default(),
+                    client_info: Value::Null,
+                },
+                false,
             )
             .unwrap();
         assert_eq!(opened.ended, Some(Ended::Idle));
@@ -587,7 +840,7 @@ mod tests {
     #[test]
     fn a_session_follows_a_bounded_number_of_tasks_until_they_end_or_it_closes() {
         let hub = hub();
-        let sessions = Sessions::new(limits(4, 60_000), Arc::clone(&hub));
+        let sessions = Sessions::new(limits(4, 60_000), Arc::clone(&hub), None);
         let alice = someone("a");
         let session = open(&sessions, &alice).unwrap();
         for n in 0..=MAX_FOLLOWED_TASKS {
@@ -610,7 +863,7 @@ mod tests {
 
     #[test]
     fn replay_starts_after_the_last_seen_event() {
-        let sessions = Sessions::new(limits(4, 60_000), hub());
+        let sessions = Sessions::new(limits(4, 60_000), hub(), None);
         let session = open(&sessions, &someone("a")).unwrap();
         for n in 0..5 {
             session.push_event(Value::from(n), 3);

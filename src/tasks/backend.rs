@@ -10,8 +10,8 @@ use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
 
 use super::model::{
-    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
-    TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
+    StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
 use super::payload_gate::{Admitted, PayloadGate};
 use crate::auth::Identity;
@@ -272,4 +272,11 @@ pub trait TaskStore: Send + Sync {
     /// Waits up to `limit` until every answer of [`TaskStore::create`] has been
     /// delivered; `false` if some are still owed.
     fn wait_for_continuations(&self, limit: Duration) -> bool;
+    /// Legacy sessions (issue 28): writes `session` whole; with `sweep`, also deletes
+    /// up to 100 sessions last used before `sweep` (Unix ms).
+    fn save_session(&self, session: SessionRecord, sweep: Option<i64>) -> Result<(), StoreError>;
+    /// The stored session `id`, if it was used at or after `used_since` (Unix ms).
+    fn load_session(&self, id: &str, used_since: i64) -> Result<Option<SessionRecord>, StoreError>;
+    /// Deletes the stored session `id`.
+    fn delete_session(&self, id: &str) -> Result<(), StoreError>;
 }

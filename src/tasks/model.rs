@@ -643,3 +643,26 @@ mod tests {
         }
     }
 }
+
+/// A legacy session as the store keeps it (issue 28): what `initialize` negotiated and
+/// what the client set since, so that a restarted server, or another node, serves the
+/// session as the one that opened it would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The `Mcp-Session-Id`: random, unguessable.
+    pub id: String,
+    /// The identity it is bound to (`auth::Identity::key`); never a credential.
+    pub owner: String,
+    /// The negotiated revision.
+    pub version: String,
+    /// JSON: the client's capabilities, and its `clientInfo` (`null` if it sent none).
+    pub capabilities: String,
+    pub client_info: String,
+    /// `logging/setLevel`'s level, if the client set one.
+    pub log_level: Option<String>,
+    /// JSON arrays: the resource URIs subscribed to, the task ids followed.
+    pub subscriptions: String,
+    pub followed: String,
+    /// Unix ms of its last recorded use (recorded lazily: see `legacy::sessions`).
+    pub last_used: i64,
+}

@@ -414,6 +414,11 @@ impl TaskService {
     }
 
     /// Why the task store cannot write, if it cannot (as its last write found).
+    /// The task store (legacy sessions are kept there too).
+    pub fn store(&self) -> Arc<dyn TaskStore> {
+        Arc::clone(&self.store)
+    }
+
     pub fn store_problem(&self) -> Option<String> {
         let error = self.store.health().err()?;
         Some(

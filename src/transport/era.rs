@@ -37,4 +37,6 @@ pub trait SessionEra: Send + Sync {
     /// Ends the sessions (and their streams) whose credential `auth` no longer grants
     /// their identity; returns how many ended.
     fn revoke(&self, auth: &Authenticator) -> usize;
+    /// Writes every stored session's state to the store (a graceful stop).
+    fn record_sessions(&self);
 }

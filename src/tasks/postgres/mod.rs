@@ -63,7 +63,7 @@ use self::creations::{shared_failure, Creations};
 use self::leader::Leader;
 use self::listener::Listener;
 use self::notifier::Notifier;
-use self::sql::{admin, attempts, client, create, upkeep};
+use self::sql::{admin, attempts, client, create, sessions, upkeep};
 use self::statements::{Db, Tx};
 use crate::auth::Identity;
 use crate::clock::now_ms;
@@ -71,8 +71,8 @@ use crate::config::StoreConfig;
 use crate::later::Later;
 use crate::tasks::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
 use crate::tasks::model::{
-    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
-    TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
+    StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
 use crate::tasks::payload_gate::{Admitted, PayloadGate};
 
@@ -808,5 +808,23 @@ impl TaskStore for Store {
     fn wait_for_continuations(&self, _limit: Duration) -> bool {
         // Creations are answered on the caller's thread: none is ever owed.
         true
+    }
+
+    fn save_session(&self, session: SessionRecord, sweep: Option<i64>) -> Result<(), StoreError> {
+        self.change(|tx| {
+            sessions::save(tx, &session)?;
+            if let Some(used_since) = sweep {
+                sessions::sweep(tx, used_since)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn load_session(&self, id: &str, used_since: i64) -> Result<Option<SessionRecord>, StoreError> {
+        self.read(|conn| sessions::load(conn, id, used_since))
+    }
+
+    fn delete_session(&self, id: &str) -> Result<(), StoreError> {
+        self.change(|tx| sessions::delete(tx, id))
     }
 }

@@ -109,7 +109,7 @@ mod tests {
     use crate::protocol::TaskStatus;
     use crate::tasks::sqlite::sql;
 
-    const LATEST: u32 = 10;
+    const LATEST: u32 = 11;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {

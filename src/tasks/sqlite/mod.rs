@@ -121,15 +121,15 @@ use self::connection::{
     configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
 use self::health::{Health, Problem};
-use self::sql::{admin, attempts, client, upkeep};
+use self::sql::{admin, attempts, client, sessions, upkeep};
 use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::config::{Checkpoints, StoreConfig};
 use crate::later::Later;
 use crate::tasks::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
 use crate::tasks::model::{
-    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, Stats, StatsDetail,
-    TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
+    CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
+    StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
 use crate::tasks::payload_gate::{Admitted, PayloadGate};
 
@@ -597,6 +597,26 @@ impl TaskStore for Store {
 
     fn wait_for_continuations(&self, limit: Duration) -> bool {
         self.wait_for_answers(limit)
+    }
+
+    fn save_session(&self, session: SessionRecord, sweep: Option<i64>) -> Result<(), StoreError> {
+        self.write(move |conn| {
+            sessions::save(conn, &session)?;
+            if let Some(used_since) = sweep {
+                sessions::sweep(conn, used_since)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn load_session(&self, id: &str, used_since: i64) -> Result<Option<SessionRecord>, StoreError> {
+        let conn = self.read()?;
+        sessions::load(&conn, id, used_since).map_err(classify)
+    }
+
+    fn delete_session(&self, id: &str) -> Result<(), StoreError> {
+        let id = id.to_owned();
+        self.write(move |conn| sessions::delete(conn, &id))
     }
 }
 
