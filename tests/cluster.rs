@@ -668,13 +668,14 @@ fn legacy_post(server: &Server, session: Option<&str>, body: &Value) -> HttpResp
 }
 
 #[test]
-fn a_legacy_session_opened_on_one_node_is_served_by_another() {
-    let Some(url) = shared_database("a_legacy_session_opened_on_one_node_is_served_by_another")
+fn a_legacy_session_opened_on_one_node_is_served_by_another_and_outlives_it() {
+    let Some(url) =
+        shared_database("a_legacy_session_opened_on_one_node_is_served_by_another_and_outlives_it")
     else {
         return;
     };
     let config = node_config(&url, 2, "");
-    let (_a_dir, a) = node(&config);
+    let (_a_dir, mut a) = node(&config);
     let (_b_dir, b) = node(&config);
     let opened = legacy_post(
         &a,
