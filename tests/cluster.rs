@@ -713,6 +713,18 @@ fn a_legacy_session_opened_on_one_node_is_served_by_another_and_outlives_it() {
         done.is_some(),
         "the task is read through the session on node A"
     );
+    // The node that opened it dies: the session lives on, on the other.
+    a.kill9();
+    let listed = legacy_post(
+        &b,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/list"}),
+    )
+    .result();
+    assert!(
+        listed.to_string().contains(task_id),
+        "the session still lists its task on node B: {listed}"
+    );
     // An id neither node knows is refused alike.
     let unknown = legacy_post(
         &b,

@@ -476,3 +476,51 @@ fn approve_bridged_through(stdio: &mut Stdio) {
 fn a_bridged_task_asks_a_legacy_client_that_declared_elicitation_over_stdio_and_the_relay() {
     locally_and_through_the_relay(approve_bridged_through);
 }
+
+#[test]
+fn a_host_on_the_relay_stays_connected_across_a_restart_and_a_lost_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = with_alice();
+    let mut server = Server::start_in(dir.path(), &config);
+    let addr = server.addr;
+    let token = token_file(dir.path(), ALICE);
+    let mut relay = Stdio::connect(&url(&server), Some(&token));
+    let init = legacy_init(&mut relay, 1);
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    let started = relay.request(
+        2,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {}}),
+    );
+    let task_id = started["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {started}"))
+        .to_owned();
+
+    // `systemctl restart`: the same port, the same data dir. The session is the store's.
+    assert!(server.terminate(LIMIT), "stopped");
+    let server = Server::start_in_on(dir.path(), &config, addr);
+    assert_eq!(relay.request(3, "ping", json!({}))["result"], json!({}));
+    let done = poll_until(LIMIT, || {
+        let task = relay.request(4, "tasks/get", json!({"taskId": task_id}));
+        (task["result"]["status"] == "completed").then_some(task)
+    });
+    assert!(
+        done.is_some(),
+        "the task started before the restart completes"
+    );
+
+    // A session the server no longer knows (here: a server on a fresh store): the
+    // relay opens a new one with the host's initialize and sends the request again.
+    let mut server = server;
+    assert!(server.terminate(LIMIT), "stopped");
+    let fresh = tempfile::tempdir().unwrap();
+    let _server = Server::start_in_on(fresh.path(), &config, addr);
+    let listed = relay.request(5, "tools/list", json!({}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    assert_eq!(relay.request(6, "ping", json!({}))["result"], json!({}));
+    relay.close_stdin();
+    assert!(relay
+        .wait_exit(LIMIT)
+        .is_some_and(|status| status.success()));
+}

@@ -8,7 +8,11 @@
 //!   `Mcp-Method` and `Mcp-Name` taken from its body;
 //! - an `initialize` opens a legacy session: its `Mcp-Session-Id` goes on every later
 //!   legacy message, a GET stream brings the server's own requests and notifications,
-//!   and end of input DELETEs the session.
+//!   and end of input DELETEs the session. The server keeps sessions across its
+//!   restarts; one it no longer knows (expired, ended, a store replaced) answers 404, and
+//!   the relay then replays the host's `initialize` and `notifications/initialized`
+//!   for a new session and sends the request again there, once: the host never sees
+//!   the break.
 //!
 //! Answers come back as lines: a JSON body as one line, an SSE body event by event as
 //! they arrive. Requests run concurrently, one connection each. The server is probed at
@@ -70,6 +74,7 @@ pub fn run(url: &str, token_file: Option<&Path>) -> Result<(), StdioError> {
         token,
         wire: Arc::new(StdoutWire::new()),
         session: Mutex::new(None),
+        opening: Mutex::new(None),
         param_headers: Mutex::new(HashMap::new()),
         busy: Arc::new(AtomicUsize::new(0)),
         ended: Arc::new(AtomicBool::new(false)),
@@ -160,6 +165,9 @@ struct Relay {
     token: Option<String>,
     wire: Arc<dyn Wire>,
     session: Mutex<Option<Session>>,
+    /// The host's `initialize` (its body), replayed to reopen a session the server no
+    /// longer knows; held while reopening, so that concurrent 404s reopen once.
+    opening: Mutex<Option<Vec<u8>>>,
     /// The `x-mcp-header` arguments of each tool, by tool name, from the server's
     /// `tools/list`: a 2026-07-28 `tools/call` mirrors them into `Mcp-Param-*` headers.
     param_headers: Mutex<HashMap<String, Vec<HeaderParam>>>,
@@ -390,6 +398,7 @@ impl Relay {
         let body = message.to_string().into_bytes();
         let id = request_id(&message).cloned();
         if opening {
+            *self.opening.lock().unwrap_or_else(|p| p.into_inner()) = Some(body.clone());
             // Answered before the next line is read, so that line has the session.
             self.post(&headers, &body, id.as_ref(), Answer::OpensSession);
         } else if id.is_none() {
@@ -419,9 +428,43 @@ impl Relay {
         }
     }
 
+    /// The session to send again in after the server answered 404 in `lost`: the one
+    /// another request reopened meanwhile, or a new one opened by replaying the host's
+    /// `initialize` and `notifications/initialized`. `None` if it cannot be reopened.
+    fn reopen(&self, lost: &str) -> Option<Session> {
+        let opening = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+        let initialize = opening.as_ref()?;
+        if let Some(current) = self.session().filter(|current| current.id != lost) {
+            return Some(current);
+        }
+        let response = http::send(
+            &self.endpoint,
+            "POST",
+            &self.common_headers(),
+            initialize,
+            None,
+        )
+        .ok()?;
+        let session_id = response.header("Mcp-Session-Id").map(str::to_owned)?;
+        let answer: Value = serde_json::from_slice(&response.read_body(MAX_ANSWER).ok()?).ok()?;
+        let version = answer["result"]["protocolVersion"].as_str()?.to_owned();
+        log::info!("the server no longer knew the relay's session: reopened it");
+        self.open_session(session_id, version);
+        let session = self.session()?;
+        let mut headers = self.common_headers();
+        headers.push(("Mcp-Session-Id".into(), session.id.clone()));
+        headers.push(("MCP-Protocol-Version".into(), session.version.clone()));
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let body = initialized.to_string().into_bytes();
+        if let Err(error) = http::send(&self.endpoint, "POST", &headers, &body, None) {
+            log::warn!("the reopened session's notifications/initialized failed: {error}");
+        }
+        Some(session)
+    }
+
     /// POSTs one message and relays the answer (taking from it what `kind` says).
     fn post(&self, headers: &[(String, String)], body: &[u8], id: Option<&Value>, kind: Answer) {
-        let response = match http::send(&self.endpoint, "POST", headers, body, None) {
+        let mut response = match http::send(&self.endpoint, "POST", headers, body, None) {
             Ok(response) => response,
             Err(error) => {
                 log::warn!("a request could not be sent to the server: {error}");
@@ -438,6 +481,26 @@ impl Relay {
         if let Some(refused) = self.refusal(response.status) {
             self.fail(refused);
             return;
+        }
+        let lost = headers
+            .iter()
+            .find(|(name, _)| name == "Mcp-Session-Id")
+            .map(|(_, id)| id.clone());
+        if let (404, Some(lost)) = (response.status, lost) {
+            if let Some(session) = self.reopen(&lost) {
+                let headers: Vec<(String, String)> = headers
+                    .iter()
+                    .map(|(name, value)| match name.as_str() {
+                        "Mcp-Session-Id" => (name.clone(), session.id.clone()),
+                        "MCP-Protocol-Version" => (name.clone(), session.version.clone()),
+                        _ => (name.clone(), value.clone()),
+                    })
+                    .collect();
+                match http::send(&self.endpoint, "POST", &headers, body, None) {
+                    Ok(again) => response = again,
+                    Err(error) => log::warn!("a request could not be sent again: {error}"),
+                }
+            }
         }
         let session_id = response.header("Mcp-Session-Id").map(str::to_owned);
         let status = response.status;

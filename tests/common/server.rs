@@ -47,7 +47,12 @@ impl Server {
     pub fn start_in_with_env(dir: &Path, config: &str, env: &[(&str, &OsStr)]) -> Server {
         let mut command = super::binary();
         command.envs(env.iter().copied());
-        Server::start_command(dir, config, command)
+        Server::start_command(dir, config, command, "127.0.0.1:0")
+    }
+
+    /// As [`Server::start_in`], listening on `addr` (a restart where clients expect it).
+    pub fn start_in_on(dir: &Path, config: &str, addr: std::net::SocketAddr) -> Server {
+        Server::start_command(dir, config, super::binary(), &addr.to_string())
     }
 
     /// Starts the binary under a descriptor limit (`ulimit -n`, soft and hard).
@@ -58,13 +63,13 @@ impl Server {
             .arg("-c")
             .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
             .arg(super::binary_path());
-        let mut server = Server::start_command(temp.path(), config, wrapper);
+        let mut server = Server::start_command(temp.path(), config, wrapper, "127.0.0.1:0");
         server._temp = Some(temp);
         server
     }
 
     /// Runs `command` (the binary, or a wrapper that execs it) as `serve` on `config`.
-    fn start_command(dir: &Path, config: &str, mut command: Command) -> Server {
+    fn start_command(dir: &Path, config: &str, mut command: Command, listen: &str) -> Server {
         std::fs::create_dir_all(dir).expect("data dir");
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, postgres::server_config(dir, config)).expect("write config");
@@ -77,7 +82,7 @@ impl Server {
             .arg("--config")
             .arg(&config_path)
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(listen)
             .arg("--data-dir")
             .arg(dir.join("data"))
             .stdout(Stdio::piped())
