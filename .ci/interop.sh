@@ -2,6 +2,7 @@
 # interop.sh BINARY      real MCP clients, default options, against BINARY (the demo tools)
 # interop.sh --reference the same drivers against tests/interop/reference/server.py, a
 #                        Python SDK 1.x server: proves the drivers right on their own.
+# Then (not with --reference) clients across a restart of the server: see run_restart_driver.
 # Installs the pinned clients (.ci/interop-setup.sh), starts the server on an ephemeral
 # port with a temporary data dir, runs every driver in tests/interop/ (each prints one
 # PASS/FAIL line), prints `interop: N passed, M failed`, and fails if any driver failed.
@@ -26,9 +27,27 @@ if [ "$1" != --reference ]; then
   BINARY="$(realpath "$1")"
 fi
 
-if [ "$1" = --reference ]; then
-  "$CACHE/py1/bin/python" "$DRIVERS/reference/server.py" >"$WORK/stdout" 2>"$WORK/stderr" &
-else
+# Starts the server (or the reference) listening on $1 and sets PID and URL.
+start_server() {
+  if [ -z "$BINARY" ]; then
+    "$CACHE/py1/bin/python" "$DRIVERS/reference/server.py" >"$WORK/stdout" 2>"$WORK/stderr" &
+  else
+    "$BINARY" serve --config "$WORK/config.toml" --listen "$1" \
+      --data-dir "$WORK/data" >"$WORK/stdout" 2>>"$WORK/stderr" &
+  fi
+  PID=$!
+  URL=""
+  for _ in $(seq 1 300); do
+    URL="$(sed -n 's/^[a-z-]* listening on \(http:[^ ]*\)$/\1/p' "$WORK/stdout")"
+    [ -n "$URL" ] && break
+    sleep 0.1
+  done
+  if [ -z "$URL" ]; then
+    echo "server did not start:"; cat "$WORK/stderr"; exit 1
+  fi
+}
+
+if [ -n "$BINARY" ]; then
   # The default configuration with a 1 s inline wait: generate_report (2.4 s for four
   # sections) then answers a client that does not speak tasks with a task handle, which
   # the drivers follow with task_wait (MCP_TASKD_EXPECT_HANDLE makes them insist on it).
@@ -36,20 +55,10 @@ else
   { cat "$ROOT/examples/default.toml"; printf '\n[tasks]\ninline_wait_ms = 1000\n'; } \
     >"$WORK/config.toml"
   export MCP_TASKD_EXPECT_HANDLE=1
-  "$1" serve --config "$WORK/config.toml" --listen 127.0.0.1:0 \
-    --data-dir "$WORK/data" >"$WORK/stdout" 2>"$WORK/stderr" &
 fi
-PID=$!
+PID=""
 trap 'kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
-URL=""
-for _ in $(seq 1 300); do
-  URL="$(sed -n 's/^[a-z-]* listening on \(http:[^ ]*\)$/\1/p' "$WORK/stdout")"
-  [ -n "$URL" ] && break
-  sleep 0.1
-done
-if [ -z "$URL" ]; then
-  echo "server did not start:"; cat "$WORK/stderr"; exit 1
-fi
+start_server 127.0.0.1:0
 
 # name, then how to run it: a Python driver in a venv, or a Node driver copied into the
 # npm project holding its client, so its plain `import`s resolve there; then what it
@@ -110,6 +119,60 @@ python-sdk-1.x-relay        python py1        python_sdk1_stdio.py          rela
 python-sdk-2.x-client-relay python py2        python_sdk2_client_stdio.py   relay
 typescript-sdk-1.x-relay    node   sdk1       typescript_sdk1_stdio.mjs     relay
 LIST
+
+# Across a restart (issue 28): each driver starts work, prints RESTART and waits on its
+# stdin while the server restarts as `systemctl restart` does (SIGTERM, then the same
+# port and data dir); then it goes on with the same session object.
+run_restart_driver() {
+  local name="$1" kind="$2" where="$3" script="$4"
+  local command
+  if [ "$kind" = python ]; then
+    command=("$CACHE/$where/bin/python" "$DRIVERS/$script")
+  else
+    cp "$DRIVERS/$script" "$CACHE/npm/$where/$script"
+    command=("$NODE" "$CACHE/npm/$where/$script")
+  fi
+  local fifo="$WORK/$name.in"
+  mkfifo "$fifo"
+  HOME="$WORK/home" timeout -k 5 60 "${command[@]}" "$URL" <"$fifo" \
+    >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  local driver=$!
+  exec 7>"$fifo"
+  for _ in $(seq 1 300); do
+    grep -qE '^(RESTART|PASS|FAIL)' "$WORK/$name.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  if grep -q '^RESTART' "$WORK/$name.out"; then
+    local address="${URL#http://}"
+    address="${address%%/*}"
+    kill "$PID"; wait "$PID" || true
+    start_server "$address"
+  fi
+  echo go >&7
+  exec 7>&-
+  wait "$driver" || true
+  local verdict
+  verdict="$(grep -E '^(PASS|FAIL) ' "$WORK/$name.out" | tail -n 1)"
+  echo "${verdict:-FAIL $name: exited without a verdict}"
+  if [[ "$verdict" != PASS* ]]; then
+    sed 's/^/    | /' "$WORK/$name.err" | tail -n 15
+    return 1
+  fi
+}
+
+if [ -n "$BINARY" ]; then
+  while read -r name kind where script; do
+    if run_restart_driver "$name" "$kind" "$where" "$script"; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1))
+    fi
+  done <<'LIST'
+python-sdk-1.x-restart      python py1        python_sdk1_restart.py
+typescript-sdk-1.x-restart  node   sdk1       typescript_sdk1_restart.mjs
+mcp-remote-restart          node   mcp-remote mcp_remote_restart.mjs
+LIST
+fi
 
 echo "interop: $passed passed, $failed failed"
 if [ "$failed" -ne 0 ]; then
