@@ -54,7 +54,7 @@ enum Command {
         #[arg(long, value_name = "DIR", conflicts_with = "connect")]
         data_dir: Option<PathBuf>,
         /// Relay to the running server at this MCP endpoint URL
-        /// (e.g. http://127.0.0.1:8080/mcp) instead of serving here.
+        /// (e.g. http://127.0.0.1:8080/mcp, or an https:// one) instead of serving here.
         #[arg(long, value_name = "URL")]
         connect: Option<String>,
         /// File holding the bearer token the relay presents (with --connect).

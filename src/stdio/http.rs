@@ -1,69 +1,49 @@
-//! The relay's HTTP/1.1 client: one request per connection over a plain `TcpStream`.
+//! The relay's HTTP client: ureq, the project's one HTTP client (the OTLP exporter and
+//! OAuth use it too), with rustls and the system's trust store, so that `--connect`
+//! reaches a remote server over `https://` as well as a local one over `http://`.
 //!
-//! Why not an HTTP client crate: the relay talks to one `mcp-taskd serve`, normally on
-//! loopback (a systemd service), and needs exactly four things — a POST whose answer is
-//! JSON or an SSE stream read event by event as it arrives, a long-lived GET SSE stream,
-//! a DELETE, and the status and headers of each. That is a small, fully testable piece
-//! of std code, whereas a client crate would bring a TLS stack and its build time for
-//! nothing the relay uses. `https://` URLs are refused with a clear message (put the
-//! relay on the server's host, or tunnel to its loopback port).
-//!
-//! `Connection: close` on every request keeps the framing simple (the body ends with the
-//! connection when it has neither a length nor chunks); connections to loopback are
-//! cheap.
+//! The relay needs four things of it: a POST whose answer is JSON or an SSE stream read
+//! event by event as it arrives, a long-lived GET SSE stream, a DELETE, and the status
+//! and headers of each. Bodies are read lazily from ureq's reader, so a stream's events
+//! reach the host as the server sends them.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::io::{self, BufRead, BufReader, Read};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Longest status line or header line accepted.
-const MAX_HEAD_LINE: u64 = 16 * 1024;
-
 /// Where the server's MCP endpoint is.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    /// `host:port`, as connected to and sent in `Host`.
-    authority: String,
-    path: String,
+    /// The whole URL, its path defaulted to `/mcp`.
+    url: String,
 }
 
 impl Endpoint {
-    /// Parses `http://host[:port][/path]` (the path defaults to `/mcp`).
+    /// Parses `http://host[:port][/path]` or `https://…` (the path defaults to `/mcp`).
     pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let rest = if let Some(rest) = url.strip_prefix("http://") {
-            rest
-        } else if url.starts_with("https://") {
-            return Err(
-                "https is not supported: run the relay on the server's host and \
-                        connect to its loopback http:// address"
-                    .into(),
-            );
+        let (scheme, rest) = if let Some(rest) = url.strip_prefix("http://") {
+            ("http", rest)
+        } else if let Some(rest) = url.strip_prefix("https://") {
+            ("https", rest)
         } else {
-            return Err("expected an http:// URL, such as http://127.0.0.1:8080/mcp".into());
+            return Err(
+                "expected an http:// or https:// URL, such as http://127.0.0.1:8080/mcp".into(),
+            );
         };
         let (authority, path) = match rest.find('/') {
             Some(at) => (&rest[..at], &rest[at..]),
             None => (rest, "/mcp"),
         };
         if authority.is_empty() || authority.contains('@') {
-            return Err("expected host[:port] after http://".into());
+            return Err(format!("expected host[:port] after {scheme}://"));
         }
-        let has_port = authority
-            .rsplit_once(':')
-            .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
-            && !authority.ends_with(']');
-        let authority = if has_port {
-            authority.to_owned()
-        } else {
-            format!("{authority}:80")
-        };
-        Ok(Endpoint {
-            authority,
-            path: path.to_owned(),
-        })
+        let url = format!("{scheme}://{authority}{path}");
+        url.parse::<ureq::http::Uri>()
+            .map_err(|error| format!("not a URL: {error}"))?;
+        Ok(Endpoint { url })
     }
 }
 
@@ -71,7 +51,7 @@ impl Endpoint {
 pub struct Response {
     pub status: u16,
     headers: Vec<(String, String)>,
-    body: BufReader<Body>,
+    body: BufReader<Box<dyn Read + Send>>,
 }
 
 impl Response {
@@ -135,8 +115,42 @@ impl Response {
     }
 }
 
-/// Sends one request and reads the response head. `timeout` bounds every read (none
-/// for answers that may take as long as a tool runs, and for streams).
+/// The agent for calls bounded by `timeout` (the wait for the answer and each read of
+/// its body), or unbounded (answers that may take as long as a tool runs, and streams);
+/// each kept, so that connections are reused. HTTP error statuses are answers here, not
+/// errors: the relay reads them.
+fn agent(timeout: Option<Duration>) -> ureq::Agent {
+    static BOUNDED: OnceLock<(Duration, ureq::Agent)> = OnceLock::new();
+    static UNBOUNDED: OnceLock<ureq::Agent> = OnceLock::new();
+    let build = |timeout: Option<Duration>| -> ureq::Agent {
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+            .build();
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_recv_response(timeout)
+            .timeout_recv_body(timeout)
+            .tls_config(tls)
+            .build()
+            .into()
+    };
+    match timeout {
+        None => UNBOUNDED.get_or_init(|| build(None)).clone(),
+        Some(limit) => {
+            let (kept, agent) = BOUNDED.get_or_init(|| (limit, build(Some(limit))));
+            if *kept == limit {
+                agent.clone()
+            } else {
+                build(Some(limit))
+            }
+        }
+    }
+}
+
+/// Sends one request and reads the response head. `timeout` bounds the wait for the
+/// answer and each read of its body (none for answers that may take as long as a tool
+/// runs, and for streams).
 pub fn send(
     endpoint: &Endpoint,
     method: &str,
@@ -144,15 +158,9 @@ pub fn send(
     body: &[u8],
     timeout: Option<Duration>,
 ) -> io::Result<Response> {
-    let stream = connect(&endpoint.authority)?;
-    stream.set_read_timeout(timeout)?;
-    stream.set_nodelay(true)?;
-    let mut head = format!(
-        "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        endpoint.path,
-        endpoint.authority,
-        body.len()
-    );
+    let mut request = ureq::http::Request::builder()
+        .method(method)
+        .uri(&endpoint.url);
     for (name, value) in headers {
         if value.contains(['\r', '\n']) {
             return Err(io::Error::new(
@@ -160,143 +168,29 @@ pub fn send(
                 format!("{name} header value has a line break"),
             ));
         }
-        head.push_str(&format!("{name}: {value}\r\n"));
+        request = request.header(name.as_str(), value.as_str());
     }
-    head.push_str("\r\n");
-    let mut writer = &stream;
-    writer.write_all(head.as_bytes())?;
-    writer.write_all(body)?;
-    writer.flush()?;
-    let mut reader = BufReader::new(stream);
-    let status_line = read_head_line(&mut reader)?;
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| invalid("the answer is not HTTP"))?;
-    let mut headers = Vec::new();
-    loop {
-        let line = read_head_line(&mut reader)?;
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            headers.push((name.trim().to_owned(), value.trim().to_owned()));
-        }
-    }
-    let find = |name: &str| {
-        headers
-            .iter()
-            .find(|(field, _)| field.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
-    };
-    let framing = if method == "HEAD" || status == 204 || status == 304 {
-        Framing::Length(0)
-    } else if find("Transfer-Encoding").is_some_and(|coding| coding.eq_ignore_ascii_case("chunked"))
-    {
-        Framing::Chunked {
-            left: 0,
-            done: false,
-        }
-    } else if let Some(length) = find("Content-Length").and_then(|length| length.parse().ok()) {
-        Framing::Length(length)
-    } else {
-        Framing::ToEnd
-    };
+    let request = request
+        .body(body.to_vec())
+        .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error.to_string()))?;
+    let response = agent(timeout).run(request).map_err(|error| match error {
+        ureq::Error::Io(error) => error,
+        other => io::Error::other(other.to_string()),
+    })?;
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect();
+    let reader: Box<dyn Read + Send> = Box::new(response.into_body().into_reader());
     Ok(Response {
         status,
         headers,
-        body: BufReader::new(Body {
-            connection: reader,
-            framing,
-        }),
+        body: BufReader::new(reader),
     })
-}
-
-fn connect(authority: &str) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "the host name resolves to nothing");
-    for address in authority.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
-            Ok(stream) => return Ok(stream),
-            Err(error) => last = error,
-        }
-    }
-    Err(last)
-}
-
-fn invalid(why: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, why.to_owned())
-}
-
-fn read_head_line(reader: &mut impl BufRead) -> io::Result<String> {
-    let mut line = Vec::new();
-    reader.take(MAX_HEAD_LINE).read_until(b'\n', &mut line)?;
-    if line.last() != Some(&b'\n') {
-        return Err(invalid("the answer ended inside its head"));
-    }
-    String::from_utf8(line)
-        .map(|line| line.trim_end_matches(['\r', '\n']).to_owned())
-        .map_err(|_| invalid("the answer's head is not UTF-8"))
-}
-
-/// How the body is delimited.
-enum Framing {
-    Length(u64),
-    Chunked { left: u64, done: bool },
-    ToEnd,
-}
-
-/// A response body, de-chunked.
-struct Body {
-    connection: BufReader<TcpStream>,
-    framing: Framing,
-}
-
-impl Read for Body {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match &mut self.framing {
-            Framing::ToEnd => self.connection.read(buf),
-            Framing::Length(left) => {
-                if *left == 0 || buf.is_empty() {
-                    return Ok(0);
-                }
-                let most = buf.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
-                let read = self.connection.read(&mut buf[..most])?;
-                if read == 0 {
-                    return Err(invalid("the answer ended before its length"));
-                }
-                *left -= read as u64;
-                Ok(read)
-            }
-            Framing::Chunked { left, done } => {
-                if *done || buf.is_empty() {
-                    return Ok(0);
-                }
-                if *left == 0 {
-                    let line = read_head_line(&mut self.connection)?;
-                    let size = line.split(';').next().unwrap_or("").trim();
-                    let size = u64::from_str_radix(size, 16)
-                        .map_err(|_| invalid("a bad chunk size in the answer"))?;
-                    if size == 0 {
-                        *done = true;
-                        return Ok(0);
-                    }
-                    *left = size;
-                }
-                let most = buf.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
-                let read = self.connection.read(&mut buf[..most])?;
-                if read == 0 {
-                    return Err(invalid("the answer ended inside a chunk"));
-                }
-                *left -= read as u64;
-                if *left == 0 {
-                    // The CRLF after the chunk's data.
-                    read_head_line(&mut self.connection)?;
-                }
-                Ok(read)
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -304,17 +198,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_name_host_port_and_path() {
+    fn urls_name_scheme_host_port_and_path() {
         let endpoint = Endpoint::parse("http://127.0.0.1:8080/mcp").unwrap();
-        assert_eq!(endpoint.authority, "127.0.0.1:8080");
-        assert_eq!(endpoint.path, "/mcp");
+        assert_eq!(endpoint.url, "http://127.0.0.1:8080/mcp");
         let endpoint = Endpoint::parse("http://localhost").unwrap();
-        assert_eq!(endpoint.authority, "localhost:80");
-        assert_eq!(endpoint.path, "/mcp");
-        assert!(Endpoint::parse("https://example.test/mcp")
-            .unwrap_err()
-            .contains("https"));
+        assert_eq!(endpoint.url, "http://localhost/mcp");
+        let endpoint = Endpoint::parse("https://tasks.example.test/team/mcp").unwrap();
+        assert_eq!(endpoint.url, "https://tasks.example.test/team/mcp");
         assert!(Endpoint::parse("ftp://x").is_err());
         assert!(Endpoint::parse("http://user@host/").is_err());
+        assert!(Endpoint::parse("http:///mcp").is_err());
     }
 }
