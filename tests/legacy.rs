@@ -1078,3 +1078,91 @@ fn a_session_survives_kill_9_and_a_deleted_one_stays_deleted() {
     assert!(listed.result()["tools"].is_array(), "{}", listed.text());
     assert_eq!(client(&deleted).request("ping", json!({})).status, 404);
 }
+
+#[test]
+fn a_question_asked_before_a_restart_is_asked_again_after_it_and_the_answer_taken() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut server = Server::start_in(dir.path(), CONFORMANCE);
+    let capabilities =
+        json!({"elicitation": {}, "tasks": {"requests": {"elicitation": {"create": {}}}}});
+    let (session, version, task_id) = {
+        let client = Client::connect(&server, "2025-11-25", capabilities);
+        let created = client
+            .request(
+                "tools/call",
+                json!({"name": "confirm_delete", "arguments": {"filename": "b.txt"}, "task": {}}),
+            )
+            .result();
+        let task_id = created["task"]["taskId"].as_str().expect("taskId");
+        (
+            client.session.clone(),
+            client.version.clone(),
+            task_id.to_owned(),
+        )
+    };
+    // The task waits for its answer when the server restarts.
+    let waiting = poll_until_status(&server, &session, &version, &task_id, "input_required");
+    assert_eq!(waiting["status"], "input_required", "{waiting}");
+    assert!(server.terminate(Duration::from_secs(20)), "stopped");
+    let server = Server::start_in(dir.path(), CONFORMANCE);
+    let client = Client {
+        server: &server,
+        session,
+        version,
+        authorization: None,
+    };
+
+    // The same session's next tasks/result asks again, and takes the answer.
+    let body = json!({"jsonrpc": "2.0", "id": 21, "method": "tasks/result", "params": {"taskId": task_id}});
+    let mut headers = client.headers();
+    headers.push(("Content-Type", "application/json"));
+    headers.push(("Accept", "application/json, text/event-stream"));
+    let mut stream = open(
+        &server,
+        &server.raw_request("POST", "/mcp", &headers, body.to_string().as_bytes()),
+    );
+    let asked = read_until(&mut stream, Duration::from_secs(20), |t| {
+        t.contains("elicitation/create")
+    });
+    let question = data_messages(&asked)
+        .into_iter()
+        .find(|m| m["method"] == "elicitation/create")
+        .unwrap_or_else(|| panic!("no elicitation in {asked}"));
+    let answer = client.send(&json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"confirm": true}}}));
+    assert_eq!(answer.status, 202);
+    let rest = read_until(&mut stream, Duration::from_secs(20), |t| {
+        t.contains("\"id\":21")
+    });
+    let result = data_messages(&rest)
+        .into_iter()
+        .find(|m| m["id"] == 21)
+        .unwrap_or_else(|| panic!("no tasks/result answer in {rest}"));
+    assert_eq!(
+        result["result"]["content"][0]["text"], "Deleted b.txt",
+        "{result}"
+    );
+}
+
+/// Polls `tasks/get` in session `session` until the task is `status`.
+fn poll_until_status(
+    server: &Server,
+    session: &str,
+    version: &str,
+    task_id: &str,
+    status: &str,
+) -> Value {
+    let client = Client {
+        server,
+        session: session.to_owned(),
+        version: version.to_owned(),
+        authorization: None,
+    };
+    common::poll_until(Duration::from_secs(20), || {
+        let task = client
+            .request("tasks/get", json!({"taskId": task_id}))
+            .result();
+        (task["status"] == status).then_some(task)
+    })
+    .unwrap_or_else(|| panic!("task {task_id} never became {status}"))
+}
