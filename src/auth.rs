@@ -368,6 +368,7 @@ mod tests {
             max_live_tasks: None,
             creations_per_sec: None,
             creation_burst: None,
+            max_inline_waits: None,
         }
     }
 

@@ -359,6 +359,9 @@ pub struct TaskDefaults {
     pub creations_per_sec_per_identity: f64,
     /// Creations an identity may make at once before `creations_per_sec` paces it.
     pub creation_burst_per_identity: u32,
+    /// Bridged calls one identity may have waiting for their task at once (a token's
+    /// `max_inline_waits` overrides it); beyond, a call gets its task handle at once.
+    pub max_inline_waits_per_identity: usize,
 }
 
 impl Default for TaskDefaults {
@@ -373,6 +376,7 @@ impl Default for TaskDefaults {
             max_live_tasks_per_identity: 100_000,
             creations_per_sec_per_identity: 0.0,
             creation_burst_per_identity: 100,
+            max_inline_waits_per_identity: 32,
         }
     }
 }
@@ -515,6 +519,8 @@ pub struct TokenConfig {
     pub creations_per_sec: Option<f64>,
     /// The identity's own `tasks.creation_burst_per_identity` (at least 1).
     pub creation_burst: Option<u32>,
+    /// The identity's own `tasks.max_inline_waits_per_identity` (at least 1).
+    pub max_inline_waits: Option<usize>,
 }
 
 fn one() -> u32 {
@@ -788,6 +794,7 @@ impl Config {
         let t = &self.tasks;
         if t.max_live_tasks_per_identity == 0
             || t.creation_burst_per_identity == 0
+            || t.max_inline_waits_per_identity == 0
             || !(t.creations_per_sec_per_identity.is_finite()
                 && t.creations_per_sec_per_identity >= 0.0)
         {
@@ -853,6 +860,7 @@ impl Config {
                 ("max_sessions", token.max_sessions == Some(0)),
                 ("max_live_tasks", token.max_live_tasks == Some(0)),
                 ("creation_burst", token.creation_burst == Some(0)),
+                ("max_inline_waits", token.max_inline_waits == Some(0)),
                 (
                     "creations_per_sec",
                     token

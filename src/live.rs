@@ -235,6 +235,8 @@ pub const LIVE: &[&str] = &[
     "tasks.max_live_tasks_per_identity",
     "tasks.creations_per_sec_per_identity",
     "tasks.creation_burst_per_identity",
+    // Read from the shares as each bridged call starts waiting.
+    "tasks.max_inline_waits_per_identity",
     "notifications.max_subscriptions",
     // Read from the shares at each `initialize`: sessions already open stay open.
     "sessions.max_sessions_per_identity",

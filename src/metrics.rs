@@ -46,10 +46,17 @@ pub enum Quota {
     LiveTasks,
     /// A task creation faster than the identity's rate.
     TaskRate,
+    /// A bridged call beyond the identity's waiting calls: it got its handle at once.
+    InlineWaits,
 }
 
 impl Quota {
-    pub const ALL: [Quota; 3] = [Quota::Sessions, Quota::LiveTasks, Quota::TaskRate];
+    pub const ALL: [Quota; 4] = [
+        Quota::Sessions,
+        Quota::LiveTasks,
+        Quota::TaskRate,
+        Quota::InlineWaits,
+    ];
 
     /// The name clients and operators see (error data, metric label, docs).
     pub fn name(self) -> &'static str {
@@ -57,6 +64,7 @@ impl Quota {
             Quota::Sessions => "sessions",
             Quota::LiveTasks => "live_tasks",
             Quota::TaskRate => "task_rate",
+            Quota::InlineWaits => "inline_waits",
         }
     }
 }
@@ -321,7 +329,7 @@ impl Metrics {
             "Tasks deleted after their TTL.",
             self.expired.load(Ordering::Relaxed),
         );
-        let _ = writeln!(out, "# HELP mcp_taskd_quota_refusals_total Requests beyond an identity's quota: sessions = an initialize that ended the identity's own least recently used legacy session; live_tasks and task_rate = task creations refused with 429.");
+        let _ = writeln!(out, "# HELP mcp_taskd_quota_refusals_total Requests beyond an identity's quota: sessions = an initialize that ended the identity's own least recently used legacy session; live_tasks and task_rate = task creations refused with 429; inline_waits = a bridged call answered with its task handle at once because the identity had as many calls waiting as it may.");
         let _ = writeln!(out, "# TYPE mcp_taskd_quota_refusals_total counter");
         for quota in Quota::ALL {
             let _ = writeln!(

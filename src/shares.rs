@@ -27,6 +27,8 @@ pub struct Share {
     pub creations_per_sec: f64,
     /// Creations it may make at once before the rate paces it.
     pub creation_burst: u32,
+    /// Bridged calls it may have waiting for their task at once.
+    pub max_inline_waits: usize,
 }
 
 impl Share {
@@ -39,6 +41,7 @@ impl Share {
             max_live_tasks: config.tasks.max_live_tasks_per_identity,
             creations_per_sec: config.tasks.creations_per_sec_per_identity,
             creation_burst: config.tasks.creation_burst_per_identity,
+            max_inline_waits: config.tasks.max_inline_waits_per_identity,
         }
     }
 
@@ -52,6 +55,7 @@ impl Share {
                 .creations_per_sec
                 .unwrap_or(defaults.creations_per_sec),
             creation_burst: token.creation_burst.unwrap_or(defaults.creation_burst),
+            max_inline_waits: token.max_inline_waits.unwrap_or(defaults.max_inline_waits),
         }
     }
 }
@@ -65,6 +69,7 @@ fn as_set(token: &TokenConfig) -> impl PartialEq {
             token.max_live_tasks,
             token.creations_per_sec,
             token.creation_burst,
+            token.max_inline_waits,
         ),
     )
 }
@@ -280,6 +285,7 @@ mod tests {
             max_live_tasks: None,
             creations_per_sec: None,
             creation_burst: None,
+            max_inline_waits: None,
         }
     }
 

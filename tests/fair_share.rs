@@ -396,3 +396,54 @@ fn task_creations_are_paced_per_identity_with_a_burst() {
         assert_eq!(create_as(&server, "fast").result()["resultType"], "task");
     }
 }
+
+/// A bridged `generate_report` call (the client speaks no tasks) as `principal`: how long
+/// it took, and whether it answered a task handle rather than the report.
+fn bridged_call(server: &Server, principal: &str) -> (Duration, bool) {
+    let started = std::time::Instant::now();
+    let answer = server
+        .request_with(
+            "tools/call",
+            json!({"name": "generate_report", "arguments": {"topic": principal, "sections": 4}}),
+            json!({}),
+            &[("Authorization", &bearer(principal))],
+        )
+        .result();
+    let handle = answer["structuredContent"]["taskId"].is_string();
+    if !handle {
+        assert_eq!(answer["structuredContent"]["topic"], principal, "{answer}");
+    }
+    (started.elapsed(), handle)
+}
+
+#[test]
+fn an_identity_at_its_waiting_calls_gets_handles_and_another_still_waits() {
+    // flood may have one bridged call waiting for its task; other has the default.
+    let config = format!(
+        "[builtin]\nsets = [\"demo\"]\n{}{}",
+        token("flood", "max_inline_waits = 1"),
+        token("other", ""),
+    );
+    let server = Server::start(&config);
+    let (flood, other) = std::thread::scope(|scope| {
+        let flood: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| bridged_call(&server, "flood")))
+            .collect();
+        let other = scope.spawn(|| bridged_call(&server, "other"));
+        let flood: Vec<(Duration, bool)> = flood
+            .into_iter()
+            .map(|call| call.join().expect("flood's call"))
+            .collect();
+        (flood, other.join().expect("other's call"))
+    });
+    // One of flood's calls waited for its report (2.4 s); the others got their handles
+    // at once, long before it.
+    let waited: Vec<&(Duration, bool)> = flood.iter().filter(|(_, handle)| !handle).collect();
+    assert_eq!(waited.len(), 1, "{flood:?}");
+    for (took, _) in flood.iter().filter(|(_, handle)| *handle) {
+        assert!(*took < waited[0].0, "{flood:?}");
+    }
+    // The other identity waited for its report, as if flood had not been there.
+    assert!(!other.1, "other got a handle: {other:?}");
+    assert_eq!(quota_refusals(&server, "inline_waits"), 2);
+}

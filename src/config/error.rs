@@ -82,8 +82,9 @@ pub enum ConfigError {
     )]
     CacheBytes { value: u64 },
     #[error(
-        "tasks.max_live_tasks_per_identity and tasks.creation_burst_per_identity must be at \
-         least 1, tasks.creations_per_sec_per_identity 0 (no limit) or more"
+        "tasks.max_live_tasks_per_identity, tasks.creation_burst_per_identity and \
+         tasks.max_inline_waits_per_identity must be at least 1, \
+         tasks.creations_per_sec_per_identity 0 (no limit) or more"
     )]
     TaskQuotas,
     #[error("[sessions] limits must be positive")]

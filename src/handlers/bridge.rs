@@ -14,7 +14,9 @@
 //! elsewhere `task_status` shows the question and says where it can be answered. No
 //! tool ever lets the model answer a question meant for a person.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
@@ -24,6 +26,7 @@ use crate::auth::{Identity, Scopes};
 use crate::config::Config;
 use crate::later::Later;
 use crate::liveness;
+use crate::metrics::Quota;
 use crate::protocol::{missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus};
 use crate::tools::{error_result, text_result, TaskPolicy, ToolSpec};
 
@@ -55,6 +58,9 @@ pub struct Bridge {
     /// so that waiting calls can never take every request thread.
     pub max_waiting: usize,
     waiting: AtomicUsize,
+    /// Calls waiting now, by identity key (each bounded by its share's
+    /// `max_inline_waits`, so that one identity cannot take every waiting slot).
+    waiting_by_identity: Mutex<HashMap<String, usize>>,
 }
 
 impl Bridge {
@@ -64,6 +70,7 @@ impl Bridge {
             inline_wait,
             max_waiting,
             waiting: AtomicUsize::new(0),
+            waiting_by_identity: Mutex::default(),
         }
     }
 
@@ -82,20 +89,61 @@ impl Bridge {
         self.enabled && !speaks_tasks(capabilities)
     }
 
-    /// A slot to wait in, if one is free.
-    fn admit_waiter(&self) -> Option<WaitSlot<'_>> {
+    /// A slot to wait in for the identity keyed `owner`, which may have `share`
+    /// calls waiting: `Err` says which bound is full (the server's, or the identity's).
+    fn admit_waiter(&self, owner: &str, share: usize) -> Result<WaitSlot<'_>, Full> {
         let taken = self.waiting.fetch_add(1, Ordering::AcqRel);
-        let slot = WaitSlot(&self.waiting);
-        (taken < self.max_waiting).then_some(slot)
+        let mut slot = WaitSlot {
+            bridge: self,
+            owner: None,
+        };
+        if taken >= self.max_waiting {
+            return Err(Full::Server);
+        }
+        let mut by_identity = self.lock_waiting_by_identity();
+        let own = by_identity.entry(owner.to_owned()).or_insert(0);
+        if *own >= share {
+            return Err(Full::Identity);
+        }
+        *own += 1;
+        slot.owner = Some(owner.to_owned());
+        Ok(slot)
+    }
+
+    fn lock_waiting_by_identity(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        // Only counts: a poisoned lock still holds consistent ones.
+        self.waiting_by_identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// One waiting call, counted while it lives.
-struct WaitSlot<'a>(&'a AtomicUsize);
+/// Which bound kept a call from waiting.
+#[derive(Debug, PartialEq, Eq)]
+enum Full {
+    Server,
+    Identity,
+}
+
+/// One waiting call, counted (in the server's total and its identity's) while it lives.
+struct WaitSlot<'a> {
+    bridge: &'a Bridge,
+    /// Set once the identity's count holds this call too.
+    owner: Option<String>,
+}
 
 impl Drop for WaitSlot<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.bridge.waiting.fetch_sub(1, Ordering::AcqRel);
+        if let Some(owner) = &self.owner {
+            let mut by_identity = self.bridge.lock_waiting_by_identity();
+            if let Some(own) = by_identity.get_mut(owner) {
+                *own = own.saturating_sub(1);
+                if *own == 0 {
+                    by_identity.remove(owner);
+                }
+            }
+        }
     }
 }
 
@@ -321,8 +369,16 @@ impl Service {
     ) -> Result<Value, RpcError> {
         let (identity, scopes) = (request.identity, request.scopes);
         let capabilities = &request.meta.capabilities;
-        let Some(_slot) = self.bridge.admit_waiter() else {
-            return self.task_answer(request, task_id, tool, emitter);
+        let owner = identity.key();
+        let share = self.live.load().shares.of(identity).max_inline_waits;
+        let _slot = match self.bridge.admit_waiter(&owner, share) {
+            Ok(slot) => slot,
+            Err(full) => {
+                if full == Full::Identity {
+                    self.tasks.record_quota_refusal(Quota::InlineWaits, &owner);
+                }
+                return self.task_answer(request, task_id, tool, emitter);
+            }
         };
         // Watch before the first read: a change committed in between still wakes us.
         let watch = self.hub.watch_task(task_id);
@@ -623,10 +679,30 @@ mod tests {
     #[test]
     fn a_full_wait_slot_table_answers_at_once() {
         let bridge = Bridge::new(true, Duration::from_secs(1), 1);
-        let first = bridge.admit_waiter();
-        assert!(first.is_some());
-        assert!(bridge.admit_waiter().is_none());
+        let first = bridge.admit_waiter("a", 9);
+        assert!(first.is_ok());
+        assert_eq!(bridge.admit_waiter("b", 9).err(), Some(Full::Server));
         drop(first);
-        assert!(bridge.admit_waiter().is_some());
+        assert!(bridge.admit_waiter("b", 9).is_ok());
+    }
+
+    #[test]
+    fn an_identity_waits_within_its_share_and_leaves_the_rest_to_others() {
+        let bridge = Bridge::new(true, Duration::from_secs(1), 10);
+        let a1 = bridge.admit_waiter("a", 2).expect("a's first");
+        let a2 = bridge.admit_waiter("a", 2).expect("a's second");
+        assert_eq!(bridge.admit_waiter("a", 2).err(), Some(Full::Identity));
+        assert!(
+            bridge.admit_waiter("b", 2).is_ok(),
+            "another identity still waits"
+        );
+        drop(a1);
+        let a3 = bridge.admit_waiter("a", 2).expect("a slot came back");
+        drop((a2, a3));
+        assert!(
+            bridge.lock_waiting_by_identity().is_empty(),
+            "nothing left behind"
+        );
+        assert_eq!(bridge.waiting.load(Ordering::Acquire), 0);
     }
 }

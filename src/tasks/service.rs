@@ -231,6 +231,12 @@ impl TaskService {
         })
     }
 
+    /// Counts a request of the identity keyed `owner` beyond its `quota` (one the
+    /// caller enforced: the bridge's waiting calls).
+    pub fn record_quota_refusal(&self, quota: Quota, owner: &str) {
+        self.metrics.record_quota_refusal(quota, owner);
+    }
+
     /// Quota refusals since start-up by identity key (`mcp-taskd stats`; never on
     /// `/metrics`).
     pub fn refusals_by_identity(&self) -> Vec<(String, Vec<(&'static str, u64)>)> {
