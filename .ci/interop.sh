@@ -63,8 +63,9 @@ start_server 127.0.0.1:0
 # name, then how to run it: a Python driver in a venv, or a Node driver copied into the
 # npm project holding its client, so its plain `import`s resolve there; then what it
 # connects to: `http` (the server's URL), `stdio` (the command line of `BINARY stdio` with
-# the server's configuration on a fresh data dir) or `relay` (that of `BINARY stdio
-# --connect URL`).
+# the server's configuration on a fresh data dir), `relay` (that of `BINARY stdio
+# --connect URL`) or `binary` (BINARY itself: the driver starts its own server, e.g. with
+# an authorization server of its own in [auth.oauth]).
 run_driver() {
   local name="$1" kind="$2" where="$3" script="$4" target="$5"
   local command arguments
@@ -78,6 +79,8 @@ run_driver() {
     arguments=("$BINARY" stdio --config "$WORK/config.toml" --data-dir "$WORK/stdio-$name")
   elif [ "$target" = relay ]; then
     arguments=("$BINARY" stdio --connect "$URL")
+  elif [ "$target" = binary ]; then
+    arguments=("$BINARY")
   else
     arguments=("$URL")
   fi
@@ -118,6 +121,7 @@ typescript-sdk-1.x-stdio    node   sdk1       typescript_sdk1_stdio.mjs     stdi
 python-sdk-1.x-relay        python py1        python_sdk1_stdio.py          relay
 python-sdk-2.x-client-relay python py2        python_sdk2_client_stdio.py   relay
 typescript-sdk-1.x-relay    node   sdk1       typescript_sdk1_stdio.mjs     relay
+oauth2-mock-server          node   oauth-mock oauth2_mock_server.mjs        binary
 LIST
 
 # Across a restart (issue 28): each driver starts work, prints RESTART and waits on its

@@ -1,9 +1,10 @@
 //! A test authorization server on a loopback port: OpenID Connect discovery, a key set
 //! whose fetches it counts (and that it can serve slowly, or not at all), RFC 7662
 //! introspection of the opaque tokens it was told about, and signing of access tokens
-//! with the fixture keys in `tests/oauth/keys/` (test-only keys). The real providers
-//! (npm `oidc-provider`, `oauth2-mock-server`) are the referees in `tests/interop/`;
-//! this one lets a test count round trips and break the provider on purpose.
+//! with the fixture keys in `tests/oauth/keys/` (test-only keys). A real provider, npm
+//! `oauth2-mock-server`, is the referee in `tests/interop/oauth2_mock_server.mjs`
+//! (`.ci/interop.sh`); this one lets a test count round trips and break the provider on
+//! purpose.
 
 use std::collections::HashMap;
 use std::io::Cursor;
