@@ -152,9 +152,14 @@ fn a_task_behind_another_identitys_backlog_of_ten_thousand_starts_at_once() {
     let idle: Vec<Duration> = (0..7).map(|_| noop_latency(&server, "other")).collect();
     eprintln!("behind {behind:?} idle {idle:?}");
     let (behind, idle) = (median(behind), median(idle));
-    // The goal: within twice the latency on an idle queue (medians of seven).
+    // The goal: within twice the latency on an idle queue (medians of seven),
+    // plus 10 ms: while the backlog drains, its commits share this 2-core box (and, on
+    // PostgreSQL, the database) with the task measured, which turns 4 ms into 11 ms there
+    // now and then; waiting behind the backlog would take seconds. benches/fair.sh
+    // measures the ratio itself, on a box with nothing else running.
+    let contention = Duration::from_millis(10);
     assert!(
-        behind <= idle * 2,
+        behind <= idle * 2 + contention,
         "behind the backlog {behind:?}, on an idle queue {idle:?}"
     );
 }
