@@ -263,6 +263,8 @@ fn a_setsid_grandchild_dies_when_the_program_writes_too_much() {
     )]));
     let task = start_task(&server, "t");
     let escapee = escapee(&work);
+    // The flood starts only now: once it has, the escapee may be gone before it is seen.
+    std::fs::write(work.join("go"), b"").expect("write go");
     let failed = wait_terminal(&server, &task);
     let message = failed["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("more than 1000 bytes"), "{failed}");

@@ -8,8 +8,10 @@
 #   setsid-hidden, double-hidden  as setsid and double-bare, and the escapee's stdio is
 #           /dev/null: once it is an orphan, nothing about it ties it to the run
 # and $2 how the run ends: "exit" (prints a result and exits 0 once $WORK/go exists),
-# "wait" (runs until stopped) or "flood" (writes 100 kB to stdout, then waits). Each escapee's pid goes to $WORK/escapees once it has left
-# the group; unless hidden, it keeps the program's stdin, stdout and stderr open.
+# "wait" (runs until stopped) or "flood" (once $WORK/go exists, so that the test has
+# seen the escapee alive, writes 100 kB to stdout, then waits). Each escapee's pid goes
+# to $WORK/escapees once it has left the group; unless hidden, it keeps the program's
+# stdin, stdout and stderr open.
 set -eu
 cat > /dev/null
 echo "${MCP_TASK_ID:-inline}:${MCP_TASK_ATTEMPT:-0}" >> "$WORK/runs"
@@ -32,6 +34,7 @@ if [ "$2" = exit ]; then
 fi
 echo '{"progress": 0, "message": "waiting"}'
 if [ "$2" = flood ]; then
+  while [ ! -e "$WORK/go" ]; do sleep 0.01; done
   head -c 100000 /dev/zero | tr '\0' x
 fi
 wait
