@@ -566,6 +566,9 @@ pub struct TelemetryConfig {
     pub service_name: Option<String>,
     /// Longest a finished span waits before its batch is sent.
     pub batch_delay_ms: u64,
+    /// How often the metrics go to `<otlp_endpoint>/v1/metrics` (unset:
+    /// `OTEL_METRIC_EXPORT_INTERVAL`, else 60 000).
+    pub metrics_interval_ms: Option<u64>,
     /// A link from the dashboard's task page to a trace viewer: `{trace_id}` is replaced
     /// with the task's trace id (e.g. `http://jaeger:16686/trace/{trace_id}`).
     pub trace_url: Option<String>,
@@ -577,6 +580,7 @@ impl Default for TelemetryConfig {
             otlp_endpoint: None,
             service_name: None,
             batch_delay_ms: 1000,
+            metrics_interval_ms: None,
             trace_url: None,
         }
     }

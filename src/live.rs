@@ -216,6 +216,7 @@ restart_only! {
     "telemetry.otlp_endpoint" => telemetry.otlp_endpoint;
     "telemetry.service_name" => telemetry.service_name;
     "telemetry.batch_delay_ms" => telemetry.batch_delay_ms;
+    "telemetry.metrics_interval_ms" => telemetry.metrics_interval_ms;
     "log.format" => log.format;
 }
 

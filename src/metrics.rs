@@ -1,4 +1,5 @@
-//! Operational metrics, served as Prometheus text on `GET /metrics`.
+//! Operational metrics, served as Prometheus text on `GET /metrics` (and, with
+//! telemetry on, the same page translated to OTLP: [`crate::telemetry::metrics`]).
 //!
 //! Labels are bounded by construction: a method label is one of the methods the server
 //! implements (anything else counts as `other`), statuses and states are the fixed sets
@@ -21,10 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::legacy::sessions::Ended;
+use crate::notifications::Hub;
 use crate::protocol::METHODS;
 use crate::tasks::upkeep::UpkeepCounters;
 use crate::tasks::workers::AttemptObserver;
-use crate::tasks::Stats;
+use crate::tasks::{Stats, TaskService};
 
 /// The HTTP statuses a request can be refused with before it reaches a handler; any
 /// other status is counted under the last entry.
@@ -192,6 +194,18 @@ pub struct Snapshot {
     pub running_attempts: usize,
     pub open_subscriptions: usize,
     pub wal_bytes: Option<u64>,
+}
+
+impl Snapshot {
+    /// What `tasks` and `hub` hold now.
+    pub fn now(tasks: &TaskService, hub: &Hub) -> Snapshot {
+        Snapshot {
+            stats: tasks.stats().ok(),
+            running_attempts: tasks.running_attempts(),
+            open_subscriptions: hub.open_subscriptions(),
+            wal_bytes: tasks.wal_bytes(),
+        }
+    }
 }
 
 impl Metrics {

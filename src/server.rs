@@ -20,7 +20,7 @@ use crate::handlers::bridge::Bridge;
 use crate::handlers::request_state::StateSigner;
 use crate::handlers::Service;
 use crate::live::{Live, Settings};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Snapshot};
 use crate::notifications::Hub;
 use crate::ops::admin::{Admin, AdminSocket};
 use crate::ops::reload::{ConfigSource, Reloader};
@@ -98,6 +98,8 @@ pub struct Engine {
     /// What the admin socket answers with, for the dashboard too.
     pub operator: Arc<Admin>,
     writer: JoinHandle<()>,
+    /// The OTLP export of the metrics page, when telemetry is on.
+    metrics_export: Option<crate::telemetry::metrics::MetricsExport>,
     shutdown_grace: Duration,
     /// The data dir's lock, when the store does not hold it (PostgreSQL).
     _data_dir_lock: Option<std::fs::File>,
@@ -208,6 +210,14 @@ impl Engine {
             tasks,
             bridge: Bridge::from_config(config, max_waiting_calls(config)),
         });
+        let metrics_export = {
+            let (metrics, tasks, hub) = (
+                Arc::clone(&metrics),
+                Arc::clone(&service.tasks),
+                Arc::clone(&hub),
+            );
+            crate::telemetry::start_metrics(move || metrics.render(&Snapshot::now(&tasks, &hub)))
+        };
         Ok(Engine {
             live,
             service,
@@ -220,6 +230,7 @@ impl Engine {
             admin: Some(admin),
             operator,
             writer,
+            metrics_export,
             shutdown_grace: Duration::from_millis(config.workers.shutdown_grace_ms),
             _data_dir_lock: data_dir_lock,
         })
@@ -245,6 +256,10 @@ impl Engine {
         // descendants whose run could not be told from their environment.
         command::sweep_all();
         self.upkeep.stop();
+        // The metrics as they ended; its page reads the store, so before the store goes.
+        if let Some(export) = self.metrics_export {
+            export.stop();
+        }
         let writer = self.writer;
         drop(self.service);
         drop(self.store);

@@ -95,6 +95,15 @@ impl Collector {
             .collect()
     }
 
+    /// Every metric received so far, export after export.
+    fn metrics(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|line| line["signal"] == "metric")
+            .collect()
+    }
+
     /// Waits until `done` holds of the spans received, and returns them.
     fn wait_for(&self, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         poll_until(LIMIT, || {
@@ -416,4 +425,104 @@ fn json_logs_name_the_task_and_its_trace() {
         assert!(parsed["message"].is_string(), "{line}");
         assert!(!line.contains("arg-5e1f-secret"), "{line}");
     }
+}
+
+/// The value an export gave `mcp_taskd_requests_total{method, outcome="result"}` of the
+/// service named `service`, at its highest.
+fn requests_answered(metrics: &[Value], service: &str, method: &str) -> Option<i64> {
+    metrics
+        .iter()
+        .filter(|metric| metric["name"] == "mcp_taskd_requests_total")
+        .filter(|metric| metric["resource"]["service.name"] == service)
+        .flat_map(|metric| metric["points"].as_array().cloned().unwrap_or_default())
+        .filter(|point| {
+            point["attributes"]["method"] == method && point["attributes"]["outcome"] == "result"
+        })
+        .filter_map(|point| point["value"].as_i64())
+        .max()
+}
+
+#[test]
+fn the_metrics_page_goes_to_the_collector_every_interval_and_once_more_at_a_stop() {
+    let Some(python) = otel_python() else {
+        return;
+    };
+    let collector = Collector::start(&python);
+    let work = tempfile::tempdir().expect("temp dir");
+    let extra = "metrics_interval_ms = 200\nservice_name = \"metered\"";
+    let server = Server::start(&config(&collector.endpoint(), work.path(), extra));
+    for _ in 0..3 {
+        server.request("tools/list", json!({}), json!({})).result();
+    }
+    let metrics = poll_until(LIMIT, || {
+        let metrics = collector.metrics();
+        (requests_answered(&metrics, "metered", "tools/list") >= Some(3)).then_some(metrics)
+    })
+    .unwrap_or_else(|| panic!("no export counted the calls: {:#?}", collector.metrics()));
+    let last = |name: &str| {
+        metrics
+            .iter()
+            .rev()
+            .find(|metric| metric["name"] == name)
+            .unwrap_or_else(|| panic!("{name} never exported: {metrics:#?}"))
+            .clone()
+    };
+    // A counter is a cumulative (2) monotonic sum; a histogram keeps its buckets, per
+    // bucket, with the page's 16 bounds; a gauge in seconds says so.
+    let requests = last("mcp_taskd_requests_total");
+    assert_eq!(
+        (
+            &requests["type"],
+            &requests["monotonic"],
+            &requests["temporality"]
+        ),
+        (&json!("sum"), &json!(true), &json!(2)),
+        "{requests}"
+    );
+    let wait = last("mcp_taskd_queue_wait_seconds");
+    assert_eq!(
+        (&wait["type"], &wait["unit"]),
+        (&json!("histogram"), &json!("s"))
+    );
+    let point = &wait["points"][0];
+    assert_eq!(point["attributes"]["tool"], "traced", "{wait}");
+    assert_eq!(point["bounds"].as_array().map(Vec::len), Some(16), "{wait}");
+    assert_eq!(
+        point["buckets"].as_array().map(Vec::len),
+        Some(17),
+        "{wait}"
+    );
+    let age = last("mcp_taskd_oldest_ready_job_age_seconds");
+    assert_eq!((&age["type"], &age["unit"]), (&json!("gauge"), &json!("s")));
+    assert_eq!(
+        requests["resource"]["service.version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    // Exactly the page's families, each with its points (labels bounded as there).
+    let page = server.get("/metrics").text();
+    for metric in &metrics {
+        let name = metric["name"].as_str().unwrap_or_default();
+        assert!(
+            page.contains(&format!("# TYPE {name} ")),
+            "{name} is on the page"
+        );
+    }
+    drop(server);
+
+    // With the default interval (a minute), the one export is the last, at the stop.
+    let extra = "service_name = \"stopped\"";
+    let mut server = Server::start(&config(&collector.endpoint(), work.path(), extra));
+    for _ in 0..2 {
+        server.request("tools/list", json!({}), json!({})).result();
+    }
+    assert_eq!(
+        requests_answered(&collector.metrics(), "stopped", "tools/list"),
+        None
+    );
+    assert!(server.terminate(LIMIT), "a graceful stop");
+    assert_eq!(
+        requests_answered(&collector.metrics(), "stopped", "tools/list"),
+        Some(2),
+        "the last export went out before the process ended"
+    );
 }

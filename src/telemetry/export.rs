@@ -162,7 +162,7 @@ impl<E> CountingExporter<E> {
 
 /// Lowers the calling thread's priority (Linux: niceness is per thread). Elsewhere
 /// niceness is the whole process's, so the exporter keeps the server's priority.
-fn lower_this_threads_priority() {
+pub(super) fn lower_this_threads_priority() {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: plain system calls on the calling thread's own id.

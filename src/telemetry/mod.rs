@@ -25,6 +25,7 @@
 
 pub mod export;
 pub mod logs;
+pub mod metrics;
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
@@ -66,6 +67,10 @@ struct Telemetry {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
     counts: Arc<ExportCounts>,
+    /// Where and how often the metrics go ([`start_metrics`]), unless turned off.
+    metrics: Option<(String, Duration)>,
+    /// The spans' resource, for the metrics to name the same service.
+    resource: opentelemetry_sdk::Resource,
 }
 
 static TELEMETRY: OnceLock<Telemetry> = OnceLock::new();
@@ -75,13 +80,18 @@ static TELEMETRY: OnceLock<Telemetry> = OnceLock::new();
 pub struct Endpoints {
     /// The full URL spans are posted to (`<endpoint>/v1/traces`).
     pub traces: String,
+    /// The full URL the metrics are posted to (`<endpoint>/v1/metrics`); `None` with
+    /// `OTEL_METRICS_EXPORTER=none`, or when only a traces URL was named.
+    pub metrics: Option<String>,
 }
 
 impl Endpoints {
     /// The endpoints `config` and `env` (the process environment's lookup) name; `None`
     /// when telemetry is off. `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is a full URL, used as
     /// it is; otherwise `/v1/traces` is added to `telemetry.otlp_endpoint`, else to
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (the OTLP specification's rules).
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (the OTLP specification's rules). The metrics go
+    /// to `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, else to the base URL's `/v1/metrics`,
+    /// unless `OTEL_METRICS_EXPORTER` is `none`.
     pub fn resolve(
         config: &TelemetryConfig,
         env: impl Fn(&str) -> Option<String>,
@@ -93,7 +103,12 @@ impl Endpoints {
             .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"));
         let traces = set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .or_else(|| base.as_deref().map(|base| signal_url(base, "v1/traces")))?;
-        Some(Endpoints { traces })
+        let metrics = set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+            .or_else(|| base.as_deref().map(|base| signal_url(base, "v1/metrics")))
+            .filter(|_| {
+                set("OTEL_METRICS_EXPORTER").is_none_or(|exporter| exporter.trim() != "none")
+            });
+        Some(Endpoints { traces, metrics })
     }
 }
 
@@ -146,6 +161,7 @@ pub fn start(config: &TelemetryConfig) -> Result<Option<String>, TelemetryError>
     let resource = resource
         .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
         .build();
+    let spans_resource = resource.clone();
     // The sampler is OTEL_TRACES_SAMPLER's (default: parentbased_always_on).
     let provider = SdkTracerProvider::builder()
         .with_span_processor(BoundedBatch::new(
@@ -153,18 +169,55 @@ pub fn start(config: &TelemetryConfig) -> Result<Option<String>, TelemetryError>
             QUEUE_CAPACITY,
             Arc::clone(&counts),
         ))
-        .with_resource(resource)
+        .with_resource(spans_resource)
         .build();
     let tracer = provider.tracer("mcp-taskd");
+    let interval = metrics_interval(config, |name| std::env::var(name).ok());
     let telemetry = Telemetry {
         provider,
         tracer,
         counts,
+        metrics: endpoints.metrics.map(|url| (url, interval)),
+        resource,
     };
     if TELEMETRY.set(telemetry).is_err() {
         log::warn!("telemetry was started twice; the first start stands");
     }
     Ok(Some(endpoints.traces))
+}
+
+/// How often the metrics are exported: `telemetry.metrics_interval_ms`, else
+/// `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds), else a minute (the specification's
+/// default), never more often than every 100 ms.
+fn metrics_interval(config: &TelemetryConfig, env: impl Fn(&str) -> Option<String>) -> Duration {
+    let ms = config
+        .metrics_interval_ms
+        .or_else(|| env("OTEL_METRIC_EXPORT_INTERVAL")?.trim().parse().ok())
+        .unwrap_or(60_000);
+    Duration::from_millis(ms.max(100))
+}
+
+/// Starts exporting the metrics page (`render` writes it) when telemetry is on and
+/// the metrics are not turned off; stop it before [`shutdown`].
+pub fn start_metrics(
+    render: impl Fn() -> String + Send + 'static,
+) -> Option<metrics::MetricsExport> {
+    let telemetry = TELEMETRY.get()?;
+    let (url, interval) = telemetry.metrics.clone()?;
+    let resource = metrics::resource(&telemetry.resource);
+    match metrics::MetricsExport::start(url.clone(), interval, resource, render) {
+        Ok(export) => {
+            log::info!(
+                "telemetry: metrics go to {url} every {} ms",
+                interval.as_millis()
+            );
+            Some(export)
+        }
+        Err(error) => {
+            log::warn!("telemetry: cannot start the metrics export: {error}");
+            None
+        }
+    }
 }
 
 /// Exports what is queued (within a few seconds) and stops the exporter: the end of
@@ -369,6 +422,45 @@ mod tests {
         );
         let blank = |_: &str| Some("  ".to_owned());
         assert_eq!(Endpoints::resolve(&config(None), blank), None);
+    }
+
+    #[test]
+    fn metrics_go_beside_the_traces_unless_turned_off() {
+        let conf = config(Some("http://conf:4318/"));
+        let metrics = |env: &dyn Fn(&str) -> Option<String>| {
+            Endpoints::resolve(&conf, env).and_then(|endpoints| endpoints.metrics)
+        };
+        assert_eq!(
+            metrics(&|_| None).as_deref(),
+            Some("http://conf:4318/v1/metrics")
+        );
+        assert_eq!(
+            metrics(&|name| {
+                (name == "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").then(|| "http://m:1/x".into())
+            })
+            .as_deref(),
+            Some("http://m:1/x")
+        );
+        assert_eq!(
+            metrics(&|name| (name == "OTEL_METRICS_EXPORTER").then(|| "none".into())),
+            None
+        );
+        let interval = |ms: Option<u64>, env: Option<&str>| {
+            let conf = TelemetryConfig {
+                metrics_interval_ms: ms,
+                ..TelemetryConfig::default()
+            };
+            metrics_interval(&conf, |name| {
+                (name == "OTEL_METRIC_EXPORT_INTERVAL").then(|| env.unwrap_or("x").to_owned())
+            })
+        };
+        assert_eq!(interval(None, Some("x")), Duration::from_secs(60));
+        assert_eq!(interval(None, Some("5000")), Duration::from_secs(5));
+        assert_eq!(
+            interval(Some(200), Some("5000")),
+            Duration::from_millis(200)
+        );
+        assert_eq!(interval(Some(1), None), Duration::from_millis(100));
     }
 
     #[test]

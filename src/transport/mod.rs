@@ -567,13 +567,9 @@ impl Frontend {
                 "GET",
             );
         }
-        let tasks = &self.service.tasks;
-        let page = self.metrics.render(&Snapshot {
-            stats: tasks.stats().ok(),
-            running_attempts: tasks.running_attempts(),
-            open_subscriptions: self.hub.open_subscriptions(),
-            wal_bytes: tasks.wal_bytes(),
-        });
+        let page = self
+            .metrics
+            .render(&Snapshot::now(&self.service.tasks, &self.hub));
         let length = page.len();
         Response::new(
             StatusCode(200),

@@ -11,6 +11,10 @@ A span line: {"signal": "span", "trace_id", "span_id", "parent_span_id" (hex, ""
 a root), "name", "kind", "start_ns", "end_ns", "status": {"code", "message"},
 "attributes": {key: value}, "events": [names], "links": [{"trace_id", "span_id"}],
 "resource": {key: value}}.
+A metric line: {"signal": "metric", "name", "unit", "type" ("sum", "gauge",
+"histogram"), "points": [{"attributes", "start_ns", "time_ns", "value"} (a histogram's
+point adds "sum", "bounds", "buckets"; its value is its count)], "resource",
+"monotonic" and "temporality" where the type has them}.
 """
 import json
 import sys
@@ -46,6 +50,19 @@ def value(any_value):
 
 def attributes(pairs):
     return {kv.key: value(kv.value) for kv in pairs}
+
+
+def point(data, p):
+    """A data point: its attributes and value (a histogram's count, sum, bounds and
+    per-bucket counts)."""
+    line = {"attributes": attributes(p.attributes),
+            "start_ns": p.start_time_unix_nano, "time_ns": p.time_unix_nano}
+    if data in ("sum", "gauge"):
+        line["value"] = p.as_int if p.WhichOneof("value") == "as_int" else p.as_double
+    else:
+        line.update(value=p.count, sum=p.sum, bounds=list(p.explicit_bounds),
+                    buckets=list(p.bucket_counts))
+    return line
 
 
 def write(lines):
@@ -95,19 +112,24 @@ class Handler(BaseHTTPRequestHandler):
             request.ParseFromString(body)
             lines = []
             for resource_metrics in request.resource_metrics:
+                resource = attributes(resource_metrics.resource.attributes)
                 for scope_metrics in resource_metrics.scope_metrics:
                     for metric in scope_metrics.metrics:
                         data = metric.WhichOneof("data")
-                        points = getattr(metric, data).data_points
-                        lines.append({
+                        body = getattr(metric, data)
+                        line = {
                             "signal": "metric",
                             "name": metric.name,
+                            "unit": metric.unit,
                             "type": data,
-                            "points": [{"attributes": attributes(p.attributes),
-                                        "value": (p.as_int if p.HasField("as_int") else p.as_double)
-                                        if data in ("sum", "gauge") else p.count}
-                                       for p in points],
-                        })
+                            "points": [point(data, p) for p in body.data_points],
+                            "resource": resource,
+                        }
+                        if data == "sum":
+                            line["monotonic"] = body.is_monotonic
+                        if data in ("sum", "histogram"):
+                            line["temporality"] = body.aggregation_temporality
+                        lines.append(line)
             write(lines)
             return self.answer(200, ExportMetricsServiceResponse().SerializeToString())
         return self.answer(404, b"")
