@@ -101,15 +101,27 @@ impl Server {
             .set_read_timeout(Some(Duration::from_secs(30)))
             .expect("timeout");
         stream.write_all(request).expect("write request");
+        let started = Instant::now();
         let mut raw = Vec::new();
         let mut buffer = [0u8; 16 * 1024];
+        let mut ended = "the server closed the connection".to_owned();
         while !response_complete(&raw) {
             match stream.read(&mut buffer) {
-                Ok(0) | Err(_) => break,
+                Ok(0) => break,
+                Err(error) => {
+                    ended = format!("reading failed: {error}");
+                    break;
+                }
                 Ok(n) => raw.extend_from_slice(&buffer[..n]),
             }
         }
-        HttpResponse::parse(&raw)
+        HttpResponse::try_parse(&raw).unwrap_or_else(|| {
+            panic!(
+                "not an HTTP response after {:?} ({ended}): {:?}",
+                started.elapsed(),
+                String::from_utf8_lossy(&raw[..raw.len().min(2000)])
+            )
+        })
     }
 
     pub fn get(&self, path: &str) -> HttpResponse {
@@ -130,15 +142,6 @@ pub struct HttpResponse {
 }
 
 impl HttpResponse {
-    fn parse(raw: &[u8]) -> HttpResponse {
-        HttpResponse::try_parse(raw).unwrap_or_else(|| {
-            panic!(
-                "not an HTTP response: {:?}",
-                String::from_utf8_lossy(&raw[..raw.len().min(2000)])
-            )
-        })
-    }
-
     /// Parses one HTTP response (status line, headers, body to the end of `raw`).
     pub fn try_parse(raw: &[u8]) -> Option<HttpResponse> {
         let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
