@@ -369,6 +369,7 @@ mod tests {
             creations_per_sec: None,
             creation_burst: None,
             max_inline_waits: None,
+            max_dashboard_logins: None,
         }
     }
 

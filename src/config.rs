@@ -521,6 +521,8 @@ pub struct TokenConfig {
     pub creation_burst: Option<u32>,
     /// The identity's own `tasks.max_inline_waits_per_identity` (at least 1).
     pub max_inline_waits: Option<usize>,
+    /// The identity's own `dashboard.max_logins_per_identity` (at least 1).
+    pub max_dashboard_logins: Option<usize>,
 }
 
 fn one() -> u32 {
@@ -542,6 +544,9 @@ pub struct DashboardConfig {
     pub enabled: Option<bool>,
     /// Where the page lives; its API and assets are under it.
     pub path: String,
+    /// Browser logins one identity may have at once (a token's `max_dashboard_logins`
+    /// overrides it); a login beyond ends the identity's oldest.
+    pub max_logins_per_identity: usize,
 }
 
 impl Default for DashboardConfig {
@@ -549,6 +554,7 @@ impl Default for DashboardConfig {
         DashboardConfig {
             enabled: None,
             path: "/dashboard".into(),
+            max_logins_per_identity: 8,
         }
     }
 }
@@ -839,6 +845,9 @@ impl Config {
         {
             return Err(ConfigError::SessionLimits);
         }
+        if self.dashboard.max_logins_per_identity == 0 {
+            return Err(ConfigError::DashboardLogins);
+        }
         for (index, token) in self.auth.tokens.iter().enumerate() {
             let digest_ok =
                 token.sha256.len() == 64 && token.sha256.bytes().all(|b| b.is_ascii_hexdigit());
@@ -865,6 +874,10 @@ impl Config {
                 ("max_live_tasks", token.max_live_tasks == Some(0)),
                 ("creation_burst", token.creation_burst == Some(0)),
                 ("max_inline_waits", token.max_inline_waits == Some(0)),
+                (
+                    "max_dashboard_logins",
+                    token.max_dashboard_logins == Some(0),
+                ),
                 (
                     "creations_per_sec",
                     token

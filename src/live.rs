@@ -238,6 +238,8 @@ pub const LIVE: &[&str] = &[
     "tasks.creation_burst_per_identity",
     // Read from the shares as each bridged call starts waiting.
     "tasks.max_inline_waits_per_identity",
+    // Read from the shares at each login: logins already open stay open.
+    "dashboard.max_logins_per_identity",
     "notifications.max_subscriptions",
     // Read from the shares at each `initialize`: sessions already open stay open.
     "sessions.max_sessions_per_identity",

@@ -50,14 +50,17 @@ pub enum Quota {
     TaskRate,
     /// A bridged call beyond the identity's waiting calls: it got its handle at once.
     InlineWaits,
+    /// A dashboard login beyond the identity's logins: its oldest login ended.
+    DashboardLogins,
 }
 
 impl Quota {
-    pub const ALL: [Quota; 4] = [
+    pub const ALL: [Quota; 5] = [
         Quota::Sessions,
         Quota::LiveTasks,
         Quota::TaskRate,
         Quota::InlineWaits,
+        Quota::DashboardLogins,
     ];
 
     /// The name clients and operators see (error data, metric label, docs).
@@ -67,6 +70,7 @@ impl Quota {
             Quota::LiveTasks => "live_tasks",
             Quota::TaskRate => "task_rate",
             Quota::InlineWaits => "inline_waits",
+            Quota::DashboardLogins => "dashboard_logins",
         }
     }
 }
@@ -343,7 +347,7 @@ impl Metrics {
             "Tasks deleted after their TTL.",
             self.expired.load(Ordering::Relaxed),
         );
-        let _ = writeln!(out, "# HELP mcp_taskd_quota_refusals_total Requests beyond an identity's quota: sessions = an initialize that ended the identity's own least recently used legacy session; live_tasks and task_rate = task creations refused with 429; inline_waits = a bridged call answered with its task handle at once because the identity had as many calls waiting as it may.");
+        let _ = writeln!(out, "# HELP mcp_taskd_quota_refusals_total Requests beyond an identity's quota: sessions = an initialize that ended the identity's own least recently used legacy session; live_tasks and task_rate = task creations refused with 429; inline_waits = a bridged call answered with its task handle at once because the identity had as many calls waiting as it may; dashboard_logins = a dashboard login that ended the identity's oldest.");
         let _ = writeln!(out, "# TYPE mcp_taskd_quota_refusals_total counter");
         for quota in Quota::ALL {
             let _ = writeln!(

@@ -297,6 +297,7 @@ fn dashboard(config: &Config, engine: &Engine) -> Option<Arc<crate::dashboard::D
         Arc::clone(&engine.operator),
         Arc::clone(&engine.hub),
         Arc::clone(&engine.live),
+        Arc::clone(&engine.metrics),
     );
     if dashboard.is_none() {
         log::error!("dashboard: no randomness for its session key; not served");

@@ -29,6 +29,8 @@ pub struct Share {
     pub creation_burst: u32,
     /// Bridged calls it may have waiting for their task at once.
     pub max_inline_waits: usize,
+    /// Dashboard logins it may have at once.
+    pub max_dashboard_logins: usize,
 }
 
 impl Share {
@@ -42,6 +44,7 @@ impl Share {
             creations_per_sec: config.tasks.creations_per_sec_per_identity,
             creation_burst: config.tasks.creation_burst_per_identity,
             max_inline_waits: config.tasks.max_inline_waits_per_identity,
+            max_dashboard_logins: config.dashboard.max_logins_per_identity,
         }
     }
 
@@ -56,6 +59,9 @@ impl Share {
                 .unwrap_or(defaults.creations_per_sec),
             creation_burst: token.creation_burst.unwrap_or(defaults.creation_burst),
             max_inline_waits: token.max_inline_waits.unwrap_or(defaults.max_inline_waits),
+            max_dashboard_logins: token
+                .max_dashboard_logins
+                .unwrap_or(defaults.max_dashboard_logins),
         }
     }
 }
@@ -70,6 +76,7 @@ fn as_set(token: &TokenConfig) -> impl PartialEq {
             token.creations_per_sec,
             token.creation_burst,
             token.max_inline_waits,
+            token.max_dashboard_logins,
         ),
     )
 }
@@ -286,6 +293,7 @@ mod tests {
             creations_per_sec: None,
             creation_burst: None,
             max_inline_waits: None,
+            max_dashboard_logins: None,
         }
     }
 

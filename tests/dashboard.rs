@@ -349,3 +349,96 @@ fn the_task_page_shows_the_trace_id_and_the_viewer_link_template() {
     let app = get(&server, "/dashboard/app.js", &[]).text();
     assert!(app.contains("{trace_id}") && app.contains("fact-trace"));
 }
+
+/// Whether the browser session `cookie` still opens the API.
+fn session_opens(server: &Server, cookie: &str) -> bool {
+    let status = get(server, "/dashboard/api/session", &[("Cookie", cookie)]).status;
+    assert!(status == 200 || status == 401, "{status}");
+    status == 200
+}
+
+/// Logins per identity (issue 29): one beyond the share ends that identity's oldest,
+/// never another identity's; a token's own share wins over the default; a logout ends
+/// its login on the server, not only in its browser; each ending is counted.
+#[test]
+fn an_identitys_logins_beyond_its_share_end_its_own_oldest_and_a_logout_ends_one() {
+    let config = format!(
+        "{CONFIG}[dashboard]\nmax_logins_per_identity = 2\n\
+         [[auth.tokens]]\nprincipal = \"ops\"\nroles = [\"admin\"]\nmax_dashboard_logins = 1\n\
+         sha256 = \"d9310c002af91822beb0b3487d8b04f85bf6bf1f8a5496bff7d35fc7c5a29def\"\n"
+    );
+    let server = Server::start(&config);
+    let ops = login(&server, "ops-token").expect("ops logs in");
+    let first = login(&server, "admin-token").expect("boss logs in");
+    let second = login(&server, "admin-token").expect("again");
+    assert!(session_opens(&server, &first) && session_opens(&server, &second));
+    // A third login of boss's (share 2) ends boss's oldest; ops's login stays.
+    let third = login(&server, "admin-token").expect("a third time");
+    assert!(!session_opens(&server, &first), "boss's oldest login ended");
+    assert!(session_opens(&server, &second) && session_opens(&server, &third));
+    assert!(
+        session_opens(&server, &ops),
+        "another identity's login stays"
+    );
+    // ops's own share is one.
+    let ops_again = login(&server, "ops-token").expect("ops again");
+    assert!(!session_opens(&server, &ops) && session_opens(&server, &ops_again));
+    let refusals = server
+        .get("/metrics")
+        .text()
+        .lines()
+        .find(|line| line.starts_with("mcp_taskd_quota_refusals_total{quota=\"dashboard_logins\"}"))
+        .map(str::to_owned);
+    assert_eq!(
+        refusals.as_deref(),
+        Some("mcp_taskd_quota_refusals_total{quota=\"dashboard_logins\"} 2")
+    );
+    // A logout ends the login wherever its cookie is kept.
+    let origin = origin(&server);
+    let logout = server.post_raw(
+        "/dashboard/logout",
+        &[("Origin", origin.as_str()), ("Cookie", second.as_str())],
+        b"",
+    );
+    assert_eq!(logout.status, 200);
+    assert!(!session_opens(&server, &second), "logged out on the server");
+    assert!(session_opens(&server, &third));
+}
+
+/// The dashboard lists each identity's unfinished tasks (as `mcp-taskd stats` does),
+/// to admins only.
+#[test]
+fn the_identities_view_shows_each_identitys_unfinished_tasks() {
+    let server = Server::start(CONFIG);
+    let task = tasks::create(
+        &server,
+        "slow_compute",
+        json!({"seconds": 30}),
+        &[("Authorization", ALICE)],
+    );
+    let alice = poll_until(Duration::from_secs(10), || {
+        let view = admin_get(&server, "/dashboard/api/identities");
+        view["identities"]
+            .as_array()?
+            .iter()
+            .find(|identity| identity["principal"] == "alice")
+            .filter(|alice| {
+                let count = |key: &str| alice[key].as_u64().unwrap_or(0);
+                count("queued") + count("running") == 1
+            })
+            .cloned()
+    })
+    .expect("alice's task is listed");
+    assert_eq!(alice["tenant"], "a", "{alice}");
+    assert_eq!(alice["refusals"]["task_rate"], 0, "{alice}");
+    let refused = get(
+        &server,
+        "/dashboard/api/identities",
+        &[("Authorization", ALICE)],
+    );
+    assert_eq!(
+        refused.status, 403,
+        "not for a token without the admin role"
+    );
+    tasks::cancel(&server, &task, &[("Authorization", ALICE)]);
+}

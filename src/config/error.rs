@@ -89,6 +89,8 @@ pub enum ConfigError {
     TaskQuotas,
     #[error("[sessions] limits must be positive")]
     SessionLimits,
+    #[error("dashboard.max_logins_per_identity must be at least 1")]
+    DashboardLogins,
     #[error("auth.tokens[{index}].sha256 must be 64 hex digits (the SHA-256 of the token)")]
     TokenDigest { index: usize },
     #[error("auth.tokens[{index}].principal must not be empty")]

@@ -39,6 +39,7 @@ use tiny_http::{Header, Method, Response, StatusCode};
 
 use crate::auth::{Access, Authenticator};
 use crate::live::Live;
+use crate::metrics::{Metrics, Quota};
 use crate::notifications::Hub;
 use crate::ops::admin::{summary_json, Admin, Request as Op};
 use crate::protocol::TaskStatus;
@@ -69,8 +70,10 @@ pub struct Dashboard {
     sessions: Sessions,
     failed_logins: LoginThrottle,
     history: Arc<History>,
-    /// The tools served now, for the page's filter.
+    /// The tools served now, for the page's filter; the identities' login shares.
     live: Arc<Live>,
+    /// Where a login beyond its identity's share is counted.
+    metrics: Arc<Metrics>,
 }
 
 /// Who is asking, once allowed.
@@ -84,10 +87,17 @@ enum Viewer {
 
 impl Dashboard {
     /// The dashboard at `path`; `None` if no session key can be drawn.
-    pub fn new(path: &str, admin: Arc<Admin>, hub: Arc<Hub>, live: Arc<Live>) -> Option<Dashboard> {
+    pub fn new(
+        path: &str,
+        admin: Arc<Admin>,
+        hub: Arc<Hub>,
+        live: Arc<Live>,
+        metrics: Arc<Metrics>,
+    ) -> Option<Dashboard> {
         let history = History::start(&admin.tasks);
         Some(Dashboard {
             live,
+            metrics,
             path: path.to_owned(),
             admin,
             hub,
@@ -136,6 +146,11 @@ impl Dashboard {
             (Method::Post, "/logout") => {
                 if header(request, "Origin").is_none() {
                     return refused(403, "cross-site request refused");
+                }
+                let session = cookie_value(request, COOKIE)
+                    .and_then(|value| self.sessions.verify(value, now_s()));
+                if let Some(session) = session {
+                    self.sessions.end(&session);
                 }
                 with_header(
                     json_response(200, &json!({"ok": true})),
@@ -201,17 +216,36 @@ impl Dashboard {
         };
         match auth.access_of_token(&token) {
             Ok(Access::Admin) => {
-                let Ok(credential) = auth.credential_of_token(&token) else {
+                let bearer = format!("Bearer {}", token.trim());
+                let (Ok(credential), Ok(caller)) = (
+                    auth.credential_of_token(&token),
+                    auth.authenticate(Some(&bearer)),
+                ) else {
                     return refused(401, "unknown token");
                 };
-                let Some(value) = self.sessions.issue(now_s(), &credential) else {
+                let share = self
+                    .live
+                    .load()
+                    .shares
+                    .of(&caller.identity)
+                    .max_dashboard_logins;
+                let owner = caller.identity.key();
+                let Some(issued) = self.sessions.issue(now_s(), &credential, &owner, share) else {
                     return refused(500, "could not open a session");
                 };
-                log::info!("dashboard: a session was opened");
+                if issued.ended_oldest {
+                    self.metrics
+                        .record_quota_refusal(Quota::DashboardLogins, &owner);
+                    log::info!(
+                        "dashboard: a session was opened; the identity's oldest ended (dashboard.max_logins_per_identity)"
+                    );
+                } else {
+                    log::info!("dashboard: a session was opened");
+                }
                 with_header(
                     json_response(200, &json!({"ok": true})),
                     "Set-Cookie",
-                    &self.cookie(&value, LIFETIME_S),
+                    &self.cookie(&issued.cookie, LIFETIME_S),
                 )
             }
             Ok(Access::McpOnly) => {
@@ -294,6 +328,7 @@ impl Dashboard {
                 }),
             ),
             (Method::Get, ["overview"]) => self.overview(),
+            (Method::Get, ["identities"]) => self.identities(),
             (Method::Get, ["tasks"]) => self.list(query),
             (Method::Get, ["tasks", id]) => self.operate(Op::Show {
                 id: (*id).to_owned(),
@@ -303,6 +338,16 @@ impl Dashboard {
             (Method::Post, ["tasks", id, "rerun"]) => self.rerun(id),
             (Method::Get | Method::Post, _) => refused(404, "not found"),
             _ => with_header(refused(405, "method not allowed"), "Allow", "GET, POST"),
+        }
+    }
+
+    /// Each identity's queued, running and waiting tasks and its quota refusals since
+    /// start-up, as `mcp-taskd stats` lists them (the most unfinished first): for admins
+    /// only, like everything here.
+    fn identities(&self) -> Response<Body> {
+        match self.admin.handle(Op::Stats, &mut |_, _| {}) {
+            Ok(stats) => json_response(200, &json!({"identities": stats["identities"]})),
+            Err(_) => refused(503, "the task store cannot be read"),
         }
     }
 

@@ -1,6 +1,13 @@
 //! Browser sessions of the dashboard: a cookie signed with HMAC-SHA256 under a key drawn
-//! at start-up (so a restart logs everyone out, and nothing needs storing), and the
-//! per-session CSRF token derived from it.
+//! at start-up (so a restart logs everyone out, and nothing needs storing), the
+//! per-session CSRF token derived from it, and the logins open now.
+//!
+//! A signed cookie alone could not be ended before it expires, nor counted. So the
+//! logins open are kept too (in memory, as the key is), per identity: each identity
+//! has at most its share of them (`dashboard.max_logins_per_identity`, issue 29), a
+//! login beyond ends that identity's oldest (never another's), and a logout ends its
+//! login for good, not just in the browser that sent it. Tokens are configured, so
+//! the identities, and the table, are bounded.
 //!
 //! The cookie holds only an expiry, a random nonce and a tag of the credential shown at
 //! login (a keyed MAC of the token's digest, so the cookie reveals nothing about the
@@ -9,6 +16,9 @@
 //! reload that revokes the token (or its role) ends the login at its next request. The CSRF token is the
 //! HMAC of the nonce under another label: the page reads it from the API (never from
 //! the HttpOnly cookie) and sends it back in `X-CSRF-Token` with each action.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -22,6 +32,37 @@ pub const LIFETIME_S: i64 = 12 * 3600;
 
 pub struct Sessions {
     key: [u8; 32],
+    open: Mutex<OpenLogins>,
+}
+
+/// The logins not yet ended.
+#[derive(Default)]
+struct OpenLogins {
+    /// Each login's nonce: its identity's key and its expiry (Unix seconds).
+    by_nonce: HashMap<String, (String, i64)>,
+    /// Each identity's logins, oldest first.
+    by_identity: HashMap<String, VecDeque<String>>,
+}
+
+impl OpenLogins {
+    fn end(&mut self, nonce: &str) {
+        if let Some((identity, _)) = self.by_nonce.remove(nonce) {
+            if let Some(nonces) = self.by_identity.get_mut(&identity) {
+                nonces.retain(|open| open != nonce);
+                if nonces.is_empty() {
+                    self.by_identity.remove(&identity);
+                }
+            }
+        }
+    }
+}
+
+/// A login that [`Sessions::issue`] opened.
+pub struct Issued {
+    /// The cookie's value.
+    pub cookie: String,
+    /// Whether the identity's oldest login ended to make room.
+    pub ended_oldest: bool,
 }
 
 /// A session presented back by the browser, already verified.
@@ -36,7 +77,10 @@ impl Sessions {
     pub fn new() -> Option<Sessions> {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).ok()?;
-        Some(Sessions { key })
+        Some(Sessions {
+            key,
+            open: Mutex::default(),
+        })
     }
 
     fn mac(&self, label: &str, text: &str) -> String {
@@ -74,9 +118,16 @@ impl Sessions {
         })
     }
 
-    /// A new session's cookie value, for a login with `credential`, expiring
-    /// `LIFETIME_S` after `now_s`.
-    pub fn issue(&self, now_s: i64, credential: &Credential) -> Option<String> {
+    /// A new login with `credential` by the identity keyed `identity`, expiring
+    /// `LIFETIME_S` after `now_s`; if the identity then has more than `share` logins,
+    /// its oldest ends.
+    pub fn issue(
+        &self,
+        now_s: i64,
+        credential: &Credential,
+        identity: &str,
+        share: usize,
+    ) -> Option<Issued> {
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce).ok()?;
         let body = format!(
@@ -86,7 +137,40 @@ impl Sessions {
             self.tag(credential)
         );
         let mac = self.mac("session", &body);
-        Some(format!("{body}.{mac}"))
+        let nonce = hex::encode(nonce);
+        // Only maps of strings: a poisoned lock still holds consistent ones.
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let expired: Vec<String> = open
+            .by_identity
+            .get(identity)
+            .into_iter()
+            .flatten()
+            .filter(|nonce| {
+                open.by_nonce
+                    .get(*nonce)
+                    .is_none_or(|(_, exp)| *exp <= now_s)
+            })
+            .cloned()
+            .collect();
+        for nonce in &expired {
+            open.end(nonce);
+        }
+        open.by_nonce
+            .insert(nonce.clone(), (identity.to_owned(), now_s + LIFETIME_S));
+        let nonces = open.by_identity.entry(identity.to_owned()).or_default();
+        nonces.push_back(nonce);
+        let oldest = (nonces.len() > share.max(1)).then(|| nonces.front().cloned());
+        let ended_oldest = oldest.flatten().map(|nonce| open.end(&nonce)).is_some();
+        Some(Issued {
+            cookie: format!("{body}.{mac}"),
+            ended_oldest,
+        })
+    }
+
+    /// Ends `session` (a logout): its cookie is refused from now on, wherever it is.
+    pub fn end(&self, session: &Session) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.end(&session.nonce);
     }
 
     /// The session a cookie value names, if its signature holds and it has not expired.
@@ -99,6 +183,10 @@ impl Sessions {
             return None;
         }
         if expiry.parse::<i64>().ok()? <= now_s {
+            return None;
+        }
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if !open.by_nonce.contains_key(nonce) {
             return None;
         }
         Some(Session {
@@ -137,7 +225,7 @@ mod tests {
     fn cookies_verify_until_they_expire_and_not_when_altered() {
         let sessions = Sessions::new().unwrap();
         let admin = Credential::Token([7; 32]);
-        let cookie = sessions.issue(1_000, &admin).unwrap();
+        let cookie = sessions.issue(1_000, &admin, "ops", 8).unwrap().cookie;
         let session = sessions.verify(&cookie, 1_001).unwrap();
         assert!(sessions.opened_with(&session, &[Credential::Anonymous, admin]));
         assert!(
@@ -153,5 +241,38 @@ mod tests {
         assert!(sessions.verify(&forged, 1_001).is_none(), "expiry changed");
         let other = Sessions::new().unwrap();
         assert!(other.verify(&cookie, 1_001).is_none(), "another key");
+    }
+
+    #[test]
+    fn an_identity_beyond_its_share_loses_its_oldest_login_and_a_logout_ends_one() {
+        let sessions = Sessions::new().unwrap();
+        let admin = Credential::Token([7; 32]);
+        let login = |identity: &str| sessions.issue(1_000, &admin, identity, 2).unwrap();
+        let first = login("ops");
+        let second = login("ops");
+        let others = login("other");
+        assert!(!first.ended_oldest && !second.ended_oldest);
+        let third = login("ops");
+        assert!(third.ended_oldest);
+        assert!(
+            sessions.verify(&first.cookie, 1_001).is_none(),
+            "the oldest ended"
+        );
+        for live in [&second, &third, &others] {
+            assert!(sessions.verify(&live.cookie, 1_001).is_some());
+        }
+        let session = sessions.verify(&second.cookie, 1_001).unwrap();
+        sessions.end(&session);
+        assert!(
+            sessions.verify(&second.cookie, 1_001).is_none(),
+            "logged out"
+        );
+        assert!(!login("ops").ended_oldest, "the logout made room");
+        // Expired logins make room too, and the table forgets them.
+        let later = 1_000 + LIFETIME_S;
+        let fresh = sessions.issue(later, &admin, "ops", 2).unwrap();
+        assert!(!fresh.ended_oldest);
+        let open = sessions.open.lock().unwrap();
+        assert_eq!(open.by_identity["ops"].len(), 1, "expired ones pruned");
     }
 }

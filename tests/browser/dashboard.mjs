@@ -172,6 +172,10 @@ await waitFor(`[...document.querySelectorAll("#statuses .card")].some((c) =>
   c.textContent.includes("completed") && Number(c.querySelector(".value").textContent) >= 1)`, 10000,
   "a completed task is counted live");
 console.log(`ok: overview; task ${warmup.slice(0, 8)}… counted completed without a reload`);
+const unfinished = await createTask(10);
+await waitFor(`[...document.querySelectorAll("#identity-rows tr")].some((row) =>
+  row.textContent.includes("alice"))`, 9000, "the identities table lists alice's unfinished task");
+console.log(`ok: the identities table lists alice while task ${unfinished.slice(0, 8)}… is unfinished`);
 
 // 3. Tasks created through MCP appear in the table within 2 s, without a reload.
 await evaluate(`location.hash = "#tasks"; true`);

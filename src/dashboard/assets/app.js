@@ -98,6 +98,8 @@ function chart(tool, series) {
   return el("figure", { class: "chart" }, el("figcaption", { text: `${tool} (peak ${max}/min)` }), svg, legend);
 }
 
+let identitiesAt = 0;
+
 async function loadOverview() {
   const o = await api("api/overview");
   $("cards").replaceChildren(
@@ -114,6 +116,17 @@ async function loadOverview() {
   const idle = tools.length - active.length;
   $("charts").replaceChildren(...active.map(([t, s]) => chart(t, s)),
     ...(idle ? [el("p", { text: `${idle} tool(s) without tasks in the last hour.` })] : []));
+  // A pass over the live jobs (and the last hour's counts) on the server: every 5 s,
+  // not with each second's poll; identities' backlogs change slowly.
+  if (Date.now() - identitiesAt < 5000) return;
+  identitiesAt = Date.now();
+  const { identities } = await api("api/identities");
+  const refusals = (counts) => Object.entries(counts).filter(([, n]) => n > 0)
+    .map(([quota, n]) => `${quota} ${n}`).join(", ") || "none";
+  $("identity-rows").replaceChildren(...identities.map((i) => el("tr", {},
+    el("td", { text: i.tenant ?? "" }), el("td", { text: i.principal ?? "?" }),
+    el("td", { text: String(i.queued) }), el("td", { text: String(i.running) }),
+    el("td", { text: String(i.waiting) }), el("td", { text: refusals(i.refusals) }))));
 }
 
 function filterQuery() {
