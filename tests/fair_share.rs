@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::common::{poll_until, tasks_caps, Server};
+use crate::common::{poll_until, tasks_caps, Listen, Server};
 
 /// A `[[auth.tokens]]` entry for `principal`, whose token is `<principal>-token`, with
 /// `extra` lines (weight, priority, quotas).
@@ -451,4 +451,56 @@ fn an_identity_at_its_waiting_calls_gets_handles_and_another_still_waits() {
     // The other identity waited for its report, as if flood had not been there.
     assert!(!other.1, "other got a handle: {other:?}");
     assert_eq!(quota_refusals(&server, "inline_waits"), 2);
+}
+
+/// Listen streams: an identity opening stream after stream gets `429` beyond its share,
+/// and another identity's stream still opens at once.
+#[test]
+fn an_identity_flooding_listen_streams_is_capped_and_another_still_listens_at_once() {
+    let config = format!(
+        "[builtin]\nsets = [\"demo\"]\n\
+         [notifications]\nmax_subscriptions = 8\nmax_subscriptions_per_identity = 3\n{}",
+        tokens()
+    );
+    let server = Server::start(&config);
+    let filter = json!({"toolsListChanged": true});
+    let flood_auth = bearer("flood");
+    let flood: Vec<Listen> = (0..20)
+        .map(|_| {
+            Listen::open(
+                &server,
+                filter.clone(),
+                json!({}),
+                &[("Authorization", &flood_auth)],
+            )
+        })
+        .collect();
+    let statuses: Vec<u16> = flood.iter().map(|listen| listen.status).collect();
+    assert_eq!(
+        statuses.iter().filter(|status| **status == 200).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|status| [200, 429].contains(status)),
+        "{statuses:?}"
+    );
+    let other_auth = bearer("other");
+    let started = std::time::Instant::now();
+    let mut other = Listen::open(
+        &server,
+        filter,
+        json!({}),
+        &[("Authorization", &other_auth)],
+    );
+    assert_eq!(other.status, 200);
+    assert!(
+        other.next_message(Duration::from_secs(5)).is_some(),
+        "other's stream is acknowledged"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "at once: {:?}",
+        started.elapsed()
+    );
 }
