@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Opens CONC keep-alive connections, each calling back to back for SECONDS, and prints
-//! one JSON line: era, concurrency, calls, seconds and calls/s. Any HTTP or JSON-RPC
+//! one JSON line: era, concurrency, calls, seconds and calls/s. With `ERALOAD_TOKEN`
+//! set, every request presents it as a bearer token. Any HTTP or JSON-RPC
 //! error aborts with exit status 1. Plain HTTP/1.1 over `std::net`, as `taskload` does.
 //! Built by `cargo bench --no-run --bench eraload`; not part of `cargo test`.
 
@@ -52,9 +53,13 @@ impl Connection {
     }
 
     fn send(&mut self, headers: &str, body: &str) -> Response {
+        let authorization = std::env::var("ERALOAD_TOKEN")
+            .map(|token| format!("Authorization: Bearer {token}\r\n"))
+            .unwrap_or_default();
         let request = format!(
             "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+             Accept: application/json, text/event-stream\r\n{authorization}{headers}\
+             Content-Length: {}\r\n\r\n{body}",
             self.host,
             body.len()
         );

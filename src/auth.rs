@@ -271,7 +271,7 @@ impl Authenticator {
         let Some(oauth) = &self.oauth else {
             return Err(Refusal::Invalid("unknown token"));
         };
-        match oauth.verify(token) {
+        match oauth.verify_digested(token, digest) {
             Ok(grant) => Ok(Caller {
                 identity: grant.identity.clone(),
                 scopes: grant.scopes.clone(),
