@@ -423,3 +423,46 @@ CREATE TABLE sessions (
     last_used     INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX sessions_last_used ON sessions (last_used);
+
+-- migration 12
+-- Each identity's place in the queue in a small table instead of an index over every
+-- job (issue 29: draining 1,000 identities' jobs ran at 0.73x of one identity's).
+-- jobs_by_owner (owner, priority, turn) held an entry per job, deleted at each job's
+-- end: with one identity those entries sit together, but jobs of 1,000 identities end
+-- in turn (round robin), so each batch of ends dirtied a page of that index per job,
+-- and each commit wrote that many more WAL pages. identity_queue holds one row per
+-- identity and priority (a few pages for 1,000 identities), kept by triggers:
+-- - jobs: its jobs (queued, running, waiting: its tasks not yet terminal), which the
+--   quota reads in one row (sql::upkeep::live_tasks);
+-- - last_turn: the last turn it was given there (sql::turns), at creation, or when a
+--   retry or an answered task gets its turn back. Turns are taken in order, so once an
+--   identity's jobs are all gone its last turn is behind the head of the queue, where
+--   its next job starts anyway; such rows (jobs = 0) are pruned by upkeep.
+-- SQLite's max() of NULL is NULL, hence coalesce: a job queued without a turn (a retry
+-- waiting for its backoff) leaves last_turn as it was.
+CREATE TABLE identity_queue (
+    owner     TEXT NOT NULL,
+    priority  INTEGER NOT NULL,
+    jobs      INTEGER NOT NULL,
+    last_turn INTEGER,
+    PRIMARY KEY (owner, priority)
+) WITHOUT ROWID;
+INSERT INTO identity_queue (owner, priority, jobs, last_turn)
+    SELECT owner, priority, COUNT(*), MAX(turn) FROM jobs GROUP BY owner, priority;
+CREATE TRIGGER identity_queue_job_in AFTER INSERT ON jobs BEGIN
+    INSERT INTO identity_queue (owner, priority, jobs, last_turn)
+        VALUES (NEW.owner, NEW.priority, 1, NEW.turn)
+        ON CONFLICT (owner, priority) DO UPDATE SET
+            jobs = jobs + 1,
+            last_turn = max(coalesce(last_turn, NEW.turn), coalesce(NEW.turn, last_turn));
+END;
+CREATE TRIGGER identity_queue_job_out AFTER DELETE ON jobs BEGIN
+    UPDATE identity_queue SET jobs = jobs - 1
+        WHERE owner = OLD.owner AND priority = OLD.priority;
+END;
+CREATE TRIGGER identity_queue_turn AFTER UPDATE OF turn ON jobs
+    WHEN NEW.turn IS NOT NULL BEGIN
+    UPDATE identity_queue SET last_turn = max(coalesce(last_turn, NEW.turn), NEW.turn)
+        WHERE owner = NEW.owner AND priority = NEW.priority;
+END;
+DROP INDEX jobs_by_owner;

@@ -497,7 +497,13 @@ impl TaskStore for Store {
     }
 
     fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError> {
-        self.write(move |conn| upkeep::delete_expired(conn, now_ms(), limit))
+        // The same pass forgets the queue places of identities without jobs (they only
+        // cost a row each, so once per upkeep pass is plenty).
+        self.write(move |conn| {
+            let expired = upkeep::delete_expired(conn, now_ms(), limit)?;
+            upkeep::prune_identity_queue(conn)?;
+            Ok(expired)
+        })
     }
 
     fn outbox_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, String)>, StoreError> {

@@ -253,8 +253,8 @@ pub fn stats_detail(conn: &Connection, now: i64) -> rusqlite::Result<StatsDetail
         })?;
         rows.collect()
     };
-    // One pass over jobs_by_owner (and each job's state): on demand (`mcp-taskd stats`,
-    // and an open dashboard every 5 s), never on a server timer.
+    // One pass over the jobs (live tasks only): on demand (`mcp-taskd stats`, and an
+    // open dashboard every 5 s), never on a server timer.
     let by_identity = conn
         .prepare_cached(
             "SELECT owner, SUM(state = 'queued'), SUM(state = 'running'), \

@@ -10,15 +10,15 @@ use rusqlite::{params, Connection, OptionalExtension};
 const HEAD: &str = "SELECT turn FROM jobs WHERE state = 'queued' AND turn IS NOT NULL \
      AND priority = ?1 ORDER BY turn LIMIT 1";
 
-/// The last turn of `owner` (?1) at `priority` (?2), of a job queued or in service
-/// (schema.sql, migration 10): one seek in `jobs_by_owner`.
-const LAST: &str = "SELECT turn FROM jobs WHERE owner = ?1 AND priority = ?2 \
-     AND turn IS NOT NULL ORDER BY turn DESC LIMIT 1";
+/// The last turn `owner` (?1) was given at `priority` (?2) (schema.sql, migration 12):
+/// one row of `identity_queue`.
+const LAST: &str = "SELECT last_turn FROM identity_queue WHERE owner = ?1 AND priority = ?2";
 
 /// The next turns of the jobs joining the queue in one write. A job's turn is its
-/// owner's next at its priority: `stride` after the owner's last there (queued or in
-/// service), and not before the head of the queue there (an owner with nothing queued
-/// or running starts at the head). Jobs given turns in the same write follow each other, in the order asked.
+/// owner's next at its priority: `stride` after the last turn the owner was given there
+/// (a job of it queued or in service: start-time fair queuing, where a flow's next start
+/// follows its previous one whether that is waiting or being served), and not before
+/// the head of the queue there (an owner whose jobs are all gone starts at the head). Jobs given turns in the same write follow each other, in the order asked.
 #[derive(Default)]
 pub struct Turns {
     /// The next turn of each (owner, priority) asked for so far.
@@ -45,7 +45,8 @@ impl Turns {
                 let last: Option<i64> = conn
                     .prepare_cached(LAST)?
                     .query_row(params![owner, priority], |row| row.get(0))
-                    .optional()?;
+                    .optional()?
+                    .flatten();
                 let head = head.unwrap_or(0);
                 last.map_or(head, |last| last.saturating_add(stride).max(head))
             }
@@ -213,6 +214,41 @@ mod tests {
         assert_eq!(first, ["2b1"]);
         // Behind A's queued jobs (B has none left): A's order is kept from there.
         assert_eq!(later, ["1a2", "1a3", "1a1"]);
+    }
+
+    #[test]
+    fn the_identity_queue_counts_live_jobs_and_forgets_identities_without_any() {
+        use crate::tasks::sqlite::sql::upkeep::{live_tasks, prune_identity_queue};
+        let (_dir, store) = fresh_store();
+        store
+            .write(|conn| {
+                let a: Vec<NewTask> = (1..=3)
+                    .map(|i| task_of(&format!("1a{i}"), "a", 1, 0))
+                    .collect();
+                create_tasks(conn, &a)?;
+                let owner = a[0].identity.key();
+                assert_eq!(live_tasks(conn, &owner, 100)?, 3);
+                assert_eq!(live_tasks(conn, &owner, 2)?, 2, "capped at the quota");
+                let done = Finish::Completed {
+                    result: "{}".into(),
+                };
+                for _ in 0..3 {
+                    let claimed = claim(conn, 1, 10, 1000, || "lease".into(), &mut TakesAll)?;
+                    assert!(finish(conn, &claimed[0].task_id, "lease", &done, 11)?);
+                }
+                assert_eq!(live_tasks(conn, &owner, 100)?, 0);
+                assert_eq!(prune_identity_queue(conn)?, 1);
+                assert_eq!(prune_identity_queue(conn)?, 0);
+                // Forgotten, a's next job starts at the head of the queue, behind b's.
+                create_tasks(
+                    conn,
+                    &[task_of("2b1", "b", 1, 0), task_of("2b2", "b", 1, 0)],
+                )?;
+                create_tasks(conn, &[task_of("3a4", "a", 1, 0)])?;
+                assert_eq!(claim_ids(conn, 3, 20)?, ["2b1", "3a4", "2b2"]);
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]

@@ -165,14 +165,23 @@ pub fn max_outbox_seq(conn: &Connection) -> rusqlite::Result<i64> {
 }
 
 /// Tasks of `owner` not yet terminal (each has its job until then), up to `at_most`:
-/// at most that many entries of jobs_by_owner.
+/// its rows of `identity_queue`, one per priority it has used.
 pub fn live_tasks(conn: &Connection, owner: &str, at_most: u64) -> rusqlite::Result<u64> {
     let count: i64 = conn
-        .prepare_cached("SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE owner = ?1 LIMIT ?2)")?
-        .query_row(params![owner, at_most.min(i64::MAX as u64) as i64], |row| {
-            row.get(0)
-        })?;
-    Ok(count.max(0) as u64)
+        .prepare_cached("SELECT COALESCE(SUM(jobs), 0) FROM identity_queue WHERE owner = ?1")?
+        .query_row([owner], |row| row.get(0))?;
+    Ok((count.max(0) as u64).min(at_most))
+}
+
+/// Forgets up to 1,000 identities' places in the queue once they have no jobs left:
+/// their last turns are behind the head of the queue, where their next jobs start
+/// anyway (schema.sql, migration 12). Returns how many.
+pub fn prune_identity_queue(conn: &Connection) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM identity_queue WHERE (owner, priority) IN \
+         (SELECT owner, priority FROM identity_queue WHERE jobs <= 0 LIMIT 1000)",
+    )?
+    .execute([])
 }
 
 /// Jobs waiting for a worker (backoff included): one row of `job_counts`.
