@@ -1,5 +1,5 @@
 use std::io::Result as IoResult;
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Write};
 
 use std::sync::mpsc::channel;
 use std::sync::mpsc::{Receiver, Sender};
@@ -117,6 +117,28 @@ impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
             writer: self.writer.clone(),
             on_finish: tx,
         })
+    }
+}
+
+impl<R: Read + Send> SequentialReader<BufReader<R>> {
+    /// mcp-taskd patch: the buffered reader itself, once it is this reader's turn
+    /// (waiting for it as `read` does), so that a caller can scan its buffer instead of
+    /// reading a byte at a time. A turn that can never come (the previous reader was
+    /// dropped without handing over) is an error, not a panic.
+    pub fn buffered(&mut self) -> IoResult<&mut BufReader<R>> {
+        if let SequentialReaderInner::Waiting(ref recv) = self.inner {
+            let reader = recv.recv().map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the previous request never handed over the connection")
+            })?;
+            self.inner = SequentialReaderInner::MyTurn(reader);
+        }
+        match self.inner {
+            SequentialReaderInner::MyTurn(ref mut reader) => Ok(reader),
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the connection's reader is gone",
+            )),
+        }
     }
 }
 
