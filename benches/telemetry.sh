@@ -11,7 +11,10 @@
 #   before  with BEFORE=<binary>: that build (one from before telemetry existed, e.g.
 #         7393758) with no [telemetry], for "off is within noise of before"
 # Clients send no traceparent: every request starts a trace, and the default sampler
-# records it (parentbased_always_on), the costliest case.
+# records it (parentbased_always_on), the costliest case. Besides the rates, the
+# server's own CPU time (utime + stime of /proc/PID/stat) per inline call and per task
+# (its creation and its run): on this box the collector shares the cores, so the rates
+# also pay for the collector; the CPU per operation is the server's cost alone.
 #
 #   cargo build --release && cargo bench --no-run --bench eraload --bench taskload --bench otlpsink
 #   benches/telemetry.sh [target/release/mcp-taskd]
@@ -26,6 +29,8 @@ BEFORE=${BEFORE:-}
 INLINE_SECONDS=${INLINE_SECONDS:-5}
 N=${N:-20000}
 CONC=${CONC:-64}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
 bench_bin() { find "$REPO/target/release/deps" -maxdepth 1 -type f -executable -name "$1-*" | head -1; }
 ERALOAD=$(bench_bin eraload)
 TASKLOAD=$(bench_bin taskload)
@@ -56,16 +61,26 @@ run() { # mode round port
   RUST_LOG=error "$bin" serve --config "$config" --listen "127.0.0.1:$port" --data-dir "$data/data" >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-  inline=$("$ERALOAD" "127.0.0.1:$port" modern "$INLINE_SECONDS" "$CONC" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls_per_s"])')
+  local t0 t1 t2 inline_json
+  t0=$(cpu_ticks "$pid")
+  inline_json=$("$ERALOAD" "127.0.0.1:$port" modern "$INLINE_SECONDS" "$CONC")
+  t1=$(cpu_ticks "$pid")
+  inline=$(echo "$inline_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls_per_s"])')
+  inline_calls=$(echo "$inline_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls"])')
   create=$("$TASKLOAD" "127.0.0.1:$port" create "$N" "$CONC" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["creations_per_s"]))')
+  # The creations' tasks run too (noop_task): their spans are part of a creation's cost.
+  for _ in $(seq 100); do [ "$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^mcp_taskd_tasks\{status="completed"\}/ {print $2}')" = "$N" ] && break; sleep 0.1; done
+  t2=$(cpu_ticks "$pid")
+  inline_us=$(awk -v t=$((t1 - t0)) -v u="$TICK_US" -v c="$inline_calls" 'BEGIN { printf "%.1f", t * u / c }')
+  create_us=$(awk -v t=$((t2 - t1)) -v u="$TICK_US" -v c="$N" 'BEGIN { printf "%.1f", t * u / c }')
   dropped=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^mcp_taskd_spans_dropped_total/ {s += $2} END {print s + 0}')
   exported=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^mcp_taskd_spans_exported_total/ {print $2}')
   kill "$pid"; wait "$pid" 2>/dev/null || true
   rm -rf "$data"
-  echo "$mode $round $inline $create ${exported:-0} $dropped" | tee -a "$OUT/results"
+  echo "$mode $round $inline $create ${exported:-0} $dropped $inline_us $create_us" | tee -a "$OUT/results"
 }
 
-echo "mode round inline_calls_per_s creations_per_s spans_exported spans_dropped"
+echo "mode round inline_calls_per_s creations_per_s spans_exported spans_dropped server_cpu_us_per_call server_cpu_us_per_task"
 for round in $(seq "$ROUNDS"); do
   # Interleaved, the order rotated each round to spread drift.
   case $((round % 3)) in
@@ -85,6 +100,17 @@ done
 python3 - "$OUT/results" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
+by_round = {}
+for x in rows:
+    by_round.setdefault(x[1], {})[x[0]] = x
+for mode in ("before", "on", "down"):
+    pairs = [(r[mode], r["off"]) for r in by_round.values() if mode in r and "off" in r]
+    if not pairs:
+        continue
+    for column, name in ((6, "server CPU per inline call"), (7, "server CPU per task")):
+        ratios = [float(m[column]) / float(o[column]) for m, o in pairs]
+        print(f"{mode}/off {name}: " + ", ".join(f"{r:.2f}" for r in ratios)
+              + f"  median {statistics.median(ratios):.2f}")
 med = {}
 for mode in ("before", "off", "on", "down"):
     r = [x for x in rows if x[0] == mode]
