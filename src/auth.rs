@@ -282,19 +282,6 @@ impl Authenticator {
         }
     }
 
-    /// The credential a clear static token (a login form's) is, when it is accepted.
-    pub fn credential_of_token(&self, token: &str) -> Result<Credential, Unauthorized> {
-        if !self.has_tokens() {
-            return Ok(Credential::Anonymous);
-        }
-        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
-        if self.tokens.contains_key(&digest) {
-            Ok(Credential::Token(digest))
-        } else {
-            Err(Unauthorized)
-        }
-    }
-
     fn identity_of(&self, digest: &[u8; 32]) -> Option<Identity> {
         let (tenant, principal) = self.tokens.get(digest)?;
         Some(Identity {

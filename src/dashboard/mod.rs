@@ -216,11 +216,10 @@ impl Dashboard {
         };
         match auth.access_of_token(&token) {
             Ok(Access::Admin) => {
+                // An admin's static token (or none configured): its credential and the
+                // identity it grants, in one lookup.
                 let bearer = format!("Bearer {}", token.trim());
-                let (Ok(credential), Ok(caller)) = (
-                    auth.credential_of_token(&token),
-                    auth.authenticate(Some(&bearer)),
-                ) else {
+                let Ok(caller) = auth.authenticate(Some(&bearer)) else {
                     return refused(401, "unknown token");
                 };
                 let share = self
@@ -230,7 +229,10 @@ impl Dashboard {
                     .of(&caller.identity)
                     .max_dashboard_logins;
                 let owner = caller.identity.key();
-                let Some(issued) = self.sessions.issue(now_s(), &credential, &owner, share) else {
+                let Some(issued) = self
+                    .sessions
+                    .issue(now_s(), &caller.credential, &owner, share)
+                else {
                     return refused(500, "could not open a session");
                 };
                 if issued.ended_oldest {
