@@ -96,6 +96,11 @@ run_driver() {
   fi
 }
 
+# Drivers doing the whole OAuth dance run the headless authorization server of
+# oauth_idp.mjs, from the npm project where oauth2-mock-server is installed.
+cp "$DRIVERS/oauth_idp.mjs" "$CACHE/npm/oauth-mock/oauth_idp.mjs"
+export MCP_TASKD_NODE="$NODE" MCP_TASKD_IDP="$CACHE/npm/oauth-mock/oauth_idp.mjs"
+
 passed=0 failed=0
 while read -r name kind where script target; do
   if [ "$target" != http ] && [ -z "$BINARY" ]; then
@@ -122,6 +127,8 @@ python-sdk-1.x-relay        python py1        python_sdk1_stdio.py          rela
 python-sdk-2.x-client-relay python py2        python_sdk2_client_stdio.py   relay
 typescript-sdk-1.x-relay    node   sdk1       typescript_sdk1_stdio.mjs     relay
 oauth2-mock-server          node   oauth-mock oauth2_mock_server.mjs        binary
+python-sdk-1.x-oauth        python py1        python_sdk1_oauth.py          binary
+typescript-sdk-1.x-oauth    node   sdk1       typescript_sdk1_oauth.mjs     binary
 LIST
 
 # Across a restart (issue 28): each driver starts work, prints RESTART and waits on its
