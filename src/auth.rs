@@ -177,6 +177,9 @@ pub enum Credential {
     /// An OAuth access token (never kept), valid until `exp` (Unix seconds): it grants
     /// while `[auth.oauth]` still names the identity's issuer, until then.
     Access { exp: u64 },
+    /// A dashboard sign-in at `[auth.oauth]`'s provider whose ID token carried the
+    /// admin role (`auth::oauth::sign_in`): it grants while that sign-in is offered.
+    SignIn,
 }
 
 impl Authenticator {
@@ -310,6 +313,9 @@ impl Authenticator {
                         .as_ref()
                         .is_some_and(|oauth| oauth.metadata.issuer == identity.issuer)
             }
+            Credential::SignIn => self.oauth.as_ref().is_some_and(|oauth| {
+                oauth.offers_sign_in() && oauth.metadata.issuer == identity.issuer
+            }),
         }
     }
 
@@ -318,7 +324,17 @@ impl Authenticator {
         if !self.has_tokens() {
             return vec![Credential::Anonymous];
         }
-        self.admins.iter().copied().map(Credential::Token).collect()
+        let signed_in = self
+            .oauth
+            .as_ref()
+            .is_some_and(OAuth::offers_sign_in)
+            .then_some(Credential::SignIn);
+        self.admins
+            .iter()
+            .copied()
+            .map(Credential::Token)
+            .chain(signed_in)
+            .collect()
     }
 
     /// Whether `credential` opens the operator surfaces here (the admin role, or no
@@ -327,6 +343,7 @@ impl Authenticator {
         match credential {
             Credential::Anonymous => !self.has_tokens(),
             Credential::Token(digest) => self.admins.contains(digest),
+            Credential::SignIn => self.oauth.as_ref().is_some_and(OAuth::offers_sign_in),
             Credential::Local | Credential::Access { .. } => false,
         }
     }

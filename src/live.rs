@@ -101,12 +101,15 @@ fn authenticator(config: &Config) -> Authenticator {
     let oauth = config.auth.oauth.as_ref().and_then(|oauth| {
         // `Config::check` refuses [auth.oauth] where there is no resource URL.
         let resource = config.resource_url()?;
+        let (origin, _) = crate::auth::oauth::discovery::split_origin(&resource);
+        let sign_in_redirect = format!("{origin}{}/sign-in/callback", config.dashboard.path);
         Some(OAuth::new(
             oauth,
             config.auth.client_secret.as_ref(),
             &resource,
             &config.server.endpoint,
             &config.server.name,
+            sign_in_redirect,
         ))
     });
     Authenticator::new(&config.server.endpoint, &config.auth.tokens).with_oauth(oauth)

@@ -11,7 +11,8 @@
 //! # Access
 //!
 //! Only admins: a bearer token with the `admin` role, or a browser session opened by
-//! showing one to the login form; with no tokens configured (loopback only, unless
+//! showing one to the login form, or by signing in at `[auth.oauth]`'s provider with an
+//! account whose ID token carries the admin role; with no tokens configured (loopback only, unless
 //! overridden), everyone. An admin sees everything, arguments and results included:
 //! that is what "the viewer's role allows" means here, since no other role reaches the
 //! dashboard at all. Actions (cancel, re-run) are POSTs; from a browser (a cookie, or
@@ -22,7 +23,8 @@
 //! # Routes (below the path)
 //!
 //! `GET /` the page (the bare path redirects there), `/app.js`, `/style.css`; `POST /login` (`{"token": …}`),
-//! `POST /logout`; `GET /api/session`, `/api/overview`, `/api/tasks?status&tool&
+//! `GET /sign-in` (to the provider, with `[auth.oauth] client_id`) and `/sign-in/callback`
+//! (back from it: `auth::oauth::sign_in`), `POST /logout`; `GET /api/session`, `/api/overview`, `/api/tasks?status&tool&
 //! principal&since&before&limit` (keyset: `before` is the `next` of the previous
 //! page; a page examines a bounded number of tasks, and one cut short by that bound
 //! says `partial`), `/api/tasks/{id}`; `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`.
@@ -37,7 +39,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Response, StatusCode};
 
-use crate::auth::{Access, Authenticator};
+use crate::auth::oauth::sign_in::SignInError;
+use crate::auth::oauth::OAuth;
+use crate::auth::{Access, Authenticator, Credential, Identity};
 use crate::live::Live;
 use crate::metrics::{Metrics, Quota};
 use crate::notifications::Hub;
@@ -143,6 +147,8 @@ impl Dashboard {
                 asset(STYLE_CSS, "text/css; charset=utf-8")
             }
             (Method::Post, "/login") => self.login(request, auth),
+            (Method::Get, "/sign-in") => self.begin_sign_in(auth),
+            (Method::Get, "/sign-in/callback") => self.finish_sign_in(request, query, auth),
             (Method::Post, "/logout") => {
                 if header(request, "Origin").is_none() {
                     return refused(403, "cross-site request refused");
@@ -222,33 +228,14 @@ impl Dashboard {
                 let Ok(caller) = auth.authenticate(Some(&bearer)) else {
                     return refused(401, "unknown token");
                 };
-                let share = self
-                    .live
-                    .load()
-                    .shares
-                    .of(&caller.identity)
-                    .max_dashboard_logins;
-                let owner = caller.identity.key();
-                let Some(issued) = self
-                    .sessions
-                    .issue(now_s(), &caller.credential, &owner, share)
-                else {
-                    return refused(500, "could not open a session");
-                };
-                if issued.ended_oldest {
-                    self.metrics
-                        .record_quota_refusal(Quota::DashboardLogins, &owner);
-                    log::info!(
-                        "dashboard: a session was opened; the identity's oldest ended (dashboard.max_logins_per_identity)"
-                    );
-                } else {
-                    log::info!("dashboard: a session was opened");
+                match self.open_session(&caller.credential, &caller.identity) {
+                    Ok(cookie) => with_header(
+                        json_response(200, &json!({"ok": true})),
+                        "Set-Cookie",
+                        &cookie,
+                    ),
+                    Err(response) => response,
                 }
-                with_header(
-                    json_response(200, &json!({"ok": true})),
-                    "Set-Cookie",
-                    &self.cookie(&issued.cookie, LIFETIME_S),
-                )
             }
             Ok(Access::McpOnly) => {
                 self.failed_logins.failed(address, now_s());
@@ -258,6 +245,111 @@ impl Dashboard {
                 self.failed_logins.failed(address, now_s());
                 refused(401, "unknown token")
             }
+        }
+    }
+
+    /// Opens a login for `identity`, shown `credential`: the `Set-Cookie` value of its
+    /// session. One beyond the identity's share ends its oldest.
+    fn open_session(
+        &self,
+        credential: &Credential,
+        identity: &Identity,
+    ) -> Result<String, Response<Body>> {
+        let share = self.live.load().shares.of(identity).max_dashboard_logins;
+        let owner = identity.key();
+        let Some(issued) = self.sessions.issue(now_s(), credential, &owner, share) else {
+            return Err(refused(500, "could not open a session"));
+        };
+        if issued.ended_oldest {
+            self.metrics
+                .record_quota_refusal(Quota::DashboardLogins, &owner);
+            log::info!(
+                "dashboard: a session was opened; the identity's oldest ended (dashboard.max_logins_per_identity)"
+            );
+        } else {
+            log::info!("dashboard: a session was opened");
+        }
+        Ok(self.cookie(&issued.cookie, LIFETIME_S))
+    }
+
+    /// Sends the browser to the authorization server to sign in (`[auth.oauth]
+    /// client_id`; `auth::oauth::sign_in`).
+    fn begin_sign_in(&self, auth: &Authenticator) -> Response<Body> {
+        match auth.oauth.as_ref().and_then(OAuth::begin_sign_in) {
+            None => refused(404, "no sign-in is configured (auth.oauth.client_id)"),
+            Some(Ok(url)) => with_header(refused(302, "sign in at the provider"), "Location", &url),
+            Some(Err(error)) => refused(503, &error.to_string()),
+        }
+    }
+
+    /// The provider's redirect back: a session for the person its ID token names, if
+    /// they hold the admin role.
+    fn finish_sign_in(
+        &self,
+        request: &tiny_http::Request,
+        query: &str,
+        auth: &Authenticator,
+    ) -> Response<Body> {
+        let address = request.remote_addr().map(|address| address.ip());
+        if let Some(wait_s) = self.failed_logins.refused(address, now_s()) {
+            return with_header(
+                refused(
+                    429,
+                    "too many failed logins from this address; try again later",
+                ),
+                "Retry-After",
+                &wait_s.to_string(),
+            );
+        }
+        let pairs = query_pairs(query);
+        let param = |name: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.as_str())
+        };
+        let (Some(code), Some(state)) = (param("code"), param("state")) else {
+            self.failed_logins.failed(address, now_s());
+            // The provider's own refusal (`error`, RFC 6749 §4.1.2.1) names a code
+            // from a fixed list; its description is not shown.
+            let why = match param("error") {
+                Some("access_denied") => "the sign-in was cancelled or denied at the provider",
+                Some(_) => "the provider refused the sign-in",
+                None => "expected code and state",
+            };
+            return refused(400, why);
+        };
+        let Some(signed_in) = auth
+            .oauth
+            .as_ref()
+            .and_then(|oauth| oauth.finish_sign_in(code, state))
+        else {
+            return refused(404, "no sign-in is configured (auth.oauth.client_id)");
+        };
+        match signed_in {
+            Ok(person) if person.admin => {
+                match self.open_session(&Credential::SignIn, &person.identity) {
+                    Ok(cookie) => {
+                        let home = format!("{}/", self.path);
+                        let response = with_header(refused(303, "signed in"), "Location", &home);
+                        with_header(response, "Set-Cookie", &cookie)
+                    }
+                    Err(response) => response,
+                }
+            }
+            Ok(_) => {
+                self.failed_logins.failed(address, now_s());
+                refused(403, "this account has no admin role")
+            }
+            Err(SignInError::Refused(why)) => {
+                self.failed_logins.failed(address, now_s());
+                log::info!("dashboard: a sign-in was refused: {why}");
+                refused(401, "the sign-in did not verify; start again")
+            }
+            Err(SignInError::Unavailable) => refused(
+                503,
+                "the authorization server could not complete the sign-in",
+            ),
         }
     }
 
@@ -289,6 +381,12 @@ impl Dashboard {
                 Ok(Viewer::Session(session))
             }
             _ if !auth.has_tokens() => Ok(Viewer::Open),
+            // The page offers the provider's sign-in beside the token form when there
+            // is one.
+            _ if auth.oauth.as_ref().is_some_and(OAuth::offers_sign_in) => Err(json_response(
+                401,
+                &json!({"error": "log in with an admin token or sign in", "signIn": "sign-in"}),
+            )),
             _ => Err(refused(401, "log in with an admin token")),
         }
     }

@@ -102,6 +102,7 @@ impl Sessions {
             Credential::Token(digest) => hex::encode(digest),
             Credential::Local => "local".to_owned(),
             Credential::Access { exp } => format!("access-token until {exp}"),
+            Credential::SignIn => "signed in at the provider".to_owned(),
         };
         let mut tag = self.mac("credential", &text);
         tag.truncate(32);

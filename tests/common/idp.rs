@@ -1,7 +1,10 @@
 //! A test authorization server on a loopback port: OpenID Connect discovery, a key set
 //! whose fetches it counts (and that it can serve slowly, or not at all), RFC 7662
-//! introspection of the opaque tokens it was told about, and signing of access tokens
-//! with the fixture keys in `tests/oauth/keys/` (test-only keys). A real provider, npm
+//! introspection of the opaque tokens it was told about, signing of access tokens with
+//! the fixture keys in `tests/oauth/keys/` (test-only keys), and, once told who signs
+//! in ([`Idp::enable_sign_in`]), OpenID Connect's authorization code flow with PKCE:
+//! `/authorize` redirects at once with a code, `/token` checks the verifier and answers
+//! with an ID token for that person. A real provider, npm
 //! `oauth2-mock-server`, is the referee in `tests/interop/oauth2_mock_server.mjs`
 //! (`.ci/interop.sh`); this one lets a test count round trips and break the provider on
 //! purpose.
@@ -84,6 +87,15 @@ struct State {
     max_age: Option<u64>,
     /// Opaque token -> its introspection answer.
     opaque: HashMap<String, Value>,
+    /// Who signs in at `/authorize`: the key their ID token is signed with, and its
+    /// claims besides `iss`, `aud`, `nonce`, `iat` and `exp` (which a test may
+    /// override too).
+    sign_in: Option<(SigningKey, Value)>,
+    /// Codes handed out: their request's `client_id`, `redirect_uri`, PKCE challenge
+    /// and nonce.
+    codes: HashMap<String, (String, String, String, String)>,
+    /// Token requests answered.
+    exchanges: usize,
 }
 
 /// The running provider; stopped on drop.
@@ -111,6 +123,9 @@ impl Idp {
             mode: Mode::Up,
             max_age: Some(300),
             opaque: HashMap::new(),
+            sign_in: None,
+            codes: HashMap::new(),
+            exchanges: 0,
         }));
         let jwks_fetches = Arc::new(AtomicUsize::new(0));
         let introspections = Arc::new(AtomicUsize::new(0));
@@ -161,6 +176,17 @@ impl Idp {
 
     pub fn revoke_opaque(&self, token: &str) {
         self.lock().opaque.remove(token);
+    }
+
+    /// Makes `/authorize` sign in the person whose ID token claims are `claims`,
+    /// signed with `key`.
+    pub fn enable_sign_in(&self, key: &SigningKey, claims: Value) {
+        self.lock().sign_in = Some((key.clone(), claims));
+    }
+
+    /// Authorization codes exchanged at `/token`.
+    pub fn exchanges(&self) -> usize {
+        self.lock().exchanges
     }
 
     pub fn jwks_fetches(&self) -> usize {
@@ -284,8 +310,85 @@ fn answer(
             };
             respond(request, 200, answer, &[])
         }
+        "/authorize" => {
+            let url = request.url().to_owned();
+            let query = url.split_once('?').map_or("", |(_, query)| query);
+            let param = |name: &str| form_value(query, name).unwrap_or_default();
+            let code = format!("code-{}", now_nanos());
+            let redirect = param("redirect_uri");
+            state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .codes
+                .insert(
+                    code.clone(),
+                    (
+                        param("client_id"),
+                        redirect.clone(),
+                        param("code_challenge"),
+                        param("nonce"),
+                    ),
+                );
+            let location = format!("{redirect}?code={code}&state={}", param("state"));
+            respond(request, 302, json!({}), &[("Location", location)])
+        }
+        "/token" => {
+            let mut body = String::new();
+            let _ = std::io::Read::read_to_string(request.as_reader(), &mut body);
+            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+            state.exchanges += 1;
+            let field = |name: &str| form_value(&body, name).unwrap_or_default();
+            let known = state.codes.remove(&field("code"));
+            let Some((client_id, redirect, challenge, nonce)) = known else {
+                drop(state);
+                return respond(request, 400, json!({"error": "invalid_grant"}), &[]);
+            };
+            use base64::Engine;
+            use sha2::Digest;
+            let verified = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(sha2::Sha256::digest(field("code_verifier").as_bytes()))
+                == challenge;
+            let fits = field("grant_type") == "authorization_code"
+                && field("client_id") == client_id
+                && field("redirect_uri") == redirect;
+            let Some((key, person)) = state.sign_in.clone().filter(|_| verified && fits) else {
+                drop(state);
+                return respond(request, 400, json!({"error": "invalid_grant"}), &[]);
+            };
+            drop(state);
+            let now = now_s();
+            let mut claims = json!({
+                "iss": issuer, "aud": client_id, "nonce": nonce, "iat": now, "exp": now + 300,
+            });
+            for (name, value) in person.as_object().into_iter().flatten() {
+                claims[name] = value.clone();
+            }
+            let id_token = key.sign(&claims);
+            respond(
+                request,
+                200,
+                json!({"access_token": "opaque-access", "token_type": "Bearer",
+                       "expires_in": 300, "id_token": id_token}),
+                &[],
+            )
+        }
         _ => respond(request, 404, json!({"error": "not found"}), &[]),
     }
+}
+
+/// The decoded value of `name` in a form or query string.
+fn form_value(form: &str, name: &str) -> Option<String> {
+    form.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        (key == name).then(|| decode_form(value))
+    })
+}
+
+fn now_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos()
 }
 
 /// `Basic` credentials as RFC 6749 §2.3.1 writes them (each part form-encoded).

@@ -597,3 +597,160 @@ fn opaque_tokens_are_introspected_once_and_held_to_the_same_rules() {
     idp.revoke_opaque("opaque-alice");
     assert_eq!(echo(&server, Some("Bearer opaque-alice")).status, 200);
 }
+
+mod sign_in {
+    //! The dashboard's sign-in at the provider (`[auth.oauth] client_id`): OpenID
+    //! Connect's authorization code flow with PKCE, the admin role from the ID token.
+
+    use super::*;
+
+    /// What the dashboard answers at the end of one sign-in: the server sends the
+    /// browser to the provider, which redirects it back with a code at once.
+    fn sign_in(server: &Server) -> (HttpResponse, String) {
+        let start = server.get("/dashboard/sign-in");
+        assert_eq!(start.status, 302, "{}", start.text());
+        let authorize = start
+            .header("Location")
+            .expect("to the provider")
+            .to_owned();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .max_redirects(0)
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let back = agent.get(&authorize).call().expect("the provider answers");
+        assert_eq!(back.status().as_u16(), 302);
+        let callback = back.headers()["location"]
+            .to_str()
+            .expect("a location")
+            .to_owned();
+        let path = callback
+            .strip_prefix(&format!("http://{}", server.addr))
+            .expect("back to this server")
+            .to_owned();
+        (server.get(&path), path)
+    }
+
+    fn get_with_cookie(server: &Server, path: &str, cookie: &str) -> HttpResponse {
+        server.exchange(&server.raw_request("GET", path, &[("Cookie", cookie)], b""))
+    }
+
+    fn signed_in_config(idp: &Idp) -> String {
+        config(idp, "client_id = \"dash\"\nroles_claim = \"roles\"\n")
+    }
+
+    #[test]
+    fn an_admin_signs_in_at_the_provider_and_a_callback_works_once() {
+        let key = SigningKey::fixture("rsa1", Algorithm::RS256);
+        let idp = Idp::start(&[&key]);
+        idp.enable_sign_in(&key, json!({"sub": "alice", "roles": ["admin"]}));
+        let server = Server::start(&signed_in_config(&idp));
+
+        let unauthenticated = server.get("/dashboard/api/overview");
+        assert_eq!(unauthenticated.status, 401);
+        assert_eq!(
+            unauthenticated.json()["signIn"],
+            "sign-in",
+            "the page offers it"
+        );
+
+        let start = server.get("/dashboard/sign-in");
+        let authorize = start.header("Location").expect("to the provider");
+        let callback = format!("http://{}/dashboard/sign-in/callback", server.addr);
+        for part in [
+            format!(
+                "{}/authorize?response_type=code&client_id=dash&",
+                idp.issuer
+            ),
+            format!(
+                "redirect_uri={}",
+                callback.replace(':', "%3A").replace('/', "%2F")
+            ),
+            "&scope=openid&".to_owned(),
+            "&code_challenge_method=S256".to_owned(),
+        ] {
+            assert!(authorize.contains(&part), "{authorize} lacks {part}");
+        }
+
+        let (signed_in, callback_path) = sign_in(&server);
+        assert_eq!(signed_in.status, 303, "{}", signed_in.text());
+        assert_eq!(signed_in.header("Location"), Some("/dashboard/"));
+        let cookie = signed_in
+            .header("Set-Cookie")
+            .and_then(|value| value.split(';').next())
+            .expect("a session cookie")
+            .to_owned();
+        let overview = get_with_cookie(&server, "/dashboard/api/overview", &cookie);
+        assert_eq!(overview.status, 200, "{}", overview.text());
+
+        // The same callback again: its state was used; the provider is not asked.
+        let exchanges = idp.exchanges();
+        let replayed = server.get(&callback_path);
+        assert_eq!(replayed.status, 401, "{}", replayed.text());
+        assert_eq!(idp.exchanges(), exchanges);
+        // A state this server never handed out, and the provider's own refusal.
+        let forged = server.get("/dashboard/sign-in/callback?code=x&state=forged");
+        assert_eq!(forged.status, 401);
+        assert_eq!(idp.exchanges(), exchanges);
+        let denied = server.get("/dashboard/sign-in/callback?error=access_denied&state=s");
+        assert_eq!(denied.status, 400);
+        assert!(denied.text().contains("denied"), "{}", denied.text());
+    }
+
+    #[test]
+    fn a_sign_in_without_the_admin_role_or_with_a_foreign_id_token_opens_nothing() {
+        let key = SigningKey::fixture("rsa1", Algorithm::RS256);
+        let other = SigningKey::fixture("rsa2", Algorithm::RS256);
+        let idp = Idp::start(&[&key]);
+        let server = Server::start(&signed_in_config(&idp));
+        let person = json!({"sub": "bob", "roles": ["viewer"]});
+        let refusals = [
+            (person.clone(), &key, 403),
+            (
+                json!({"sub": "alice", "roles": ["admin"], "nonce": "another"}),
+                &key,
+                401,
+            ),
+            (
+                json!({"sub": "alice", "roles": ["admin"], "aud": "another-client"}),
+                &key,
+                401,
+            ),
+            (
+                json!({"sub": "alice", "roles": ["admin"], "iss": "https://elsewhere"}),
+                &key,
+                401,
+            ),
+            (
+                json!({"sub": "alice", "roles": ["admin"], "exp": now_s() - 3600}),
+                &key,
+                401,
+            ),
+            // Signed with a key the provider's key set does not hold.
+            (json!({"sub": "alice", "roles": ["admin"]}), &other, 401),
+        ];
+        for (claims, signer, status) in refusals {
+            idp.enable_sign_in(signer, claims.clone());
+            let exchanges = idp.exchanges();
+            let (answer, _) = sign_in(&server);
+            assert_eq!(answer.status, status, "{claims}: {}", answer.text());
+            assert!(answer.header("Set-Cookie").is_none(), "{claims}");
+            assert_eq!(
+                idp.exchanges(),
+                exchanges + 1,
+                "{claims}: the code was exchanged"
+            );
+        }
+    }
+
+    #[test]
+    fn without_a_client_id_there_is_no_sign_in() {
+        let key = SigningKey::fixture("rsa1", Algorithm::RS256);
+        let idp = Idp::start(&[&key]);
+        let server = Server::start(&config(&idp, ""));
+        assert_eq!(server.get("/dashboard/sign-in").status, 404);
+        let unauthenticated = server.get("/dashboard/api/overview");
+        assert_eq!(unauthenticated.status, 401);
+        assert!(unauthenticated.json().get("signIn").is_none());
+    }
+}

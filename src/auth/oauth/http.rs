@@ -62,23 +62,29 @@ pub fn get_json(agent: &ureq::Agent, url: &str) -> Result<Fetched, FetchError> {
     })
 }
 
-/// POSTs a form with HTTP Basic client authentication (RFC 6749 §2.3.1: both parts
-/// form-urlencoded first) and reads a JSON object back.
+/// POSTs a form and reads a JSON object back. A confidential client (`secret`)
+/// authenticates with HTTP Basic (RFC 6749 §2.3.1: both parts form-urlencoded first);
+/// a public client names itself in the form (`client_id`), as RFC 6749 §3.2.1 has it.
 pub fn post_form(
     agent: &ureq::Agent,
     url: &str,
     form: &[(&str, &str)],
-    client: (&str, &str),
+    client_id: &str,
+    secret: Option<&str>,
 ) -> Result<Value, FetchError> {
     use base64::Engine;
-    let credentials = format!("{}:{}", form_encode(client.0), form_encode(client.1));
-    let basic = base64::engine::general_purpose::STANDARD.encode(credentials);
-    let response = agent
-        .post(url)
-        .header("Accept", "application/json")
-        .header("Authorization", &format!("Basic {basic}"))
-        .send_form(form.iter().copied())
-        .map_err(|e| unreachable(url, e))?;
+    let request = agent.post(url).header("Accept", "application/json");
+    let response = match secret {
+        Some(secret) => {
+            let credentials = format!("{}:{}", form_encode(client_id), form_encode(secret));
+            let basic = base64::engine::general_purpose::STANDARD.encode(credentials);
+            request
+                .header("Authorization", &format!("Basic {basic}"))
+                .send_form(form.iter().copied())
+        }
+        None => request.send_form(form.iter().copied().chain([("client_id", client_id)])),
+    }
+    .map_err(|e| unreachable(url, e))?;
     json_object(url, response)
 }
 

@@ -84,7 +84,8 @@ impl Introspector {
             &self.agent,
             &self.endpoint,
             &[("token", token), ("token_type_hint", "access_token")],
-            (&self.client_id, &self.secret.0),
+            &self.client_id,
+            Some(&self.secret.0),
         );
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         let answer = match asked {

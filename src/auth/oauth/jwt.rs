@@ -41,8 +41,20 @@ pub fn looks_like_jwt(token: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
-/// Verifies `token`; the grant carries the claims that matter here.
+/// Verifies the access token `token`; the grant carries the claims that matter here.
 pub fn verify(token: &str, keys: &KeyStore, claims: &Claims) -> Result<(Grant, u64), Refusal> {
+    claims.grant(&verified_claims(token, keys, &claims.issuer)?)
+}
+
+/// The claims of `token` once its length, algorithm, key, signature, `iss` (exactly
+/// `issuer`), `exp` and `nbf` are checked: everything but the audience, which depends on
+/// what the token is for (an access token for this resource, an ID token for this
+/// server's client).
+pub fn verified_claims(
+    token: &str,
+    keys: &KeyStore,
+    issuer: &str,
+) -> Result<Map<String, Value>, Refusal> {
     if token.len() > MAX_TOKEN_BYTES {
         return Err(Refusal::Invalid("the token is too long"));
     }
@@ -61,12 +73,12 @@ pub fn verify(token: &str, keys: &KeyStore, claims: &Claims) -> Result<(Grant, u
     validation.validate_nbf = true;
     // The audience is checked below, with RFC 8707's case rules.
     validation.validate_aud = false;
-    validation.set_issuer(&[&claims.issuer]);
+    validation.set_issuer(&[issuer]);
     validation.set_required_spec_claims(&["exp", "iss", "aud"]);
     let mut refusal = Refusal::Invalid("the token's signature does not verify");
     for key in candidates {
         match decode::<Map<String, Value>>(token, &key.decoding, &validation) {
-            Ok(data) => return claims.grant(&data.claims),
+            Ok(data) => return Ok(data.claims),
             Err(error) => {
                 use jsonwebtoken::errors::ErrorKind;
                 refusal = Refusal::Invalid(match error.kind() {

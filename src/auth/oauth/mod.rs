@@ -8,7 +8,8 @@
 //! One file per part: [`http`] (the client that talks to the provider), [`discovery`]
 //! (RFC 8414 / OIDC metadata), [`keys`] (the key set: lazy, single-flight, cooled
 //! down), [`jwt`] (JWT access tokens), [`introspection`] (opaque tokens, RFC 7662),
-//! [`metadata`] (what clients are told).
+//! [`metadata`] (what clients are told), [`sign_in`] (the dashboard's OpenID Connect
+//! sign-in, this server's one use of the provider as a client).
 
 pub mod discovery;
 pub mod http;
@@ -16,6 +17,7 @@ pub mod introspection;
 pub mod jwt;
 pub mod keys;
 pub mod metadata;
+pub mod sign_in;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -69,14 +71,7 @@ impl Claims {
                 return Err(Refusal::Invalid("the token is from another issuer"));
             }
         }
-        let audiences: Vec<&str> = match claims.get("aud") {
-            Some(Value::String(one)) => vec![one.as_str()],
-            Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
-        };
-        let ours = audiences
-            .iter()
-            .any(|aud| self.audiences.contains(&normalize_audience(aud)));
+        let ours = audiences(claims).any(|aud| self.audiences.contains(&normalize_audience(aud)));
         if !ours {
             return Err(Refusal::Invalid("the token is for another resource"));
         }
@@ -85,6 +80,26 @@ impl Claims {
             .and_then(Value::as_f64)
             .filter(|exp| *exp > 0.0)
             .ok_or(Refusal::Invalid("the token lacks exp"))? as u64;
+        let Person { identity, admin } = self.person(claims)?;
+        // RFC 8693 / 9068 `scope` (space-separated), or `scp` (Entra: a string; others:
+        // an array).
+        let scopes: Vec<String> = words(claims.get("scope"))
+            .chain(words(claims.get("scp")))
+            .map(str::to_owned)
+            .collect();
+        let grant = Grant {
+            identity,
+            scopes: Scopes::granted(scopes),
+            admin,
+            exp,
+        };
+        Ok((grant, exp))
+    }
+
+    /// Who verified claims name (an access token's, or the dashboard sign-in's ID
+    /// token's): the principal and tenant claims, and whether the roles claim holds the
+    /// admin role.
+    fn person(&self, claims: &Map<String, Value>) -> Result<Person, Refusal> {
         let principal = claim_path(claims, &self.principal)
             .and_then(Value::as_str)
             .filter(|p| !p.is_empty())
@@ -98,28 +113,36 @@ impl Claims {
         let admin = self.roles.as_deref().is_some_and(|path| {
             words(claim_path(claims, path)).any(|role| role == self.admin_role)
         });
-        // RFC 8693 / 9068 `scope` (space-separated), or `scp` (Entra: a string; others:
-        // an array).
-        let scopes: Vec<String> = words(claims.get("scope"))
-            .chain(words(claims.get("scp")))
-            .map(str::to_owned)
-            .collect();
-        let grant = Grant {
+        Ok(Person {
             identity: Identity {
                 endpoint: self.endpoint.clone(),
                 issuer: self.issuer.clone(),
                 tenant: tenant.to_owned(),
                 principal: principal.to_owned(),
             },
-            scopes: Scopes::granted(scopes),
             admin,
-            exp,
-        };
-        Ok((grant, exp))
+        })
     }
 }
 
+/// A person as the authorization server vouches for them.
+#[derive(Debug, Clone)]
+pub struct Person {
+    pub identity: Identity,
+    /// Whether the roles claim holds the admin role (the dashboard).
+    pub admin: bool,
+}
+
 /// The words of a claim that is a space-separated string or an array of strings.
+/// The `aud` claim's values: one string, or an array of them.
+fn audiences(claims: &Map<String, Value>) -> Box<dyn Iterator<Item = &str> + '_> {
+    match claims.get("aud") {
+        Some(Value::String(one)) => Box::new(std::iter::once(one.as_str())),
+        Some(Value::Array(many)) => Box::new(many.iter().filter_map(Value::as_str)),
+        _ => Box::new(std::iter::empty()),
+    }
+}
+
 fn words(value: Option<&Value>) -> Box<dyn Iterator<Item = &str> + '_> {
     match value {
         Some(Value::String(text)) => Box::new(text.split_ascii_whitespace()),
@@ -204,17 +227,23 @@ pub struct OAuth {
     introspection: Option<introspection::Introspector>,
     pub metadata: Arc<Metadata>,
     pub tools_list: ToolsListPolicy,
+    /// The dashboard's sign-in, when `client_id` is configured.
+    sign_in: Option<sign_in::SignIn>,
+    /// The client every provider call goes through.
+    agent: ureq::Agent,
 }
 
 impl OAuth {
     /// `resource` is the canonical URL of the endpoint (`Config::resource_url`).
-    /// `secret` is the client secret read from `client_secret_file`.
+    /// `secret` is the client secret read from `client_secret_file`. `sign_in_redirect`
+    /// is the dashboard's sign-in callback URL, which the provider must know.
     pub fn new(
         config: &OAuthConfig,
         secret: Option<&ClientSecret>,
         resource: &str,
         endpoint: &str,
         server_name: &str,
+        sign_in_redirect: String,
     ) -> OAuth {
         let timeout = Duration::from_millis(config.provider_timeout_ms);
         let agent = http::agent(timeout);
@@ -247,16 +276,43 @@ impl OAuth {
             },
             keys: keys::KeyStore::new(
                 source,
-                agent,
+                agent.clone(),
                 Duration::from_millis(config.jwks_cooldown_ms),
                 timeout,
             ),
+            sign_in: config.client_id.as_deref().map(|client_id| {
+                sign_in::SignIn::new(client_id, secret.map(|s| s.0.as_str()), sign_in_redirect)
+            }),
+            agent,
             verified: Verified {
                 entries: RwLock::default(),
             },
             metadata: Arc::new(Metadata::new(config, resource, server_name)),
             tools_list: config.tools_list,
         }
+    }
+
+    /// Whether the dashboard offers a sign-in at the provider (`client_id` is set).
+    pub fn offers_sign_in(&self) -> bool {
+        self.sign_in.is_some()
+    }
+
+    /// The provider URL a browser goes to for a new dashboard sign-in; `None` when
+    /// none is offered.
+    pub fn begin_sign_in(&self) -> Option<Result<String, sign_in::SignInError>> {
+        let sign_in = self.sign_in.as_ref()?;
+        Some(sign_in.begin(&self.agent, &self.claims.issuer))
+    }
+
+    /// The person the provider's redirect back to the dashboard vouches for; `None`
+    /// when no sign-in is offered.
+    pub fn finish_sign_in(
+        &self,
+        code: &str,
+        state: &str,
+    ) -> Option<Result<Person, sign_in::SignInError>> {
+        let sign_in = self.sign_in.as_ref()?;
+        Some(sign_in.finish(&self.agent, &self.keys, &self.claims, code, state))
     }
 
     /// Verifies an access token.

@@ -11,6 +11,7 @@ let cursor = null;       // the "before" of the page on screen (null: the newest
 let nextCursor = null;
 let currentTask = null;
 let timer = null;
+let signInOffered = false; // the server offers its identity provider's sign-in (its 401 says so)
 
 function notice(text) { $("notice").textContent = text || ""; }
 
@@ -23,7 +24,11 @@ async function api(path, options = {}) {
   const response = await fetch(base + path, { credentials: "same-origin", ...options, headers });
   let body = null;
   try { body = await response.json(); } catch (_) { body = null; }
-  if (response.status === 401) { showLogin(); throw new Error("login required"); }
+  if (response.status === 401) {
+    signInOffered = Boolean(body && body.signIn);
+    showLogin();
+    throw new Error("login required");
+  }
   if (!response.ok) throw new Error((body && body.error) || ("HTTP " + response.status));
   return body;
 }
@@ -49,6 +54,7 @@ function showOnly(id) {
 function showLogin() {
   stopPolling();
   showOnly("login");
+  $("sign-in-offer").hidden = !signInOffered;
   $("logout").hidden = true;
   $("token").focus();
 }
