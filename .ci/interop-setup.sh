@@ -17,6 +17,7 @@ declare -A NPM_PINS=(
   [inspector]="@modelcontextprotocol/inspector@2.12.0"
   [mcp-remote]="mcp-remote@0.15.1"
   [oauth-mock]="oauth2-mock-server@8.1.0"
+  [oidc-provider]="oidc-provider@9.13.3"
 )
 HOME_DIR="${MCP_TASKD_INTEROP_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/mcp-taskd-interop}"
 PYTHON="${PYTHON:-python3}"

@@ -96,10 +96,13 @@ run_driver() {
   fi
 }
 
-# Drivers doing the whole OAuth dance run the headless authorization server of
-# oauth_idp.mjs, from the npm project where oauth2-mock-server is installed.
+# Drivers doing the whole OAuth dance run a real authorization server from the npm
+# project where it is installed: oauth_idp.mjs (oauth2-mock-server, headless) or
+# oidc_provider.mjs (oidc-provider, OpenID Certified).
 cp "$DRIVERS/oauth_idp.mjs" "$CACHE/npm/oauth-mock/oauth_idp.mjs"
+cp "$DRIVERS/oidc_provider.mjs" "$CACHE/npm/oidc-provider/oidc_provider.mjs"
 export MCP_TASKD_NODE="$NODE" MCP_TASKD_IDP="$CACHE/npm/oauth-mock/oauth_idp.mjs"
+export MCP_TASKD_OIDC="$CACHE/npm/oidc-provider/oidc_provider.mjs"
 
 passed=0 failed=0
 while read -r name kind where script target; do
@@ -128,6 +131,7 @@ python-sdk-2.x-client-relay python py2        python_sdk2_client_stdio.py   rela
 typescript-sdk-1.x-relay    node   sdk1       typescript_sdk1_stdio.mjs     relay
 oauth2-mock-server          node   oauth-mock oauth2_mock_server.mjs        binary
 python-sdk-1.x-oauth        python py1        python_sdk1_oauth.py          binary
+python-sdk-1.x-oidc         python py1        python_sdk1_oidc.py           binary
 typescript-sdk-1.x-oauth    node   sdk1       typescript_sdk1_oauth.mjs     binary
 LIST
 
