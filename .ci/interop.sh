@@ -73,6 +73,7 @@ run_driver() {
     command=("$CACHE/$where/bin/python" "$DRIVERS/$script")
   else
     cp "$DRIVERS/$script" "$CACHE/npm/$where/$script"
+    cp "$DRIVERS/oauth_setup.mjs" "$CACHE/npm/$where/oauth_setup.mjs"
     command=("$NODE" "$CACHE/npm/$where/$script")
   fi
   if [ "$target" = stdio ]; then
@@ -133,6 +134,7 @@ oauth2-mock-server          node   oauth-mock oauth2_mock_server.mjs        bina
 python-sdk-1.x-oauth        python py1        python_sdk1_oauth.py          binary
 python-sdk-1.x-oidc         python py1        python_sdk1_oidc.py           binary
 typescript-sdk-1.x-oauth    node   sdk1       typescript_sdk1_oauth.mjs     binary
+mcp-remote-oauth            node   mcp-remote mcp_remote_oauth.mjs          binary
 LIST
 
 # Across a restart (issue 28): each driver starts work, prints RESTART and waits on its

@@ -16,58 +16,17 @@
 //    so that a release that does step up properly shows here.
 // Usage: node typescript_sdk1_oauth.mjs BINARY, from a folder where the SDK is installed,
 // with MCP_TASKD_NODE and MCP_TASKD_IDP as for python_sdk1_oauth.py.
-import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { startIssuer, startServer } from './oauth_setup.mjs';
 
 const NAME = 'typescript-sdk-1.x-oauth';
 const REDIRECT = 'http://127.0.0.1:9/callback';
-
-/** oauth_idp.mjs; `grants` collects its GRANT lines as they come. */
-async function startIssuer(children) {
-  const child = spawn(process.env.MCP_TASKD_NODE ?? process.execPath, [process.env.MCP_TASKD_IDP], {
-    stdio: ['pipe', 'pipe', 'inherit'],
-    env: { ...process.env, JWT_LIFETIME: '-22' },
-  });
-  children.push(child);
-  const grants = [];
-  return new Promise((resolve, reject) => {
-    child.on('exit', (code) => reject(new Error(`the issuer exited with ${code}`)));
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      if (line.startsWith('ISSUER ')) resolve({ url: line.split(' ')[1], grants });
-      if (line.startsWith('GRANT ')) grants.push(line.slice('GRANT '.length));
-    });
-  });
-}
-
-/** `binary serve` with the issuer in [auth.oauth]; resolves with its MCP URL. */
-function startServer(binary, work, issuer, children) {
-  writeFileSync(
-    join(work, 'config.toml'),
-    `[auth.oauth]\nissuer = "${issuer}"\nscopes_supported = ["mcp:use"]\n\n` +
-      '[[tools]]\nname = "guarded"\ndescription = "needs deploy:write"\ntask_policy = "inline"\n' +
-      'scopes = ["deploy:write"]\ncommand = ["/bin/cat"]\n',
-  );
-  const child = spawn(
-    binary,
-    ['serve', '--config', join(work, 'config.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(work, 'data')],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  children.push(child);
-  return new Promise((resolve, reject) => {
-    child.on('exit', (code) => reject(new Error(`mcp-taskd exited with ${code}`)));
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      const match = /listening on (http:\S+)/.exec(line);
-      if (match) resolve(match[1]);
-    });
-  });
-}
 
 /** A host's OAuth state, the client registered beforehand (the issuer has no dynamic
  * registration), and a scripted browser that follows the authorization URL to its
@@ -105,7 +64,7 @@ function host() {
 }
 
 async function flow(binary, work, children) {
-  const issuer = await startIssuer(children);
+  const issuer = await startIssuer(children, { JWT_LIFETIME: '-22' });
   const url = new URL(await startServer(binary, work, issuer.url, children));
   const oauth = host();
 
