@@ -352,3 +352,49 @@ fn start_up_recovery_reclaims_interrupted_attempts_while_serving_and_logs_it() {
         );
     }
 }
+
+/// The `[[tools]]` entry of `big`, a task tool whose result is 1.5 MB: over the size a
+/// `tasks/get` reads without room in the payload budget (1 MiB).
+const BIG_RESULT_TOOL: &str = r#"
+[[tools]]
+name = "big"
+description = "a 1.5 MB result"
+task_policy = "required"
+command = ["/bin/sh", "-c", "cat >/dev/null; printf '{\"result\": {\"content\": [{\"type\": \"text\", \"text\": \"'; head -c 1500000 /dev/zero | tr '\\0' a; printf '\"}]}}\\n'"]
+"#;
+
+#[test]
+fn a_large_result_is_read_only_within_the_payload_budget_and_a_small_one_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = |bytes: u64| {
+        config(&format!(
+            "[tasks]\nmax_payload_bytes_in_flight = {bytes}\n{BIG_RESULT_TOOL}"
+        ))
+    };
+    let mut server = Server::start_in(dir.path(), &budget(4_000_000));
+    let big = tasks::create(&server, "big", json!({}), &[]);
+    let small = tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
+    let done = wait_terminal(&server, &big, Duration::from_secs(20));
+    assert_eq!(done["status"], "completed", "{}", done["statusMessage"]);
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(text.len(), 1_500_000, "the whole result, within the budget");
+    assert_eq!(
+        wait_terminal(&server, &small, Duration::from_secs(10))["status"],
+        "completed"
+    );
+    assert!(server.terminate(Duration::from_secs(10)));
+
+    // A budget smaller than the result: the same task answers a 503 to retry, and a
+    // small task is served as before.
+    let server = Server::start_in(dir.path(), &budget(1_200_000));
+    let refused = tasks::get_raw(&server, &big, &[]);
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert!(
+        refused.text().contains("large task payloads"),
+        "{}",
+        refused.text()
+    );
+    assert_eq!(tasks::get(&server, &small)["status"], "completed");
+}

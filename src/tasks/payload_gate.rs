@@ -13,7 +13,7 @@ use crate::protocol::error::{code, RpcError};
 use crate::tasks::model::TaskRow;
 
 /// Payloads up to this size are never held back: the request thread count bounds them.
-const UNGATED_BYTES: usize = 1024 * 1024;
+pub const UNGATED_BYTES: usize = 1024 * 1024;
 
 pub struct PayloadGate {
     limit: usize,

@@ -74,7 +74,7 @@ use crate::tasks::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
-use crate::tasks::payload_gate::{Admitted, PayloadGate};
+use crate::tasks::payload_gate::{Admitted, PayloadGate, UNGATED_BYTES};
 
 /// Why a statement failed: the database's error, or a row it should not hold.
 #[derive(Debug)]
@@ -607,10 +607,18 @@ impl TaskStore for Store {
         gate: &'g PayloadGate,
     ) -> Result<Admitted<'g>, StoreError> {
         self.read(|conn| {
-            let bytes = client::payload_bytes_authorized(conn, identity, task_id)?;
-            Admitted::after_sizing(gate, bytes, || {
-                client::find_authorized(conn, identity, task_id)
-            })
+            let sized = client::find_sized_authorized(conn, identity, task_id, UNGATED_BYTES)?;
+            match sized {
+                None => Ok(Admitted::Unknown),
+                // The usual task: read with its size, in one round trip.
+                Some((bytes, Some(task))) => {
+                    Admitted::after_sizing(gate, Some(bytes), || Ok(Some(task)))
+                }
+                // A large one is read only once the gate has made room for it.
+                Some((bytes, None)) => Admitted::after_sizing(gate, Some(bytes), || {
+                    client::find_authorized(conn, identity, task_id)
+                }),
+            }
         })
     }
 

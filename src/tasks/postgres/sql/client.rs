@@ -101,17 +101,31 @@ pub fn list_authorized(
     rows.iter().map(task_row).collect()
 }
 
-/// Bytes of an authorized task's stored payloads (result, error, input requests).
-pub fn payload_bytes_authorized(
+/// The size of the task's payloads (result, error, input requests) and, when that is at
+/// most `small_bytes`, the task itself: one round trip for `tasks/get` of the usual,
+/// small task. A larger task comes back without its row (its payloads are not even
+/// read: PostgreSQL evaluates the `CASE` before it fetches the value), for the caller
+/// to make room for it before [`find_authorized`] reads it. `None`: no such task for
+/// `identity`.
+pub fn find_sized_authorized(
     conn: &mut Db<'_, impl GenericClient>,
     identity: &Identity,
     task_id: &str,
-) -> Result<Option<usize>, Failure> {
+    small_bytes: usize,
+) -> Result<Option<(usize, Option<TaskRow>)>, Failure> {
+    let small = i64::try_from(small_bytes).unwrap_or(i64::MAX);
     let row = conn.query_opt(
         concat!(
-            "SELECT (coalesce(octet_length(result), 0) + coalesce(octet_length(error), 0) \
-             + coalesce(octet_length(input_requests), 0))::bigint FROM tasks WHERE ",
-            authorized!()
+            "SELECT id, tool, status, status_message, created_at, updated_at, ttl_ms, \
+             poll_interval_ms, CASE WHEN size <= $6 THEN result END, \
+             CASE WHEN size <= $6 THEN error END, \
+             CASE WHEN size <= $6 THEN input_requests END, version, trace_context, size \
+             FROM (SELECT tasks.*, (coalesce(octet_length(result), 0) \
+             + coalesce(octet_length(error), 0) \
+             + coalesce(octet_length(input_requests), 0))::bigint AS size \
+             FROM tasks WHERE ",
+            authorized!(),
+            ") AS sized"
         ),
         &[
             &task_id,
@@ -119,12 +133,20 @@ pub fn payload_bytes_authorized(
             &identity.tenant,
             &identity.principal,
             &identity.issuer,
+            &small,
         ],
     )?;
-    Ok(match row {
-        Some(row) => Some(usize::try_from(row.try_get::<_, i64>(0)?).unwrap_or(usize::MAX)),
-        None => None,
-    })
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let size: i64 = row.try_get(13)?;
+    let bytes = usize::try_from(size).unwrap_or(usize::MAX);
+    let task = if size <= small {
+        Some(task_row(&row)?)
+    } else {
+        None
+    };
+    Ok(Some((bytes, task)))
 }
 
 pub fn cancel(
