@@ -8,7 +8,7 @@
 //    callback, and mcp-remote exchanges the code (the client is registered beforehand,
 //    `--static-oauth-client-info`: the provider has no dynamic registration);
 // 2. the host initializes, lists the tools, calls echo, and creates a 2025-11-25 task;
-// 3. the tokens are accepted for a few seconds only (JWT_LIFETIME, inside mcp-taskd's
+// 3. the tokens are accepted for 15 s only (JWT_LIFETIME -15, inside mcp-taskd's 30 s
 //    clock leeway): the host reads the task until mcp-taskd refuses the token and
 //    mcp-remote refreshes it, and reads it back with the new token.
 // Usage: node mcp_remote_oauth.mjs BINARY, from a folder where mcp-remote is installed,
@@ -26,7 +26,7 @@ const BRIDGE = fileURLToPath(new URL('./node_modules/mcp-remote/dist/proxy.js', 
 const VERSION = '2025-11-25';
 
 async function flow(binary, work, children) {
-  const issuer = await startIssuer(children, { JWT_LIFETIME: '-22' });
+  const issuer = await startIssuer(children, { JWT_LIFETIME: '-15' });
   const url = await startServer(binary, work, issuer.url, children);
   mkdirSync(join(work, 'home'), { recursive: true });
   const bridge = spawn(
@@ -96,9 +96,9 @@ async function flow(binary, work, children) {
     check(taskId, `no task: ${JSON.stringify(created)}`);
 
     // 3. Read the task until the token is refused and mcp-remote refreshes it.
-    const deadline = Date.now() + 20_000;
+    const deadline = Date.now() + 30_000;
     while (!issuer.grants.includes('refresh_token mcp:use')) {
-      check(Date.now() < deadline, `no refresh within 20 s: grants ${issuer.grants}`);
+      check(Date.now() < deadline, `no refresh within 30 s: grants ${issuer.grants}`);
       const task = await request('tasks/get', { taskId });
       check(task.taskId === taskId, `tasks/get: ${JSON.stringify(task)}`);
       await new Promise((resolve) => setTimeout(resolve, 250));

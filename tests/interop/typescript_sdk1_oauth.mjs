@@ -8,7 +8,7 @@
 //    authorization and connects again, as the SDK's documentation says;
 // 2. it calls a tool and runs a 2025-11-25 task;
 // 3. this SDK refreshes only when the server refuses a token, so the issuer mints tokens
-//    that mcp-taskd accepts for a few seconds (JWT_LIFETIME, inside its clock leeway):
+//    that mcp-taskd accepts for 15 s (JWT_LIFETIME -15, inside its 30 s clock leeway):
 //    once refused, the SDK refreshes, and the new token reads the same task back;
 // 4. step-up: a tool needing a scope the token lacks answers 403 insufficient_scope.
 //    SDK 1.32.2 answers that with a refresh (which cannot widen the grant), then gives up
@@ -64,7 +64,7 @@ function host() {
 }
 
 async function flow(binary, work, children) {
-  const issuer = await startIssuer(children, { JWT_LIFETIME: '-22' });
+  const issuer = await startIssuer(children, { JWT_LIFETIME: '-15' });
   const url = new URL(await startServer(binary, work, issuer.url, children));
   const oauth = host();
 
@@ -101,9 +101,9 @@ async function flow(binary, work, children) {
     check(taskId, 'generate_report did not run as a task');
 
     // 3. Read the task until mcp-taskd refuses the token and the SDK refreshes it.
-    const deadline = Date.now() + 20_000;
+    const deadline = Date.now() + 30_000;
     while (!issuer.grants.includes('refresh_token mcp:use')) {
-      check(Date.now() < deadline, `no refresh within 20 s: grants ${issuer.grants}`);
+      check(Date.now() < deadline, `no refresh within 30 s: grants ${issuer.grants}`);
       const task = await client.experimental.tasks.getTask(taskId);
       check(task.taskId === taskId, `tasks/get: ${JSON.stringify(task)}`);
       await new Promise((resolve) => setTimeout(resolve, 250));
