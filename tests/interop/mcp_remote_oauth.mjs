@@ -36,19 +36,30 @@ async function flow(binary, work, children) {
   );
   children.push(bridge);
 
-  // The user: opens the URL mcp-remote asks them to visit, once.
+  // The user: opens the URL mcp-remote asks them to visit, once its callback server
+  // listens (it logs the URL first, then starts that server; a person is never faster).
   let authorizations = 0;
   let nextLineIsUrl = false;
-  createInterface({ input: bridge.stderr }).on('line', async (line) => {
+  let authorizationUrl;
+  let listening = false;
+  const visit = async () => {
+    if (!authorizationUrl || !listening) return;
+    const target = authorizationUrl;
+    authorizationUrl = undefined;
+    authorizations += 1;
+    // Following the redirects ends at mcp-remote's callback, which completes the sign-in.
+    await fetch(target).catch((error) => console.error(`# the browser: ${error}`));
+  };
+  createInterface({ input: bridge.stderr }).on('line', (line) => {
     console.error(line);
     const text = line.replace(/^\[\d+\] /, '').trim();
     if (nextLineIsUrl && text.startsWith('http')) {
       nextLineIsUrl = false;
-      authorizations += 1;
-      // Following the redirects ends at mcp-remote's callback, which completes the sign-in.
-      await fetch(text).catch((error) => console.error(`# the browser: ${error}`));
+      authorizationUrl = text;
     }
     if (text.includes('Please authorize this client by visiting')) nextLineIsUrl = true;
+    if (text.includes('OAuth callback server running at')) listening = true;
+    visit();
   });
 
   const pending = new Map();
