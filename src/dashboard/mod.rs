@@ -189,21 +189,28 @@ impl Dashboard {
         )
     }
 
+    /// The `429` for an address with too many failed logins of late (token logins and
+    /// sign-ins count alike), if it has them.
+    fn throttled(&self, address: Option<std::net::IpAddr>) -> Option<Response<Body>> {
+        let wait_s = self.failed_logins.refused(address, now_s())?;
+        Some(with_header(
+            refused(
+                429,
+                "too many failed logins from this address; try again later",
+            ),
+            "Retry-After",
+            &wait_s.to_string(),
+        ))
+    }
+
     fn login(&self, request: &mut tiny_http::Request, auth: &Authenticator) -> Response<Body> {
         // Login CSRF: a foreign page must not log a browser into our session either.
         if header(request, "Origin").is_none() {
             return refused(403, "cross-site request refused");
         }
         let address = request.remote_addr().map(|address| address.ip());
-        if let Some(wait_s) = self.failed_logins.refused(address, now_s()) {
-            return with_header(
-                refused(
-                    429,
-                    "too many failed logins from this address; try again later",
-                ),
-                "Retry-After",
-                &wait_s.to_string(),
-            );
+        if let Some(response) = self.throttled(address) {
+            return response;
         }
         let mut body = Vec::new();
         if request
@@ -291,15 +298,8 @@ impl Dashboard {
         auth: &Authenticator,
     ) -> Response<Body> {
         let address = request.remote_addr().map(|address| address.ip());
-        if let Some(wait_s) = self.failed_logins.refused(address, now_s()) {
-            return with_header(
-                refused(
-                    429,
-                    "too many failed logins from this address; try again later",
-                ),
-                "Retry-After",
-                &wait_s.to_string(),
-            );
+        if let Some(response) = self.throttled(address) {
+            return response;
         }
         let pairs = query_pairs(query);
         let param = |name: &str| {
