@@ -65,6 +65,12 @@ pub struct Config {
     /// Command tools, in declaration order, each built once from its declaration.
     #[serde(skip)]
     pub tools: Vec<Arc<CommandTool>>,
+    /// `[[upstreams]]`, kept raw until [`Config::parse_in`] types each entry.
+    #[serde(default, rename = "upstreams")]
+    raw_upstreams: Vec<toml::Table>,
+    /// Upstream MCP servers, in declaration order (`crate::upstreams`).
+    #[serde(skip)]
+    pub upstreams: Vec<Arc<crate::upstreams::Upstream>>,
     /// The directory relative paths in `[[tools]]` resolve against.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -469,6 +475,15 @@ impl std::fmt::Debug for ClientSecret {
     }
 }
 
+/// Only the `[[upstreams]]` of a configuration, typed: used to locate a bad entry's
+/// error.
+#[derive(Deserialize)]
+struct TypedUpstreams {
+    #[serde(default)]
+    #[allow(dead_code)]
+    upstreams: Vec<crate::upstreams::UpstreamConfig>,
+}
+
 impl Config {
     /// The canonical URL of the MCP endpoint (RFC 8707 resource, RFC 9728 `resource`):
     /// `server.public_url` + `server.endpoint`, else the listener's address on loopback
@@ -743,6 +758,41 @@ impl Config {
                 }
             })?;
             config.tools.push(Arc::new(tool));
+        }
+        let mut upstream_names = std::collections::BTreeSet::new();
+        for (index, table) in std::mem::take(&mut config.raw_upstreams)
+            .into_iter()
+            .enumerate()
+        {
+            let name = table.get("name").and_then(toml::Value::as_str);
+            let label = match name {
+                Some(name) => format!("upstreams[{index}] (\"{name}\")"),
+                None => format!("upstreams[{index}]"),
+            };
+            let declaration = crate::upstreams::UpstreamConfig::deserialize(toml::Value::Table(
+                table,
+            ))
+            .map_err(|error| {
+                // Parse the text again, typed, for an error that shows the offending line.
+                let located = toml::from_str::<TypedUpstreams>(text).err();
+                let detail = located.map_or_else(|| error.message().to_owned(), |e| e.to_string());
+                ConfigError::UpstreamEntry {
+                    label: label.clone(),
+                    detail: detail.trim_end().to_owned(),
+                }
+            })?;
+            let upstream = crate::upstreams::Upstream::build(&declaration, &config.base_dir)
+                .map_err(|source| ConfigError::UpstreamDeclaration {
+                    label: label.clone(),
+                    source,
+                })?;
+            if !upstream_names.insert(upstream.name.clone()) {
+                return Err(ConfigError::UpstreamDeclaration {
+                    label,
+                    source: crate::upstreams::UpstreamError::Duplicate,
+                });
+            }
+            config.upstreams.push(Arc::new(upstream));
         }
         Ok(config)
     }

@@ -13,6 +13,7 @@
 //!   │               2025-11-25 tasks — answered through the same handlers
 //!   └─ handlers     the dispatcher: one handler per method, MRTR request state
 //!        ├─ tools, catalog, builtin   what is served (command tools in tools/command)
+//!        ├─ upstreams                 stdio MCP servers' tools served as ours, as tasks
 //!        ├─ tasks                     the task engine, one folder:
 //!        │    ├─ service              TaskService: create, get, update, cancel
 //!        │    ├─ model, backend       records; TaskStore, the interface to storage
@@ -65,3 +66,4 @@ pub mod tasks;
 pub mod telemetry;
 pub mod tools;
 pub mod transport;
+pub mod upstreams;

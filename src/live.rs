@@ -39,6 +39,7 @@ use crate::registration::build_catalog;
 use crate::shares::Shares;
 use crate::tools::{RegistrationError, Registry};
 use crate::transport::OriginPolicy;
+use crate::upstreams::Upstreams;
 
 /// One complete configuration as the server applies it.
 pub struct Settings {
@@ -60,8 +61,12 @@ pub struct Settings {
 impl Settings {
     /// Everything `config` serves, built and checked as `check-config` does; an error
     /// leaves nothing changed.
-    pub fn build(config: Config, hub: &Arc<Hub>) -> Result<Settings, RegistrationError> {
-        let (tools, catalog) = build_catalog(&config, hub)?;
+    pub fn build(
+        config: Config,
+        hub: &Arc<Hub>,
+        upstreams: &Upstreams,
+    ) -> Result<Settings, RegistrationError> {
+        let (tools, catalog) = build_catalog(&config, hub, upstreams)?;
         Ok(Settings {
             auth: authenticator(&config),
             origins: OriginPolicy::new(
@@ -118,12 +123,16 @@ fn authenticator(config: &Config) -> Authenticator {
 /// The current [`Settings`], swapped atomically by a reload.
 pub struct Live {
     current: ArcSwap<Settings>,
+    /// Held by whoever builds new settings from the current ones (a reload, an
+    /// upstream's new tool list), so that one never swaps out what another swapped in.
+    updating: std::sync::Mutex<()>,
 }
 
 impl Live {
     pub fn new(settings: Settings) -> Live {
         Live {
             current: ArcSwap::from_pointee(settings),
+            updating: std::sync::Mutex::new(()),
         }
     }
 
@@ -136,6 +145,14 @@ impl Live {
     /// The settings in force now, to keep.
     pub fn load_full(&self) -> Arc<Settings> {
         self.current.load_full()
+    }
+
+    /// The right to build new settings from the current ones and swap them in: hold it
+    /// from [`Live::load_full`] to [`Live::swap`].
+    pub fn updating(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.updating
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Puts `settings` in force; returns the ones they replace.
@@ -221,6 +238,8 @@ restart_only! {
     "telemetry.batch_delay_ms" => telemetry.batch_delay_ms;
     "telemetry.metrics_interval_ms" => telemetry.metrics_interval_ms;
     "log.format" => log.format;
+    // Upstream servers run as long as the server: their sessions hold callers' state.
+    "upstreams" => upstreams;
 }
 
 /// Keys (or whole tables, by their name) a reload applies while serving.

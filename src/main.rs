@@ -224,7 +224,11 @@ fn stdio(path: Option<&Path>, data_dir: Option<PathBuf>) -> Result<(), Box<dyn E
 fn check_config(path: Option<&Path>) -> Result<(), Box<dyn Error>> {
     let config = Config::load(path)?;
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    mcp_taskd::registration::build_catalog(&config, &hub)?;
+    mcp_taskd::registration::build_catalog(
+        &config,
+        &hub,
+        &mcp_taskd::upstreams::Upstreams::none(),
+    )?;
     println!("configuration is valid");
     Ok(())
 }

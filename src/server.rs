@@ -32,6 +32,7 @@ use crate::tasks::workers::{AttemptObserver, Inflight, WorkerPool};
 use crate::tasks::{TaskService, TaskStore};
 use crate::tools::{command, RegistrationError};
 use crate::transport::Frontend;
+use crate::upstreams::Upstreams;
 
 /// How long a drain waits for requests being handled (inline tool runs included) to
 /// answer; past it the drain goes on, and the process exits under them.
@@ -84,6 +85,8 @@ pub enum ServeError {
 /// Everything behind a transport: the store (holding the data dir's lock), the workers,
 /// upkeep, the admin socket, and the MCP service the transports answer through.
 pub struct Engine {
+    /// The upstream MCP servers and their sessions.
+    pub upstreams: Arc<Upstreams>,
     /// The configuration in force (a reload swaps it).
     pub live: Arc<Live>,
     pub service: Arc<Service>,
@@ -119,12 +122,19 @@ impl Engine {
             log::info!("telemetry on: spans go to {traces}");
         }
         let hub = Arc::new(Hub::new(config.notifications.clone()));
-        let live = Arc::new(Live::new(Settings::build(config.clone(), &hub)?));
+        // Upstream tools as cached at their last listing: served (and their queued tasks
+        // run) before the upstreams have started.
+        let upstreams = Arc::new(Upstreams::new(&config.upstreams, data_dir));
+        let live = Arc::new(Live::new(Settings::build(
+            config.clone(),
+            &hub,
+            &upstreams,
+        )?));
         // Before any program runs: descendants that leave their process group must come
         // back to the server, not to init, to be found and killed when their run ends.
         command::become_subreaper();
         // Before any program runs: programs must die with the server, `kill -9` included.
-        if !config.tools.is_empty() {
+        if !config.tools.is_empty() || !upstreams.is_empty() {
             command::guard::keep().map_err(ServeError::RunGuard)?;
         }
         let mut data_dir_lock = None;
@@ -218,7 +228,9 @@ impl Engine {
             );
             crate::telemetry::start_metrics(move || metrics.render(&Snapshot::now(&tasks, &hub)))
         };
+        upstreams.start(tools_refresher(&live, &hub, &metrics, &upstreams));
         Ok(Engine {
+            upstreams,
             live,
             service,
             hub,
@@ -252,6 +264,8 @@ impl Engine {
             log::warn!("some task creations were not answered before shutdown");
         }
         self.workers.shutdown(self.shutdown_grace);
+        // After the workers: attempts in their grace period still talk to upstreams.
+        self.upstreams.stop();
         // Runs have ended (or been given up on): whatever they left behind goes too, even
         // descendants whose run could not be told from their environment.
         command::sweep_all();
@@ -272,6 +286,45 @@ impl Engine {
         crate::telemetry::shutdown();
         log::info!("stopped");
     }
+}
+
+/// What an upstream's new tool list does: the settings in force are rebuilt with it
+/// (as a reload would, under the same lock), and listeners hear `list_changed`.
+fn tools_refresher(
+    live: &Arc<Live>,
+    hub: &Arc<Hub>,
+    metrics: &Arc<Metrics>,
+    upstreams: &Arc<Upstreams>,
+) -> Box<dyn Fn() + Send + Sync> {
+    let (live, hub, metrics) = (Arc::clone(live), Arc::clone(hub), Arc::clone(metrics));
+    // Weak: the upstreams hold this closure.
+    let upstreams = Arc::downgrade(upstreams);
+    Box::new(move || {
+        let Some(upstreams) = upstreams.upgrade() else {
+            return;
+        };
+        let _updating = live.updating();
+        let running = live.load_full();
+        let mut settings = match Settings::build(running.config.clone(), &hub, &upstreams) {
+            Ok(settings) => settings,
+            Err(error) => {
+                log::error!("an upstream's new tool list could not be served: {error}");
+                return;
+            }
+        };
+        if let Some(tools) = Arc::get_mut(&mut settings.tools) {
+            tools.adopt_slots(&running.tools);
+        }
+        let names: Vec<String> = settings
+            .tools
+            .all()
+            .iter()
+            .map(|tool| tool.spec.name.clone())
+            .collect();
+        metrics.add_tools(names.iter().map(String::as_str));
+        live.swap(settings);
+        hub.publish_list_changed(crate::notifications::ListKind::Tools);
+    })
 }
 
 /// Takes `data_dir/lock` for the process lifetime, as the SQLite store does.
@@ -374,6 +427,7 @@ pub fn run(config: Config, source: ConfigSource) -> Result<(), ServeError> {
         Arc::clone(&engine.live),
         Arc::clone(&engine.hub),
         Arc::clone(&engine.metrics),
+        Arc::clone(&engine.upstreams),
         &frontend,
     ));
     let _ = engine.operator.reloader.set(Arc::clone(&reloader));

@@ -34,6 +34,7 @@
 //!   and restart-only keys, applied while serving;
 //! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`;
 //! - [`tracing`]: OpenTelemetry spans of a task's life, received by a real OTLP decoder;
+//! - [`upstreams`]: `[[upstreams]]`: a stdio MCP server's tools served as ours, as tasks;
 //! - [`cluster`]: PostgreSQL: the harness's throwaway cluster, several nodes on one
 //!   database.
 //!
@@ -72,3 +73,4 @@ mod systemd_notify;
 mod task_input;
 mod tracing;
 mod transport;
+mod upstreams;

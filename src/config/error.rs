@@ -35,6 +35,13 @@ pub enum ConfigError {
     #[error("{label}: {detail}")]
     ToolEntry { label: String, detail: String },
     #[error("{label}: {source}")]
+    UpstreamDeclaration {
+        label: String,
+        source: crate::upstreams::UpstreamError,
+    },
+    #[error("{label}: {detail}")]
+    UpstreamEntry { label: String, detail: String },
+    #[error("{label}: {source}")]
     ToolDeclaration {
         label: String,
         source: DeclarationError,

@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 
 use super::Config;
 use crate::tools::command::CommandToolConfig;
+use crate::upstreams::UpstreamConfig;
 
 /// Where the reference lives, relative to the crate root.
 const REFERENCE: &str = "docs/configuration.md";
@@ -121,9 +122,27 @@ struct Nested {
     preamble: String,
 }
 
+/// Records the array of tables `path` that `Config` keeps raw, as the type `T` it is
+/// typed as later.
+fn walk_raw<T: DeserializeOwned + 'static>(path: &str, out: &mut Accepted) {
+    let Probe::Fields(fields) = probe::<T>("") else {
+        panic!("{path} entries no longer reject unknown keys");
+    };
+    let mut entry = Accepted::new();
+    walk::<T>("", "", true, fields, &mut entry);
+    for (inner, table) in entry {
+        let inner = if inner.is_empty() {
+            path.to_owned()
+        } else {
+            format!("{path}.{inner}")
+        };
+        out.insert(inner, table);
+    }
+}
+
 /// Records the table `name` (opened by the TOML `preamble`; `T` is the type the whole
 /// text parses as) with its `fields`, and walks the tables among them.
-fn walk<T: DeserializeOwned>(
+fn walk<T: DeserializeOwned + 'static>(
     preamble: &str,
     name: &str,
     array: bool,
@@ -138,21 +157,14 @@ fn walk<T: DeserializeOwned>(
         } else {
             format!("{name}.{field}")
         };
-        if name.is_empty() && field == "tools" {
-            // `[[tools]]` is kept raw by `Config`, and typed as a `CommandToolConfig`.
-            let Probe::Fields(tool_fields) = probe::<CommandToolConfig>("") else {
-                panic!("CommandToolConfig no longer rejects unknown keys");
-            };
-            let mut tool = Accepted::new();
-            walk::<CommandToolConfig>("", "", true, tool_fields, &mut tool);
-            for (inner, table) in tool {
-                let inner = if inner.is_empty() {
-                    path.clone()
-                } else {
-                    format!("{path}.{inner}")
-                };
-                out.insert(inner, table);
-            }
+        // `[[tools]]` and `[[upstreams]]` are kept raw by `Config`, and typed later.
+        let top = std::any::TypeId::of::<T>() == std::any::TypeId::of::<Config>();
+        if top && field == "tools" {
+            walk_raw::<CommandToolConfig>(&path, out);
+            continue;
+        }
+        if top && field == "upstreams" {
+            walk_raw::<UpstreamConfig>(&path, out);
             continue;
         }
         let as_table = format!("{preamble}[{path}]\n");

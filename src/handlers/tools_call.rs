@@ -93,11 +93,13 @@ impl Service {
             tool: &tool.spec.name,
             trace: request.meta.trace.clone(),
         };
+        let caller = request.identity.key();
         let mut invocation = Invocation {
             arguments: &arguments,
             input_responses: &input_responses,
             state: state.as_ref(),
             capabilities,
+            caller: &caller,
             host: &mut host,
         };
         // An inline run shares the tool's concurrency slots with its task attempts, and

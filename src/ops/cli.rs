@@ -447,7 +447,8 @@ fn offline(
     }
     let hub = Arc::new(Hub::new(config.notifications.clone()));
     let live = Arc::new(Live::new(
-        Settings::build(config.clone(), &hub).map_err(|e| e.to_string())?,
+        Settings::build(config.clone(), &hub, &crate::upstreams::Upstreams::none())
+            .map_err(|e| e.to_string())?,
     ));
     let (store, writer): (Arc<dyn TaskStore>, _) = if postgres {
         let crate::tasks::postgres::Opened { store, listener } =

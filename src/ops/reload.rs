@@ -32,6 +32,7 @@ use crate::live::{keep_running, Live, Settings};
 use crate::metrics::Metrics;
 use crate::notifications::{Hub, ListKind};
 use crate::transport::Frontend;
+use crate::upstreams::Upstreams;
 
 /// Where the running configuration came from: the file `serve` read and the
 /// command-line options that override it. A reload reads the same file and applies the
@@ -131,6 +132,8 @@ pub struct Reloader {
     live: Arc<Live>,
     hub: Arc<Hub>,
     metrics: Arc<Metrics>,
+    /// Their tools as last listed are part of what a reload builds.
+    upstreams: Arc<Upstreams>,
     /// Not kept alive by the reloader (which the admin socket holds): a drain drops
     /// the frontend, and the store with it, while the socket may still answer.
     frontend: Weak<Frontend>,
@@ -144,6 +147,7 @@ impl Reloader {
         live: Arc<Live>,
         hub: Arc<Hub>,
         metrics: Arc<Metrics>,
+        upstreams: Arc<Upstreams>,
         frontend: &Arc<Frontend>,
     ) -> Reloader {
         Reloader {
@@ -151,6 +155,7 @@ impl Reloader {
             live,
             hub,
             metrics,
+            upstreams,
             frontend: Arc::downgrade(frontend),
             running: Mutex::new(()),
         }
@@ -193,6 +198,7 @@ impl Reloader {
             .source
             .load()
             .map_err(|error| one_line(&error, &file))?;
+        let _updating = self.live.updating();
         let running = self.live.load_full();
         let restart_needed = keep_running(&mut config, &running.config);
         // Not a key of the file: the listener keeps the address it bound.
@@ -200,7 +206,8 @@ impl Reloader {
         // The configuration that will run (restart-only keys at their running values)
         // must pass the checks too: say, tokens removed while listening beyond loopback.
         config.check().map_err(|error| error.to_string())?;
-        let mut settings = Settings::build(config, &self.hub).map_err(|e| e.to_string())?;
+        let mut settings =
+            Settings::build(config, &self.hub, &self.upstreams).map_err(|e| e.to_string())?;
         if let Some(tools) = Arc::get_mut(&mut settings.tools) {
             tools.adopt_slots(&running.tools);
         }

@@ -257,6 +257,8 @@ pub struct Claim {
     /// How long the job had been ready to run (since `run_after`) when it was claimed.
     pub queue_wait_ms: i64,
     pub tool: String,
+    /// The task's identity (`auth::Identity::key`).
+    pub owner: String,
     pub origin: Vec<u8>,
     pub input_responses: String,
     pub tool_state: Option<String>,

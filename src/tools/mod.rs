@@ -226,6 +226,9 @@ pub struct Invocation<'a> {
     pub state: Option<&'a Value>,
     /// The capabilities of the client this run answers to.
     pub capabilities: &'a ClientCapabilities,
+    /// Who called: the caller's identity key (`auth::Identity::key`). Upstream tools
+    /// keep a session per identity by it; it is never shown to a program.
+    pub caller: &'a str,
     pub host: &'a mut dyn InvocationHost,
 }
 

@@ -233,6 +233,7 @@ fn run_tool_of(
         input_responses: &responses,
         state: state.as_ref(),
         capabilities: &capabilities,
+        caller: &claim.owner,
         host: &mut host,
     };
     let outcome = run_tool(|| tool.tool.run(&mut invocation));

@@ -253,6 +253,7 @@ mod tests {
             deadline: i64::MAX,
             queue_wait_ms: 0,
             tool: tool.into(),
+            owner: String::new(),
             origin: Vec::new(),
             input_responses: "{}".into(),
             tool_state: None,

@@ -166,14 +166,7 @@ impl CommandTool {
             }
         };
 
-        let mut env = BTreeMap::new();
-        env.insert("PATH".to_owned(), DEFAULT_PATH.to_owned());
-        for (key, value) in &config.env {
-            if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-                return Err(DeclarationError::InvalidEnv { key: key.clone() });
-            }
-            env.insert(key.clone(), value.clone());
-        }
+        let env = check_env(&config.env)?;
         let Some((program, args)) = config.command.split_first() else {
             return Err(DeclarationError::NoProgram);
         };
@@ -296,9 +289,25 @@ fn positive<T: Default + PartialEq>(
     }
 }
 
+/// A program's whole environment: `env` as declared, checked, plus the default `PATH`
+/// unless `env` sets one. Nothing is inherited from the server.
+pub fn check_env(
+    declared: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, DeclarationError> {
+    let mut env = BTreeMap::new();
+    env.insert("PATH".to_owned(), DEFAULT_PATH.to_owned());
+    for (key, value) in declared {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return Err(DeclarationError::InvalidEnv { key: key.clone() });
+        }
+        env.insert(key.clone(), value.clone());
+    }
+    Ok(env)
+}
+
 /// The absolute path of the program: a path with a `/` resolves against `base_dir`, a
 /// bare name is looked up in the program's `PATH` — once, at start-up.
-fn resolve_program(
+pub fn resolve_program(
     program: &str,
     base_dir: &Path,
     path_var: &str,

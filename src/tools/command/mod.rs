@@ -84,6 +84,7 @@
 //!   while other tools' tasks run; its attempt starts (and its time starts running) once
 //!   a slot is free. An inline call beyond it waits for a slot up to `timeout_ms`.
 
+pub mod daemon;
 mod declaration;
 mod exit;
 pub mod guard;
@@ -99,8 +100,11 @@ use std::time::Duration;
 
 use super::{Invocation, Outcome, Tool, ToolSpec};
 
-pub use declaration::{CommandToolConfig, DeclarationError, DEFAULT_MAX_OUTPUT, DEFAULT_PATH};
-pub use reaper::{become_subreaper, sweep_all};
+pub use declaration::{
+    check_env, resolve_program, CommandToolConfig, DeclarationError, DEFAULT_MAX_OUTPUT,
+    DEFAULT_PATH,
+};
+pub use reaper::{become_subreaper, sweep_all, MARKER};
 
 /// Blocks SIGCHLD in the calling thread and so in every thread it starts: call it first
 /// thing in `main`, before any thread exists.

@@ -48,7 +48,7 @@ const CLAIM_BATCH: &str = "WITH due AS ( \
      RETURNING jobs.task_id, jobs.lease_token, jobs.attempt, \
        jobs.deadline - taskd_now_ms(), taskd_now_ms() - jobs.run_after, jobs.priority, \
        jobs.turn, tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state, \
-       tasks.trace_context";
+       tasks.trace_context, jobs.owner";
 
 /// Most claim statements per claim: a round whose jobs the claimant partly refuses
 /// (its tool filled up meanwhile) is followed by one that passes over that tool.
@@ -147,6 +147,7 @@ fn claimed_job(row: &Row) -> Result<((std::cmp::Reverse<i64>, i64), Claim), Fail
             input_responses: row.try_get(9)?,
             tool_state: row.try_get(10)?,
             trace: super::trace_column(row, 11)?,
+            owner: row.try_get(12)?,
         },
     ))
 }

@@ -20,7 +20,7 @@ macro_rules! claim_columns {
     () => {
         "jobs.task_id, jobs.attempt + 1, ?1 + jobs.timeout_ms, ?1 - jobs.run_after, \
          tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state, \
-         tasks.trace_context"
+         tasks.trace_context, jobs.owner"
     };
 }
 
@@ -136,6 +136,7 @@ fn ready_job(
         input_responses: row.get(6)?,
         tool_state: row.get(7)?,
         trace: super::trace_column(row, 8)?,
+        owner: row.get(9)?,
         token: token(),
     })
 }

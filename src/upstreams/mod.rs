@@ -1,0 +1,303 @@
+//! Upstream MCP servers as durable task tools (`[[upstreams]]`).
+//!
+//! An upstream is a stdio MCP server that mcp-taskd launches and supervises
+//! ([`supervisor`]), as a client of the 2025-11-25 revision ([`session`]). Its tools
+//! are served as ours under a prefix ([`tool`]): listed in `tools/list` of both eras
+//! and over stdio with their schemas and annotations, and each call is an ordinary tool
+//! run, so a call is a durable task whenever a tool call here would be one (the Tasks
+//! extension, 2025-11-25 tasks, the bridge's inline wait and handle), held by a worker
+//! that outlives the client and the host's timeout.
+//!
+//! Data flow:
+//!
+//! ```text
+//! config::Upstream ──► Supervisor (sessions by scope, restarts, circuit breaker,
+//!                                  the tool list, cached in the data dir)
+//!                        │ tools/list ──► registration: UpstreamTool per tool
+//! worker / request ──► UpstreamTool::run ──► Session::call_tool ──► the upstream
+//!                        ◄── progress, requests (input_required), the result
+//! ```
+//!
+//! Guarantees, and their limits, are written next to the code that keeps them: the
+//! re-run rule after an interruption in [`tool`], request routing in [`session`], the
+//! sessions' lifetimes in [`supervisor`].
+
+pub mod config;
+mod session;
+mod supervisor;
+mod tool;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use self::supervisor::Supervisor;
+use self::tool::{ParkedCalls, UpstreamTool};
+use crate::tools::{ExecutionPolicy, Registry, TaskPolicy, ToolSpec};
+
+pub use self::config::{SessionScope, Upstream, UpstreamConfig, UpstreamError};
+
+/// How long start-up waits for the first listing of upstreams that have no cached one.
+const FIRST_LISTING: Duration = Duration::from_secs(10);
+/// How often kept sessions are health-checked and expired parked calls given up.
+const CHECK_INTERVAL: Duration = Duration::from_secs(30);
+/// Attempts of a tool that is not idempotent: its attempts after the first only report
+/// the interruption (see [`tool`]), and input rounds count as attempts too.
+const NOT_IDEMPOTENT_ATTEMPTS: u32 = 1000;
+
+/// Every upstream of the configuration the server started with.
+pub struct Upstreams {
+    supervisors: Vec<Arc<Supervisor>>,
+    parked: Arc<ParkedCalls>,
+    /// Told when an upstream's tool list changes (set once the server can rebuild).
+    changed: Arc<OnceLock<Box<dyn Fn() + Send + Sync>>>,
+    stopping: Arc<AtomicBool>,
+    checker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Upstreams {
+    /// No upstreams (`check-config` and offline commands list none).
+    pub fn none() -> Upstreams {
+        Upstreams::new(&[], std::path::Path::new("."))
+    }
+
+    /// The upstreams of `upstreams`, not started; their tool lists as cached in
+    /// `data_dir`.
+    pub fn new(upstreams: &[Arc<Upstream>], data_dir: &std::path::Path) -> Upstreams {
+        let changed: Arc<OnceLock<Box<dyn Fn() + Send + Sync>>> = Arc::default();
+        let cache_dir = data_dir.join("upstreams");
+        let supervisors = upstreams
+            .iter()
+            .map(|upstream| {
+                let changed = Arc::clone(&changed);
+                Supervisor::new(
+                    Arc::clone(upstream),
+                    &cache_dir,
+                    Arc::new(move || {
+                        if let Some(changed) = changed.get() {
+                            changed();
+                        }
+                    }),
+                )
+            })
+            .collect();
+        Upstreams {
+            supervisors,
+            parked: Arc::default(),
+            changed,
+            stopping: Arc::default(),
+            checker: Mutex::default(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.supervisors.is_empty()
+    }
+
+    /// Lists each upstream's tools in the background (calling `changed` when a list
+    /// differs from the cached one), then health-checks them every
+    /// [`CHECK_INTERVAL`].
+    pub fn start(&self, changed: Box<dyn Fn() + Send + Sync>) {
+        if self.supervisors.is_empty() {
+            return;
+        }
+        let _ = self.changed.set(changed);
+        let (listed, done) = crossbeam_channel::unbounded();
+        let mut uncached = 0;
+        for supervisor in &self.supervisors {
+            if supervisor.tools().is_empty() {
+                uncached += 1;
+            }
+            let supervisor = Arc::clone(supervisor);
+            let listed = listed.clone();
+            let _ = std::thread::Builder::new()
+                .name("upstream-list".into())
+                .spawn(move || {
+                    let was_empty = supervisor.tools().is_empty();
+                    supervisor.discover();
+                    if was_empty {
+                        let _ = listed.send(());
+                    }
+                });
+        }
+        // An upstream never listed before (no cached list) gets a moment, so that the
+        // first `tools/list` a host sends already has its tools; a slow one joins
+        // later with `list_changed`.
+        let deadline = std::time::Instant::now() + FIRST_LISTING;
+        for _ in 0..uncached {
+            if done.recv_deadline(deadline).is_err() {
+                log::warn!(
+                    "upstream tools not listed within {} s of start; they are added when \
+                     their server answers",
+                    FIRST_LISTING.as_secs()
+                );
+                break;
+            }
+        }
+        let supervisors = self.supervisors.clone();
+        let parked = Arc::clone(&self.parked);
+        let stopping = Arc::clone(&self.stopping);
+        let checker = std::thread::Builder::new()
+            .name("upstream-check".into())
+            .spawn(move || {
+                let mut slept = Duration::ZERO;
+                while !stopping.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    slept += Duration::from_millis(200);
+                    if slept < CHECK_INTERVAL {
+                        continue;
+                    }
+                    slept = Duration::ZERO;
+                    parked.expire();
+                    for supervisor in &supervisors {
+                        supervisor.check();
+                    }
+                }
+            });
+        match checker {
+            Ok(handle) => *session::lock(&self.checker) = Some(handle),
+            Err(error) => log::error!("could not start the upstreams' health checks: {error}"),
+        }
+    }
+
+    /// Registers every served tool of every upstream. A tool that cannot be served
+    /// (a name taken, a schema that does not compile) is left out with a warning: one
+    /// upstream's odd tool must not take the server down.
+    pub fn register(&self, registry: &mut Registry) {
+        for supervisor in &self.supervisors {
+            for listed in supervisor.tools() {
+                let Some((spec, idempotent)) = tool_spec(&supervisor.upstream, &listed) else {
+                    continue;
+                };
+                let tool = UpstreamTool {
+                    supervisor: Arc::clone(supervisor),
+                    parked: Arc::clone(&self.parked),
+                    name: listed
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    idempotent,
+                    timeout: spec.execution.timeout,
+                };
+                if let Err(error) = registry.register(spec, Arc::new(tool)) {
+                    log::warn!(
+                        "upstream {}: a tool is not served: {error}",
+                        supervisor.upstream.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// Each upstream's state and counters, for `/healthz` and the dashboard.
+    pub fn health(&self) -> Value {
+        let upstreams: Vec<Value> = self
+            .supervisors
+            .iter()
+            .map(|supervisor| {
+                let (health, last_failure) = supervisor.health();
+                let counters = &supervisor.counters;
+                json!({
+                    "name": supervisor.upstream.name,
+                    "state": health.as_str(),
+                    "tools": supervisor.tools().len(),
+                    "starts": counters.starts.load(Ordering::Relaxed),
+                    "restarts": counters.restarts.load(Ordering::Relaxed),
+                    "calls": counters.calls.load(Ordering::Relaxed),
+                    "errors": counters.errors.load(Ordering::Relaxed),
+                    "last_failure": last_failure,
+                })
+            })
+            .collect();
+        Value::Array(upstreams)
+    }
+
+    /// Closes every session (the server is stopping).
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        for supervisor in &self.supervisors {
+            supervisor.stop();
+        }
+    }
+}
+
+/// Our spec of the upstream's tool `listed`, when it is served, and whether it is
+/// idempotent.
+fn tool_spec(upstream: &Upstream, listed: &Value) -> Option<(ToolSpec, bool)> {
+    let warn = |why: &str| {
+        log::warn!("upstream {}: a tool is not served: {why}", upstream.name);
+        None
+    };
+    let Some(name) = listed.get("name").and_then(Value::as_str) else {
+        return warn("it has no name");
+    };
+    if !upstream.serves(name) {
+        return None;
+    }
+    let Some(input_schema) = listed.get("inputSchema").filter(|s| s.is_object()) else {
+        return warn(&format!("{name} has no inputSchema"));
+    };
+    let settings = upstream.settings(name);
+    let annotations = listed.get("annotations").filter(|a| a.is_object()).cloned();
+    let hint = |key: &str| {
+        annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .and_then(Value::as_bool)
+            == Some(true)
+    };
+    let idempotent = settings
+        .idempotent
+        .unwrap_or_else(|| hint("idempotentHint") || hint("readOnlyHint"));
+    let task_policy = settings.task_policy.unwrap_or(TaskPolicy::Optional);
+    let defaults = ExecutionPolicy::default();
+    let description = listed
+        .get("description")
+        .and_then(Value::as_str)
+        .filter(|text| !text.trim().is_empty())
+        .map_or_else(
+            || format!("Tool {name} of the MCP server \"{}\".", upstream.name),
+            str::to_owned,
+        );
+    let spec = ToolSpec {
+        name: format!("{}{name}", upstream.prefix),
+        title: listed
+            .get("title")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        description,
+        input_schema: input_schema.clone(),
+        output_schema: listed
+            .get("outputSchema")
+            .filter(|s| s.is_object())
+            .cloned(),
+        annotations,
+        task_policy,
+        required_capabilities: None,
+        execution: ExecutionPolicy {
+            max_attempts: if idempotent {
+                defaults.max_attempts
+            } else {
+                NOT_IDEMPOTENT_ATTEMPTS
+            },
+            timeout: settings
+                .timeout_ms
+                .map_or(defaults.timeout, Duration::from_millis),
+            backoff: defaults.backoff,
+            ttl: settings.ttl_ms.map(Duration::from_millis),
+            poll_interval: None,
+        },
+        idempotency_argument: None,
+        max_concurrency: settings.max_concurrency,
+        inline_wait: settings
+            .inline_wait_ms
+            .filter(|_| task_policy != TaskPolicy::Inline)
+            .map(Duration::from_millis),
+        scopes: settings.scopes.unwrap_or_default(),
+        priority: settings.priority.unwrap_or(0),
+    };
+    Some((spec, idempotent))
+}

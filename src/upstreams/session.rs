@@ -1,0 +1,456 @@
+//! One session with an upstream MCP server over stdio: its process, the
+//! `initialize` handshake, and the routing of every message it sends.
+//!
+//! The session speaks the 2025-11-25 revision as a client (newline-delimited JSON-RPC on
+//! the program's stdin and stdout; stderr goes to the log at debug level, as a command
+//! tool's does). One thread reads stdout and routes each message:
+//! - a response goes to whoever sent the request (`pending`, by id);
+//! - `notifications/progress` goes to the call whose progress token it names;
+//! - a request of the upstream (`elicitation/create`, `sampling/createMessage`, …) goes
+//!   to the one call in flight; with none or several in flight it cannot be told whose
+//!   it is, and the upstream gets an error rather than another caller's attention
+//!   (`ping` is answered here);
+//! - `notifications/tools/list_changed` and the session's end go to the supervisor.
+//!
+//! Nothing the upstream sends is logged: arguments, results and questions are the
+//! callers'.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use serde_json::{json, Map, Value};
+
+use super::config::Upstream;
+use crate::tools::command::daemon::Daemon;
+
+/// The revision this client asks for; older ones the upstream answers with are spoken
+/// too (what this client uses of them did not change).
+const PROTOCOL_VERSION: &str = "2025-11-25";
+const ACCEPTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// How long a closing upstream gets after its stdin closes, then after SIGTERM.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Longest line read from an upstream: a larger message ends the session.
+const MAX_LINE: usize = 64 * 1024 * 1024;
+
+/// What the session tells one call.
+#[derive(Debug)]
+pub enum Event {
+    /// The response to the call's request: its `result`, or its `error` object.
+    Response(Result<Value, Value>),
+    Progress {
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
+    /// A request of the upstream made during the call.
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    /// The session ended before the response came.
+    Closed,
+}
+
+/// What the session tells its supervisor.
+pub enum Notice {
+    ToolsChanged,
+    /// The session ended; `expected` when it was closed on purpose.
+    Closed {
+        expected: bool,
+    },
+}
+
+/// Why a session could not start or answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("could not start {program}: {source}")]
+    Start {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("it did not answer {method} within {} ms", timeout.as_millis())]
+    Timeout {
+        method: &'static str,
+        timeout: Duration,
+    },
+    #[error("it exited")]
+    Closed,
+    #[error("{method} failed: {message}")]
+    Refused {
+        method: &'static str,
+        message: String,
+    },
+    #[error("it speaks protocol version {0}, which mcp-taskd does not")]
+    Version(String),
+}
+
+/// A live session (until [`Session::close`] or the upstream's exit).
+pub struct Session {
+    upstream: String,
+    stdin: Mutex<Option<File>>,
+    daemon: Mutex<Option<Daemon>>,
+    next_id: AtomicU64,
+    /// Requests sent, by id: where their response goes.
+    pending: Mutex<HashMap<u64, Sender<Event>>>,
+    /// Calls in flight, by progress token.
+    calls: Mutex<HashMap<String, Sender<Event>>>,
+    closing: AtomicBool,
+    closed: AtomicBool,
+    /// The server's `instructions`, `serverInfo` and `capabilities`.
+    pub initialized: Mutex<Value>,
+}
+
+type NoticeFn = Arc<dyn Fn(Notice) + Send + Sync>;
+
+impl Session {
+    /// Starts the upstream's program and runs the `initialize` handshake.
+    pub fn start(upstream: &Upstream, notices: NoticeFn) -> Result<Arc<Session>, SessionError> {
+        let (daemon, pipes) =
+            Daemon::start(&upstream.launch).map_err(|source| SessionError::Start {
+                program: upstream.program.display().to_string(),
+                source,
+            })?;
+        let session = Arc::new(Session {
+            upstream: upstream.name.clone(),
+            stdin: Mutex::new(Some(pipes.stdin)),
+            daemon: Mutex::new(Some(daemon)),
+            next_id: AtomicU64::new(1),
+            pending: Mutex::default(),
+            calls: Mutex::default(),
+            closing: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            initialized: Mutex::new(Value::Null),
+        });
+        let name = upstream.name.clone();
+        let stderr = pipes.stderr;
+        spawn_thread(&format!("upstream-err-{name}"), move || {
+            log_stderr(&name, stderr)
+        });
+        let reader = Arc::clone(&session);
+        spawn_thread(&format!("upstream-{}", upstream.name), move || {
+            reader.read(pipes.stdout, &notices)
+        });
+        let handshake = session.ask(
+            "initialize",
+            json!({
+                "protocolVersion": PROTOCOL_VERSION,
+                // No roots: a server that asks for them outside a call would get
+                // nobody's roots. Elicitation and sampling reach the caller.
+                "capabilities": { "elicitation": {}, "sampling": {} },
+                "clientInfo": { "name": "mcp-taskd", "version": env!("CARGO_PKG_VERSION") },
+            }),
+            upstream.startup_timeout,
+        );
+        let result = match handshake {
+            Ok(result) => result,
+            Err(error) => {
+                session.close();
+                return Err(error);
+            }
+        };
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !ACCEPTED_VERSIONS.contains(&version) {
+            session.close();
+            return Err(SessionError::Version(version.to_owned()));
+        }
+        *lock(&session.initialized) = result;
+        session
+            .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .map_err(|_| SessionError::Closed)?;
+        Ok(session)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Sends a request and waits up to `timeout` for its result.
+    pub fn ask(
+        &self,
+        method: &'static str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, SessionError> {
+        let (events, answers) = crossbeam_channel::bounded(1);
+        let id = self.request(method, params, events)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match answers.recv_deadline(deadline) {
+                Ok(Event::Response(Ok(result))) => return Ok(result),
+                Ok(Event::Response(Err(error))) => {
+                    return Err(SessionError::Refused {
+                        method,
+                        message: error
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("no message")
+                            .to_owned(),
+                    })
+                }
+                Ok(Event::Closed) => return Err(SessionError::Closed),
+                Ok(_) => {}
+                Err(_) => {
+                    lock(&self.pending).remove(&id);
+                    return Err(SessionError::Timeout { method, timeout });
+                }
+            }
+        }
+    }
+
+    /// Sends a request whose response goes to `events`; returns its id.
+    pub fn request(
+        &self,
+        method: &str,
+        params: Value,
+        events: Sender<Event>,
+    ) -> Result<u64, SessionError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.send_request(id, method, params, events)?;
+        Ok(id)
+    }
+
+    fn send_request(
+        &self,
+        id: u64,
+        method: &str,
+        params: Value,
+        events: Sender<Event>,
+    ) -> Result<(), SessionError> {
+        lock(&self.pending).insert(id, events);
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if self.send(&message).is_err() || self.is_closed() {
+            lock(&self.pending).remove(&id);
+            return Err(SessionError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Starts a `tools/call`: progress and the upstream's requests during it go to the
+    /// returned receiver, and its response last. The call is tracked until
+    /// [`Session::end_call`].
+    pub fn call_tool(
+        &self,
+        name: &str,
+        arguments: &Map<String, Value>,
+        mut meta: Map<String, Value>,
+    ) -> Result<(u64, Receiver<Event>), SessionError> {
+        let (events, receiver) = crossbeam_channel::unbounded();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let token = progress_token(id);
+        meta.insert("progressToken".into(), Value::String(token.clone()));
+        lock(&self.calls).insert(token.clone(), events.clone());
+        let params = json!({"name": name, "arguments": arguments, "_meta": meta});
+        match self.send_request(id, "tools/call", params, events) {
+            Ok(()) => Ok((id, receiver)),
+            Err(error) => {
+                lock(&self.calls).remove(&token);
+                Err(error)
+            }
+        }
+    }
+
+    /// Stops tracking a call (its response came, or it was given up).
+    pub fn end_call(&self, id: u64) {
+        lock(&self.pending).remove(&id);
+        lock(&self.calls).remove(&progress_token(id));
+    }
+
+    /// Tells the upstream that the call `id` is no longer wanted.
+    pub fn cancel_call(&self, id: u64, reason: &str) {
+        let _ = self.send(&json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": reason},
+        }));
+        self.end_call(id);
+    }
+
+    /// Answers a request of the upstream.
+    pub fn answer(&self, id: &Value, answer: Result<Value, (i64, String)>) {
+        let message = match answer {
+            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            Err((code, message)) => {
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+            }
+        };
+        let _ = self.send(&message);
+    }
+
+    /// Ends the session: closes its stdin, then stops its process group.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        lock(&self.stdin).take();
+        let daemon = lock(&self.daemon).take();
+        if let Some(daemon) = daemon {
+            let deadline = Instant::now() + CLOSE_GRACE;
+            while !daemon.has_exited() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if let Err(error) = daemon.stop(CLOSE_GRACE) {
+                log::warn!("upstream {}: reaping its process: {error}", self.upstream);
+            }
+        }
+    }
+
+    fn send(&self, message: &Value) -> std::io::Result<()> {
+        let mut line = message.to_string();
+        line.push('\n');
+        let mut stdin = lock(&self.stdin);
+        let Some(stdin) = stdin.as_mut() else {
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        };
+        stdin.write_all(line.as_bytes())?;
+        stdin.flush()
+    }
+
+    /// The reader thread: routes every message until the upstream's stdout closes.
+    fn read(self: Arc<Self>, stdout: File, notices: &NoticeFn) {
+        let mut lines = BufReader::new(stdout);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match (&mut lines)
+                .take(MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut line)
+            {
+                Ok(0) | Err(_) => break,
+                Ok(_) if line.len() > MAX_LINE => {
+                    log::warn!("upstream {} sent a message over 64 MiB", self.upstream);
+                    break;
+                }
+                Ok(_) => {}
+            }
+            let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+                // Servers that print to stdout what belongs on stderr: not a message.
+                if !line.iter().all(u8::is_ascii_whitespace) {
+                    log::debug!("upstream {} wrote a line that is not JSON", self.upstream);
+                }
+                continue;
+            };
+            self.route(message, notices);
+        }
+        self.closed.store(true, Ordering::Release);
+        for (_, events) in lock(&self.pending).drain() {
+            let _ = events.send(Event::Closed);
+        }
+        for (_, events) in lock(&self.calls).drain() {
+            let _ = events.send(Event::Closed);
+        }
+        let expected = self.closing.load(Ordering::Acquire);
+        if !expected {
+            self.close();
+        }
+        notices(Notice::Closed { expected });
+    }
+
+    fn route(&self, message: Value, notices: &NoticeFn) {
+        let method = message.get("method").and_then(Value::as_str);
+        let id = message.get("id").filter(|id| !id.is_null());
+        match (method, id) {
+            (None, Some(id)) => {
+                let Some(events) = id.as_u64().and_then(|id| lock(&self.pending).remove(&id))
+                else {
+                    return;
+                };
+                let response = match message.get("error") {
+                    Some(error) => Err(error.clone()),
+                    None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
+                };
+                let _ = events.send(Event::Response(response));
+            }
+            (Some("ping"), Some(id)) => self.answer(id, Ok(json!({}))),
+            (Some(method), Some(id)) => {
+                let calls = lock(&self.calls);
+                let mut open = calls.values();
+                match (open.next(), open.next()) {
+                    (Some(events), None) => {
+                        let _ = events.send(Event::Request {
+                            id: id.clone(),
+                            method: method.to_owned(),
+                            params: message.get("params").cloned().unwrap_or(json!({})),
+                        });
+                    }
+                    (None, _) => {
+                        drop(calls);
+                        let refusal = "mcp-taskd answers requests only during a tool call";
+                        self.answer(id, Err((-32601, refusal.into())));
+                    }
+                    (Some(_), Some(_)) => {
+                        drop(calls);
+                        let refusal = "several calls are in flight on this session: mcp-taskd \
+                                       cannot tell whose caller to ask (use session = \"per_call\")";
+                        self.answer(id, Err((-32603, refusal.into())));
+                    }
+                }
+            }
+            (Some("notifications/progress"), None) => {
+                let params = message.get("params").cloned().unwrap_or_default();
+                let token = match params.get("progressToken") {
+                    Some(Value::String(token)) => token.clone(),
+                    Some(other) => other.to_string(),
+                    None => return,
+                };
+                if let Some(events) = lock(&self.calls).get(&token) {
+                    let _ = events.send(Event::Progress {
+                        progress: params
+                            .get("progress")
+                            .and_then(Value::as_f64)
+                            .unwrap_or(0.0),
+                        total: params.get("total").and_then(Value::as_f64),
+                        message: params
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                    });
+                }
+            }
+            (Some("notifications/tools/list_changed"), None) => notices(Notice::ToolsChanged),
+            _ => {}
+        }
+    }
+}
+
+/// The progress token of the call with request id `id`.
+fn progress_token(id: u64) -> String {
+    format!("call-{id}")
+}
+
+fn log_stderr(upstream: &str, stderr: File) {
+    let mut lines = BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut lines).take(64 * 1024).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                let text: String = text.trim_end().chars().take(512).collect();
+                log::debug!("upstream {upstream} stderr: {text}");
+            }
+        }
+    }
+}
+
+fn spawn_thread(name: &str, body: impl FnOnce() + Send + 'static) {
+    if let Err(error) = std::thread::Builder::new()
+        .name(name.chars().take(15).collect())
+        .spawn(body)
+    {
+        log::error!("could not start thread {name}: {error}");
+    }
+}
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,334 @@
+//! Upstream MCP servers (`[[upstreams]]`) end to end: tests/scripts/upstream.py, a
+//! stdio MCP server, behind the real binary; every call observed through tools/list,
+//! tools/call and tasks/get|update|cancel, and what the upstream saw through its
+//! events log. Real upstream servers that no one here wrote are run by .ci/interop.sh.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::common::tasks::{cancel, create, get, update, wait_for, wait_terminal};
+use crate::common::{poll_until, Server};
+use serde_json::{json, Value};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A configuration with the test upstream as `up`, its events in `work`; `extra` goes
+/// into its `[[upstreams]]` table.
+fn config(work: &Path, extra: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/upstream.py");
+    format!(
+        "[builtin]\nsets = []\n[tasks]\nbridge = false\n\n[[upstreams]]\nname = \"up\"\n\
+         command = [\"python3\", \"{script}\"]\nenv = {{ WORK = \"{work}\" }}\n\
+         exclude = [\"hidden_*\"]\n{extra}\n",
+        script = script.display(),
+        work = work.display(),
+    )
+}
+
+fn work_dir() -> (tempfile::TempDir, PathBuf) {
+    let temp = tempfile::tempdir().expect("temp dir");
+    let path = temp.path().to_path_buf();
+    (temp, path)
+}
+
+/// The upstream's events so far.
+fn events(work: &Path) -> Vec<String> {
+    std::fs::read_to_string(work.join("events.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn wait_for_event(work: &Path, what: &str) {
+    poll_until(LIMIT, || {
+        events(work)
+            .iter()
+            .any(|e| e.starts_with(what))
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the upstream never logged {what}: {:?}", events(work)));
+}
+
+fn tool_names(server: &Server) -> Vec<String> {
+    let result = server.request("tools/list", json!({}), json!({})).result();
+    result["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn tool<'a>(tools: &'a Value, name: &str) -> &'a Value {
+    tools["tools"]
+        .as_array()
+        .and_then(|tools| tools.iter().find(|tool| tool["name"] == name))
+        .unwrap_or_else(|| panic!("{name} is not listed: {tools}"))
+}
+
+#[test]
+fn upstream_tools_are_listed_under_the_prefix_with_their_schemas_and_filters() {
+    let (_temp, work) = work_dir();
+    let server = Server::start(&config(&work, ""));
+    let tools = server.request("tools/list", json!({}), json!({})).result();
+    let names = tool_names(&server);
+    for name in [
+        "up_echo",
+        "up_slow",
+        "up_ask",
+        "up_record",
+        "up_lookup",
+        "up_structured",
+    ] {
+        assert!(
+            names.contains(&name.to_owned()),
+            "{name} missing from {names:?}"
+        );
+    }
+    assert!(
+        !names.iter().any(|name| name.contains("hidden")),
+        "{names:?}"
+    );
+    assert_eq!(
+        tool(&tools, "up_lookup")["annotations"]["readOnlyHint"],
+        true
+    );
+    assert_eq!(
+        tool(&tools, "up_structured")["outputSchema"]["required"],
+        json!(["n"])
+    );
+    assert_eq!(tool(&tools, "up_echo")["description"], "Returns the text.");
+    // The upstream was asked as a client that passes elicitation and sampling on.
+    let initialize = events(&work)
+        .into_iter()
+        .find(|e| e.starts_with("initialize"))
+        .expect("initialize event");
+    assert!(initialize.contains("elicitation") && initialize.contains("sampling"));
+}
+
+#[test]
+fn an_upstream_call_is_answered_inline_for_a_client_without_tasks() {
+    let (_temp, work) = work_dir();
+    let server = Server::start(&config(&work, ""));
+    let result = server
+        .call_tool("up_echo", json!({"text": "hello"}), json!({}))
+        .result();
+    assert_eq!(result["content"][0]["text"], "hello", "{result}");
+    // Only structuredContent upstream: a text block is added, and the output schema holds.
+    let result = server
+        .call_tool("up_structured", json!({}), json!({}))
+        .result();
+    assert_eq!(result["structuredContent"], json!({"n": 7}), "{result}");
+    assert_eq!(result["content"][0]["text"], "{\"n\":7}", "{result}");
+}
+
+#[test]
+fn an_upstream_call_is_a_task_whose_status_message_follows_the_upstreams_progress() {
+    let (_temp, work) = work_dir();
+    let server = Server::start(&config(&work, ""));
+    let task_id = create(
+        &server,
+        "up_slow",
+        json!({"steps": 20, "step_ms": 150}),
+        &[],
+    );
+    let seen = poll_until(LIMIT, || {
+        let task = get(&server, &task_id);
+        task["statusMessage"]
+            .as_str()
+            .filter(|message| message.starts_with("step "))
+            .map(str::to_owned)
+    });
+    assert!(seen.is_some(), "no progress reached the task");
+    let task = wait_terminal(&server, &task_id, LIMIT);
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(task["result"]["content"][0]["text"], "done after 20 steps");
+}
+
+#[test]
+fn cancelling_the_task_cancels_the_upstream_call() {
+    let (_temp, work) = work_dir();
+    let server = Server::start(&config(&work, ""));
+    let task_id = create(
+        &server,
+        "up_slow",
+        json!({"steps": 300, "step_ms": 100}),
+        &[],
+    );
+    poll_until(LIMIT, || {
+        get(&server, &task_id)["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("step "))
+            .then_some(())
+    })
+    .expect("the call started");
+    assert_eq!(cancel(&server, &task_id, &[]).status, 200);
+    wait_for_event(&work, "cancel-notice");
+    wait_for_event(&work, "cancelled");
+    let task = wait_terminal(&server, &task_id, LIMIT);
+    assert_eq!(task["status"], "cancelled", "{task}");
+}
+
+#[test]
+fn an_upstreams_elicitation_is_answered_through_the_task_and_the_call_goes_on() {
+    let (_temp, work) = work_dir();
+    let server = Server::start(&config(&work, ""));
+    let task_id = create(&server, "up_ask", json!({}), &[]);
+    let task = wait_for(&server, &task_id, "input_required", LIMIT);
+    let requests = task["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(requests.len(), 1, "{task}");
+    let (key, request) = requests.iter().next().expect("one request");
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Approve?");
+    let answer = json!({"action": "accept", "content": {"ok": true}});
+    let updated = update(&server, &task_id, json!({ key.clone(): answer }), &[]);
+    assert_eq!(updated.status, 200, "{}", updated.text());
+    let task = wait_terminal(&server, &task_id, LIMIT);
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(
+        task["result"]["content"][0]["text"],
+        "heard {\"action\": \"accept\", \"content\": {\"ok\": true}}"
+    );
+}
+
+#[test]
+fn after_kill_9_an_idempotent_call_runs_again_and_another_fails_saying_it_was_not_repeated() {
+    let (_temp, work) = work_dir();
+    let data = tempfile::tempdir().expect("data dir");
+    let text = config(&work, "");
+    let mut server = Server::start_in(data.path(), &text);
+    let record = create(
+        &server,
+        "up_record",
+        json!({"key": "r", "wait_ms": 60000}),
+        &[],
+    );
+    let lookup = create(
+        &server,
+        "up_lookup",
+        json!({"key": "l", "wait_ms": 60000}),
+        &[],
+    );
+    wait_for_event(&work, "call record r");
+    wait_for_event(&work, "call lookup l");
+    server.kill9();
+    // The run guard takes the upstream down with the server.
+    let upstream_gone = poll_until(LIMIT, || {
+        let starts: Vec<String> = events(&work)
+            .into_iter()
+            .filter(|e| e.starts_with("start "))
+            .collect();
+        let pid = starts.last()?.trim_start_matches("start ").to_owned();
+        (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    });
+    if cfg!(target_os = "linux") {
+        assert!(upstream_gone.is_some(), "the upstream outlived the server");
+    }
+    let server = Server::start_in(data.path(), &text);
+    let lookup_task = wait_terminal(&server, &lookup, Duration::from_secs(90));
+    let record_task = wait_terminal(&server, &record, Duration::from_secs(90));
+    assert_eq!(record_task["status"], "failed", "{record_task}");
+    let message = record_task["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("interrupted") && message.contains("not repeated"),
+        "{message}"
+    );
+    let calls = |what: &str| events(&work).iter().filter(|e| e.as_str() == what).count();
+    assert_eq!(
+        calls("call record r"),
+        1,
+        "a call that is not idempotent ran again"
+    );
+    // The read-only one was called again; its 60 s wait is still running or done.
+    poll_until(LIMIT, || (calls("call lookup l") == 2).then_some(()))
+        .expect("the read-only call was not repeated");
+    assert!(
+        lookup_task["status"] == "completed" || lookup_task["status"] == "working",
+        "{lookup_task}"
+    );
+}
+
+#[test]
+fn a_crashed_upstream_is_started_again_for_the_next_call() {
+    let (_temp, work) = work_dir();
+    let server = Server::start(&config(&work, ""));
+    let crashed = server.call_tool("up_crash", json!({}), json!({})).result();
+    assert_eq!(crashed["isError"], true, "{crashed}");
+    wait_for_event(&work, "crash");
+    let result = poll_until(LIMIT, || {
+        let result = server
+            .call_tool("up_echo", json!({"text": "again"}), json!({}))
+            .result();
+        (result["isError"] != true).then_some(result)
+    })
+    .expect("the upstream did not come back");
+    assert_eq!(result["content"][0]["text"], "again");
+    let starts = events(&work)
+        .iter()
+        .filter(|e| e.starts_with("start "))
+        .count();
+    assert_eq!(starts, 2, "{:?}", events(&work));
+}
+
+#[test]
+fn a_changed_upstream_tool_list_changes_ours() {
+    let (_temp, work) = work_dir();
+    let server = Server::start(&config(&work, ""));
+    assert!(!tool_names(&server).contains(&"up_extra".to_owned()));
+    let grown = server.call_tool("up_grow", json!({}), json!({})).result();
+    assert_eq!(grown["content"][0]["text"], "grown");
+    poll_until(LIMIT, || {
+        tool_names(&server)
+            .contains(&"up_extra".to_owned())
+            .then_some(())
+    })
+    .expect("up_extra never appeared");
+    let result = server.call_tool("up_extra", json!({}), json!({})).result();
+    assert_eq!(result["content"][0]["text"], "extra");
+}
+
+#[test]
+fn upstream_declarations_are_checked_naming_the_entry_and_field() {
+    let (_temp, dir) = work_dir();
+    let path = dir.join("config.toml");
+    let cases = [
+        ("command = [\"/nonexistent/server\"]", "/nonexistent/server"),
+        (
+            "command = [\"/bin/sh\"]\nsession = \"sometimes\"",
+            "session",
+        ),
+        ("command = [\"/bin/sh\"]\nprefix = \"bad prefix\"", "prefix"),
+        ("command = [\"/bin/sh\"]\ninclude = [\"[\"]", "include"),
+        (
+            "command = [\"/bin/sh\"]\n[upstreams.tools.\"*\"]\ntimeout_ms = 0",
+            "timeout_ms",
+        ),
+        ("command = [\"/bin/sh\"]\nurl_typo = 1", "url_typo"),
+    ];
+    for (declaration, field) in cases {
+        std::fs::write(
+            &path,
+            format!("[[upstreams]]\nname = \"broken\"\n{declaration}\n"),
+        )
+        .expect("write config");
+        let output = crate::common::binary()
+            .arg("check-config")
+            .arg("--config")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run check-config");
+        assert!(
+            !output.status.success(),
+            "check-config accepted {declaration}"
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("upstreams[0] (\"broken\")") && stderr.contains(field),
+            "{declaration}: {stderr}"
+        );
+    }
+}
