@@ -402,6 +402,7 @@ pub fn run(config: Config, source: ConfigSource) -> Result<(), ServeError> {
         legacy,
         listener: http.health(),
         dashboard: dashboard(&config, &engine),
+        upstreams: Arc::clone(&engine.upstreams),
     });
     frontend.serve(&http);
     if config.server.handler_threads.is_some() {

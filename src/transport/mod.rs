@@ -60,6 +60,9 @@ pub struct Frontend {
     /// Whether the listener can accept connections (`/healthz` fails when not).
     pub listener: Arc<tiny_http::ListenerHealth>,
     /// The operator web page, when `[dashboard]` enables it.
+    /// The upstream MCP servers, whose state `/healthz` shows (an unwell upstream
+    /// fails its own tools only, not the server's health).
+    pub upstreams: Arc<crate::upstreams::Upstreams>,
     pub dashboard: Option<Arc<crate::dashboard::Dashboard>>,
 }
 
@@ -567,9 +570,10 @@ impl Frontend {
                 "GET",
             );
         }
-        let page = self
+        let mut page = self
             .metrics
             .render(&Snapshot::now(&self.service.tasks, &self.hub));
+        self.upstreams.render_metrics(&mut page);
         let length = page.len();
         Response::new(
             StatusCode(200),
@@ -598,8 +602,11 @@ impl Frontend {
                 "Retry-After",
                 "5",
             )
-        } else {
+        } else if self.upstreams.is_empty() {
             json_response(200, &json!({"status": "ok"}))
+        } else {
+            let upstreams = self.upstreams.health();
+            json_response(200, &json!({"status": "ok", "upstreams": upstreams}))
         }
     }
 

@@ -215,6 +215,63 @@ impl Upstreams {
         Value::Array(upstreams)
     }
 
+    /// Appends each upstream's counters and state to the metrics page. The label is the
+    /// upstream's configured name (bounded, chosen by the operator); its calls' latency
+    /// is in the per-tool histograms, as any tool's.
+    pub fn render_metrics(&self, page: &mut String) {
+        use std::fmt::Write;
+        if self.supervisors.is_empty() {
+            return;
+        }
+        let counters: [(&str, &str, fn(&supervisor::Counters) -> u64); 4] = [
+            ("starts", "Upstream server processes started.", |c| {
+                c.starts.load(Ordering::Relaxed)
+            }),
+            (
+                "restarts",
+                "Upstream servers that exited unexpectedly.",
+                |c| c.restarts.load(Ordering::Relaxed),
+            ),
+            ("calls", "Tool calls sent to upstream servers.", |c| {
+                c.calls.load(Ordering::Relaxed)
+            }),
+            (
+                "errors",
+                "Upstream tool calls that failed or could not be sent.",
+                |c| c.errors.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, read) in counters {
+            let _ = writeln!(page, "# HELP mcp_taskd_upstream_{name}_total {help}");
+            let _ = writeln!(page, "# TYPE mcp_taskd_upstream_{name}_total counter");
+            for supervisor in &self.supervisors {
+                let _ = writeln!(
+                    page,
+                    "mcp_taskd_upstream_{name}_total{{upstream=\"{}\"}} {}",
+                    supervisor.upstream.name,
+                    read(&supervisor.counters)
+                );
+            }
+        }
+        let _ = writeln!(
+            page,
+            "# HELP mcp_taskd_upstream_state Each upstream's state (1 for the state it is in)."
+        );
+        let _ = writeln!(page, "# TYPE mcp_taskd_upstream_state gauge");
+        for supervisor in &self.supervisors {
+            let (health, _) = supervisor.health();
+            for state in supervisor::Health::ALL {
+                let _ = writeln!(
+                    page,
+                    "mcp_taskd_upstream_state{{upstream=\"{}\",state=\"{}\"}} {}",
+                    supervisor.upstream.name,
+                    state.as_str(),
+                    u8::from(state == health)
+                );
+            }
+        }
+    }
+
     /// Closes every session (the server is stopping).
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Release);

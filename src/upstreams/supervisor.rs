@@ -47,6 +47,13 @@ pub enum Health {
 }
 
 impl Health {
+    pub const ALL: [Health; 4] = [
+        Health::Idle,
+        Health::Up,
+        Health::Restarting,
+        Health::CircuitOpen,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Health::Idle => "idle",
