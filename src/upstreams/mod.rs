@@ -223,7 +223,8 @@ impl Upstreams {
         if self.supervisors.is_empty() {
             return;
         }
-        let counters: [(&str, &str, fn(&supervisor::Counters) -> u64); 4] = [
+        type Counter = (&'static str, &'static str, fn(&supervisor::Counters) -> u64);
+        let counters: [Counter; 4] = [
             ("starts", "Upstream server processes started.", |c| {
                 c.starts.load(Ordering::Relaxed)
             }),
