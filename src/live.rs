@@ -46,10 +46,11 @@ pub struct Settings {
     /// The configuration as loaded (command-line overrides applied), with every
     /// restart-only key at its running value.
     pub config: Config,
-    /// The tokens of `[[auth.tokens]]` and `[auth.oauth]`.
-    pub auth: Authenticator,
+    /// The tokens of `[[auth.tokens]]` and `[auth.oauth]` (shared by settings that
+    /// differ only in their tools: its key set and caches live on).
+    pub auth: Arc<Authenticator>,
     /// `server.allowed_hosts` and `server.allowed_origins`.
-    pub origins: OriginPolicy,
+    pub origins: Arc<OriginPolicy>,
     /// The tools served: built-in sets and `[[tools]]`.
     pub tools: Arc<Registry>,
     /// Resources and prompts of the built-in sets.
@@ -68,11 +69,11 @@ impl Settings {
     ) -> Result<Settings, RegistrationError> {
         let (tools, catalog) = build_catalog(&config, hub, upstreams)?;
         Ok(Settings {
-            auth: authenticator(&config),
-            origins: OriginPolicy::new(
+            auth: Arc::new(authenticator(&config)),
+            origins: Arc::new(OriginPolicy::new(
                 &config.server.allowed_hosts,
                 &config.server.allowed_origins,
-            ),
+            )),
             tools: Arc::new(tools),
             catalog: Arc::new(catalog),
             shares: Arc::new(Shares::new(&config)),
@@ -88,16 +89,37 @@ impl Settings {
         let mut config = self.config.clone();
         config.server.bound = Some(address);
         Settings {
-            auth: authenticator(&config),
-            origins: OriginPolicy::new(
+            auth: Arc::new(authenticator(&config)),
+            origins: Arc::new(OriginPolicy::new(
                 &config.server.allowed_hosts,
                 &config.server.allowed_origins,
-            ),
+            )),
             tools: Arc::clone(&self.tools),
             catalog: Arc::clone(&self.catalog),
             shares: Arc::clone(&self.shares),
             config,
         }
+    }
+}
+
+impl Settings {
+    /// These settings serving the tools `upstreams` list now (an upstream's tool list
+    /// changed); everything else is shared, the authenticator's caches included.
+    pub fn with_upstream_tools(
+        &self,
+        hub: &Arc<Hub>,
+        upstreams: &Upstreams,
+    ) -> Result<Settings, RegistrationError> {
+        let (mut tools, _) = build_catalog(&self.config, hub, upstreams)?;
+        tools.adopt_slots(&self.tools);
+        Ok(Settings {
+            config: self.config.clone(),
+            auth: Arc::clone(&self.auth),
+            origins: Arc::clone(&self.origins),
+            tools: Arc::new(tools),
+            catalog: Arc::clone(&self.catalog),
+            shares: Arc::clone(&self.shares),
+        })
     }
 }
 

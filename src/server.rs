@@ -305,16 +305,13 @@ fn tools_refresher(
         };
         let _updating = live.updating();
         let running = live.load_full();
-        let mut settings = match Settings::build(running.config.clone(), &hub, &upstreams) {
+        let settings = match running.with_upstream_tools(&hub, &upstreams) {
             Ok(settings) => settings,
             Err(error) => {
                 log::error!("an upstream's new tool list could not be served: {error}");
                 return;
             }
         };
-        if let Some(tools) = Arc::get_mut(&mut settings.tools) {
-            tools.adopt_slots(&running.tools);
-        }
         let names: Vec<String> = settings
             .tools
             .all()
