@@ -2,7 +2,9 @@
 # interop.sh BINARY      real MCP clients, default options, against BINARY (the demo tools)
 # interop.sh --reference the same drivers against tests/interop/reference/server.py, a
 #                        Python SDK 1.x server: proves the drivers right on their own.
-# Then (not with --reference) clients across a restart of the server: see run_restart_driver.
+# Then (not with --reference) clients across a restart of the server: see run_restart_driver;
+# and upstream MCP servers that no one here wrote behind [[upstreams]] (server-everything,
+# server-filesystem, mcp-server-time), on a server of their own: see run_upstream_driver.
 # Installs the pinned clients (.ci/interop-setup.sh), starts the server on an ephemeral
 # port with a temporary data dir, runs every driver in tests/interop/ (each prints one
 # PASS/FAIL line), prints `interop: N passed, M failed`, and fails if any driver failed.
@@ -27,23 +29,26 @@ if [ "$1" != --reference ]; then
   BINARY="$(realpath "$1")"
 fi
 
-# Starts the server (or the reference) listening on $1 and sets PID and URL.
+# Starts the server (or the reference) listening on $1 and sets PID and URL. Its
+# configuration, data dir and output are in $SERVER (the upstreams' server has its own).
+SERVER="$WORK"
 start_server() {
   if [ -z "$BINARY" ]; then
-    "$CACHE/py1/bin/python" "$DRIVERS/reference/server.py" >"$WORK/stdout" 2>"$WORK/stderr" &
+    "$CACHE/py1/bin/python" "$DRIVERS/reference/server.py" >"$SERVER/stdout" 2>"$SERVER/stderr" &
   else
-    "$BINARY" serve --config "$WORK/config.toml" --listen "$1" \
-      --data-dir "$WORK/data" >"$WORK/stdout" 2>>"$WORK/stderr" &
+    "$BINARY" serve --config "$SERVER/config.toml" --listen "$1" \
+      --data-dir "$SERVER/data" >"$SERVER/stdout" 2>>"$SERVER/stderr" &
   fi
   PID=$!
   URL=""
   for _ in $(seq 1 300); do
-    URL="$(sed -n 's/^[a-z-]* listening on \(http:[^ ]*\)$/\1/p' "$WORK/stdout")"
+    # (the background server may not have created its stdout yet)
+    URL="$(sed -n 's/^[a-z-]* listening on \(http:[^ ]*\)$/\1/p' "$SERVER/stdout" 2>/dev/null || true)"
     [ -n "$URL" ] && break
     sleep 0.1
   done
   if [ -z "$URL" ]; then
-    echo "server did not start:"; cat "$WORK/stderr"; exit 1
+    echo "server did not start:"; cat "$SERVER/stderr"; exit 1
   fi
 }
 
@@ -191,8 +196,144 @@ mcp-remote-restart          node   mcp-remote mcp_remote_restart.mjs
 LIST
 fi
 
+# Upstream MCP servers that no one here wrote (issue 31), behind [[upstreams]] of a server
+# of its own (configuration, data dir and logs in $WORK/upstreams):
+#   ev_*    @modelcontextprotocol/server-everything, behind upstream_tap.py, which logs
+#           the JSON-RPC traffic to $SERVER/everything.tap for the drivers to check
+#   once_*  the same server again, only its long-running operation, marked not
+#           idempotent (`idempotent = false` overrides its readOnlyHint)
+#   fs_*    @modelcontextprotocol/server-filesystem, allowed $SERVER/files only
+#   time_*  mcp-server-time (Python), in UTC
+# Each driver gets the server's URL. A driver may print, then wait for a line on stdin:
+#   KILL9           the harness kill -9's mcp-taskd, checks that the upstreams it ran died
+#                   with it and restarts it on the same port and data dir; it answers
+#                   `go` and the upstream processes that outlived the server, if any
+#   KILL_UPSTREAM P the harness kill -9's the server's child processes whose command line
+#                   matches P (pgrep -f); it answers `killed` and their pids
+run_upstream_driver() {
+  local name="$1" kind="$2" where="$3" script="$4"
+  local command
+  if [ "$kind" = python ]; then
+    command=("$CACHE/$where/bin/python" "$DRIVERS/$script")
+  else
+    cp "$DRIVERS/$script" "$CACHE/npm/$where/$script"
+    command=("$NODE" "$CACHE/npm/$where/$script")
+  fi
+  local fifo="$SERVER/$name.in" out="$SERVER/$name.out"
+  mkfifo "$fifo"
+  HOME="$WORK/home" timeout -k 5 60 "${command[@]}" "$URL" <"$fifo" >"$out" 2>"$SERVER/$name.err" &
+  local driver=$!
+  exec 7>"$fifo"
+  local handled=0 orders order
+  while kill -0 "$driver" 2>/dev/null; do
+    mapfile -t orders < <(grep -E '^(KILL9|KILL_UPSTREAM)( |$)' "$out" 2>/dev/null || true)
+    if [ "${#orders[@]}" -le "$handled" ]; then
+      sleep 0.1
+      continue
+    fi
+    order="${orders[$handled]}"
+    handled=$((handled + 1))
+    if [ "$order" = KILL9 ]; then
+      local children address left=()
+      children="$(pgrep -P "$PID" || true)"
+      address="${URL#http://}"
+      address="${address%%/*}"
+      kill -9 "$PID"; wait "$PID" 2>/dev/null || true
+      for _ in $(seq 1 50); do
+        left=()
+        for child in $children; do
+          kill -0 "$child" 2>/dev/null && left+=("$child")
+        done
+        [ "${#left[@]}" -eq 0 ] && break
+        sleep 0.1
+      done
+      if [ "${#left[@]}" -ne 0 ]; then
+        echo "    upstream processes outlived the server's kill -9: ${left[*]}" >&2
+        kill -9 "${left[@]}" 2>/dev/null || true
+      fi
+      start_server "$address"
+      echo "go ${left[*]}" >&7
+    else
+      local pids
+      pids="$(pgrep -P "$PID" -f -- "${order#KILL_UPSTREAM }" | tr '\n' ' ' || true)"
+      [ -n "$pids" ] && { kill -9 $pids 2>/dev/null || true; }
+      echo "killed $pids" >&7
+    fi
+  done
+  exec 7>&-
+  wait "$driver" || true
+  local verdict
+  verdict="$(grep -E '^(PASS|FAIL) ' "$out" | tail -n 1)"
+  echo "${verdict:-FAIL $name: exited without a verdict}"
+  if [[ "$verdict" != PASS* ]]; then
+    sed 's/^/    | /' "$SERVER/$name.err" | tail -n 15
+    return 1
+  fi
+}
+
+if [ -n "$BINARY" ]; then
+  kill "$PID"; wait "$PID" || true
+  SERVER="$WORK/upstreams"
+  mkdir -p "$SERVER/files/notes" "$SERVER/home"
+  printf 'written by interop.sh\n' >"$SERVER/files/hello.txt"
+  EVERYTHING="$CACHE/npm/everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+  FILESYSTEM="$CACHE/npm/filesystem/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+  cat >"$SERVER/config.toml" <<CONFIG
+[builtin]
+sets = []
+
+[tasks]
+bridge = true
+inline_wait_ms = 1000
+
+[[upstreams]]
+name = "everything"
+prefix = "ev_"
+command = ["$CACHE/py1/bin/python", "$DRIVERS/upstream_tap.py", "$SERVER/everything.tap",
+           "$NODE", "$EVERYTHING", "stdio"]
+env = { HOME = "$SERVER/home" }
+
+[[upstreams]]
+name = "once"
+prefix = "once_"
+include = ["trigger-long-running-operation"]
+command = ["$NODE", "$EVERYTHING", "stdio"]
+env = { HOME = "$SERVER/home" }
+[upstreams.tools."trigger-long-running-operation"]
+idempotent = false
+
+[[upstreams]]
+name = "fs"
+command = ["$NODE", "$FILESYSTEM", "$SERVER/files"]
+env = { HOME = "$SERVER/home" }
+
+[[upstreams]]
+name = "time"
+command = ["$CACHE/time/bin/python", "-m", "mcp_server_time", "--local-timezone", "UTC"]
+env = { HOME = "$SERVER/home" }
+CONFIG
+  start_server 127.0.0.1:0
+  export MCP_TASKD_UPSTREAM_FILES="$SERVER/files" MCP_TASKD_UPSTREAM_TAP="$SERVER/everything.tap"
+  while read -r name kind where script; do
+    if run_upstream_driver "$name" "$kind" "$where" "$script"; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1))
+    fi
+  done <<'LIST'
+upstream-python-sdk-1.x        python py1  upstream_python_sdk1.py
+upstream-python-sdk-1.x-tasks  python py1  upstream_python_sdk1_tasks.py
+upstream-typescript-sdk-1.x    node   sdk1 upstream_typescript_sdk1.mjs
+upstream-upstream-kill9        python py1  upstream_python_sdk1_upstream_kill.py
+upstream-server-kill9          python py1  upstream_python_sdk1_kill9.py
+LIST
+fi
+
 echo "interop: $passed passed, $failed failed"
 if [ "$failed" -ne 0 ]; then
   echo "server stderr (tail):"; tail -n 20 "$WORK/stderr"
+  if [ "$SERVER" != "$WORK" ]; then
+    echo "upstreams' server stderr (tail):"; tail -n 20 "$SERVER/stderr"
+  fi
   exit 1
 fi
