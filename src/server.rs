@@ -348,6 +348,7 @@ fn dashboard(config: &Config, engine: &Engine) -> Option<Arc<crate::dashboard::D
         Arc::clone(&engine.hub),
         Arc::clone(&engine.live),
         Arc::clone(&engine.metrics),
+        Arc::clone(&engine.upstreams),
     );
     if dashboard.is_none() {
         log::error!("dashboard: no randomness for its session key; not served");

@@ -421,3 +421,29 @@ fn upstream_declarations_are_checked_naming_the_entry_and_field() {
         );
     }
 }
+
+#[test]
+fn the_dashboard_overview_shows_each_upstream() {
+    let (_temp, work) = work_dir();
+    let admin = crate::fair_share::token("boss", "roles = [\"admin\"]");
+    let server = Server::start(&format!("{}{admin}", config(&work, "")));
+    let bearer = crate::fair_share::bearer("boss");
+    let headers = [("Authorization", bearer.as_str())];
+    let echoed = server
+        .request_with(
+            "tools/call",
+            json!({"name": "up_echo", "arguments": {"text": "x"}}),
+            json!({}),
+            &headers,
+        )
+        .result();
+    assert_eq!(echoed["content"][0]["text"], "x");
+    let overview =
+        server.exchange(&server.raw_request("GET", "/dashboard/api/overview", &headers, b""));
+    assert_eq!(overview.status, 200, "{}", overview.text());
+    let upstream = &overview.json()["upstreams"][0];
+    assert_eq!(upstream["name"], "up", "{upstream}");
+    assert_eq!(upstream["state"], "up", "{upstream}");
+    assert_eq!(upstream["calls"], 1, "{upstream}");
+    assert!(upstream["tools"].as_u64().unwrap_or(0) >= 8, "{upstream}");
+}

@@ -48,6 +48,7 @@ use crate::notifications::Hub;
 use crate::ops::admin::{summary_json, Admin, Request as Op};
 use crate::protocol::TaskStatus;
 use crate::tasks::model::TaskFilter;
+use crate::upstreams::Upstreams;
 use history::History;
 use session::{Session, Sessions, COOKIE, LIFETIME_S};
 use throttle::LoginThrottle;
@@ -68,6 +69,8 @@ const MAX_LOGIN_BODY: u64 = 4096;
 const MAX_PAGE: usize = 200;
 
 pub struct Dashboard {
+    /// The upstream MCP servers, whose state the overview shows.
+    upstreams: Arc<Upstreams>,
     path: String,
     admin: Arc<Admin>,
     hub: Arc<Hub>,
@@ -97,11 +100,13 @@ impl Dashboard {
         hub: Arc<Hub>,
         live: Arc<Live>,
         metrics: Arc<Metrics>,
+        upstreams: Arc<Upstreams>,
     ) -> Option<Dashboard> {
         let history = History::start(&admin.tasks);
         Some(Dashboard {
             live,
             metrics,
+            upstreams,
             path: path.to_owned(),
             admin,
             hub,
@@ -580,6 +585,7 @@ impl Dashboard {
                 "openSubscriptions": self.hub.open_subscriptions(),
                 "walBytes": tasks.wal_bytes(),
                 "perMinute": self.history.to_json(crate::clock::now_ms(), &self.tool_names()),
+                "upstreams": self.upstreams.health(),
             }),
         )
     }

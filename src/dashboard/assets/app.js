@@ -122,6 +122,12 @@ async function loadOverview() {
   const idle = tools.length - active.length;
   $("charts").replaceChildren(...active.map(([t, s]) => chart(t, s)),
     ...(idle ? [el("p", { text: `${idle} tool(s) without tasks in the last hour.` })] : []));
+  $("upstreams").hidden = o.upstreams.length === 0;
+  $("upstream-rows").replaceChildren(...o.upstreams.map((u) => el("tr", {},
+    el("td", { text: u.name }), el("td", { text: u.state.replace("_", " ") }),
+    el("td", { text: String(u.tools) }), el("td", { text: String(u.calls) }),
+    el("td", { text: String(u.errors) }), el("td", { text: String(u.restarts) }),
+    el("td", { text: u.last_failure ?? "" }))));
   // A pass over the live jobs (and the last hour's counts) on the server: every 5 s,
   // not with each second's poll; identities' backlogs change slowly.
   if (Date.now() - identitiesAt < 5000) return;
