@@ -205,8 +205,8 @@ fi
 #   fs_*    @modelcontextprotocol/server-filesystem, allowed $SERVER/files only
 #   time_*  mcp-server-time (Python), in UTC
 # Each driver gets the server's URL. A driver may print, then wait for a line on stdin:
-#   KILL9           the harness kill -9's mcp-taskd, checks that the upstreams it ran died
-#                   with it and restarts it on the same port and data dir; it answers
+#   KILL9           the harness kill -9's mcp-taskd, checks that the upstreams it ran (and
+#                   their process groups) died with it and restarts it on the same port and data dir; it answers
 #                   `go` and the upstream processes that outlived the server, if any
 #   KILL_UPSTREAM P the harness kill -9's the server's child processes whose command line
 #                   matches P (pgrep -f); it answers `killed` and their pids
@@ -235,7 +235,11 @@ run_upstream_driver() {
     handled=$((handled + 1))
     if [ "$order" = KILL9 ]; then
       local children address left=()
+      # The server's children and their process groups (the wiretap's node, say).
       children="$(pgrep -P "$PID" || true)"
+      for child in $children; do
+        children+=" $(pgrep -g "$child" | tr '\n' ' ' || true)"
+      done
       address="${URL#http://}"
       address="${address%%/*}"
       kill -9 "$PID"; wait "$PID" 2>/dev/null || true
