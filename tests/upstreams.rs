@@ -395,6 +395,15 @@ fn upstream_declarations_are_checked_naming_the_entry_and_field() {
             "timeout_ms",
         ),
         ("command = [\"/bin/sh\"]\nurl_typo = 1", "url_typo"),
+        (
+            "command = [\"/bin/sh\"]\nurl = \"http://127.0.0.1:1/mcp\"",
+            "not both",
+        ),
+        ("url = \"ftp://example.com/mcp\"", "url"),
+        (
+            "url = \"http://127.0.0.1:1/mcp\"\nbearer_token_file = \"missing.token\"",
+            "bearer_token_file",
+        ),
     ];
     for (declaration, field) in cases {
         std::fs::write(
@@ -446,4 +455,65 @@ fn the_dashboard_overview_shows_each_upstream() {
     assert_eq!(upstream["state"], "up", "{upstream}");
     assert_eq!(upstream["calls"], 1, "{upstream}");
     assert!(upstream["tools"].as_u64().unwrap_or(0) >= 8, "{upstream}");
+}
+
+#[test]
+fn an_upstream_over_http_is_called_with_its_own_token_and_asks_through_the_task() {
+    // The upstream: another mcp-taskd, its demo tools behind a token, spoken to over
+    // Streamable HTTP in a 2025-11-25 session.
+    let inner = Server::start(&format!(
+        "[builtin]\nsets = [\"demo\"]\n{}",
+        crate::fair_share::token("relay", "")
+    ));
+    let (_temp, dir) = work_dir();
+    std::fs::write(dir.join("upstream.token"), "relay-token\n").expect("token file");
+    let outer = Server::start(&format!(
+        "[builtin]\nsets = []\n[tasks]\nbridge = false\n\n[[upstreams]]\nname = \"remote\"\n\
+         url = \"http://{}/mcp\"\nbearer_token_file = \"{}\"\ninclude = [\"echo\", \"generate_report\", \"approve_deployment\"]\n",
+        inner.addr,
+        dir.join("upstream.token").display()
+    ));
+    let names = tool_names(&outer);
+    assert_eq!(
+        names,
+        [
+            "remote_echo",
+            "remote_generate_report",
+            "remote_approve_deployment"
+        ],
+        "{names:?}"
+    );
+    let echoed = outer
+        .call_tool("remote_echo", json!({"text": "over http"}), json!({}))
+        .result();
+    assert_eq!(echoed["content"][0]["text"], "over http", "{echoed}");
+
+    let report = create(
+        &outer,
+        "remote_generate_report",
+        json!({"topic": "wires"}),
+        &[],
+    );
+    let report = wait_terminal(&outer, &report, LIMIT);
+    assert_eq!(report["status"], "completed", "{report}");
+    assert_eq!(report["result"]["structuredContent"]["topic"], "wires");
+
+    let deploy = create(
+        &outer,
+        "remote_approve_deployment",
+        json!({"service": "api", "version": "1.2"}),
+        &[],
+    );
+    let task = wait_for(&outer, &deploy, "input_required", LIMIT);
+    let requests = task["inputRequests"].as_object().expect("inputRequests");
+    let (key, request) = requests.iter().next().expect("one request");
+    assert_eq!(request["method"], "elicitation/create", "{task}");
+    let answer = json!({"action": "accept", "content": {"approve": true}});
+    assert_eq!(
+        update(&outer, &deploy, json!({ key.clone(): answer }), &[]).status,
+        200
+    );
+    let task = wait_terminal(&outer, &deploy, LIMIT);
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(task["result"]["content"][0]["text"], "Deployed api@1.2.");
 }

@@ -23,7 +23,13 @@ const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct UpstreamConfig {
     pub name: String,
     /// The stdio MCP server and its arguments; no shell is involved.
+    #[serde(default)]
     pub command: Vec<String>,
+    /// Or: the URL of a Streamable HTTP MCP server (2025-era sessions).
+    pub url: Option<String>,
+    /// The file holding the bearer token mcp-taskd presents to the `url` upstream (never
+    /// a client's token); relative to the configuration file's directory.
+    pub bearer_token_file: Option<PathBuf>,
     /// Its working directory; the configuration file's directory by default.
     pub working_dir: Option<PathBuf>,
     /// Its whole environment besides `PATH` (which has a safe default): nothing is
@@ -132,6 +138,45 @@ pub enum UpstreamError {
     Command(#[from] DeclarationError),
     #[error("command: {0}")]
     Launch(String),
+    #[error("command and url: an upstream is either a program or a URL, not both")]
+    CommandAndUrl,
+    #[error("url: \"{url}\" is not an http:// or https:// URL")]
+    BadUrl { url: String },
+    #[error("env and working_dir are for a command upstream, not a url one")]
+    ProgramKeysWithUrl,
+    #[error("bearer_token_file: {}: {source}", path.display())]
+    TokenFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bearer_token_file: {} holds no token (one line of printable ASCII)", path.display())]
+    BadToken { path: PathBuf },
+}
+
+/// How an upstream is reached.
+pub enum Transport {
+    /// A program mcp-taskd starts, speaking on its stdin and stdout.
+    Stdio {
+        launch: Launch,
+        /// The program as resolved, for messages.
+        program: PathBuf,
+    },
+    /// A Streamable HTTP endpoint.
+    Http { url: String, bearer: Option<String> },
+}
+
+impl std::fmt::Debug for Transport {
+    /// Never shows the bearer token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Stdio { launch, .. } => f.debug_tuple("Stdio").field(launch).finish(),
+            Transport::Http { url, bearer } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("bearer", &bearer.as_ref().map(|_| "<from its file>"))
+                .finish(),
+        }
+    }
 }
 
 /// A checked `[[upstreams]]` entry.
@@ -139,9 +184,7 @@ pub enum UpstreamError {
 pub struct Upstream {
     pub name: String,
     pub prefix: String,
-    /// The program as resolved, for messages.
-    pub program: PathBuf,
-    pub launch: Launch,
+    pub transport: Transport,
     include: Vec<Pattern>,
     exclude: Vec<Pattern>,
     pub session: SessionScope,
@@ -171,33 +214,11 @@ impl Upstream {
         if !valid(&prefix, b".") {
             return Err(UpstreamError::BadPrefix);
         }
-        let env = check_env(&config.env)?;
-        let Some((program, args)) = config.command.split_first() else {
-            return Err(DeclarationError::NoProgram.into());
+        let transport = match (&config.url, config.command.is_empty()) {
+            (Some(_), false) => return Err(UpstreamError::CommandAndUrl),
+            (Some(url), true) => http_transport(config, url, base_dir)?,
+            (None, _) => stdio_transport(config, base_dir)?,
         };
-        if program.is_empty() {
-            return Err(DeclarationError::EmptyProgram.into());
-        }
-        let path_var = env
-            .get("PATH")
-            .map(String::as_str)
-            .unwrap_or(crate::tools::command::DEFAULT_PATH);
-        let program = resolve_program(program, base_dir, path_var)?;
-        let working_dir = match &config.working_dir {
-            None => base_dir.to_path_buf(),
-            Some(dir) => base_dir.join(dir),
-        };
-        if !working_dir.is_dir() {
-            return Err(DeclarationError::NotADirectory { dir: working_dir }.into());
-        }
-        let launch = Launch::new(
-            &program,
-            args,
-            &working_dir,
-            &env,
-            crate::tools::command::MARKER,
-        )
-        .map_err(UpstreamError::Launch)?;
         if config.max_concurrency == Some(0) || config.startup_timeout_ms == Some(0) {
             return Err(UpstreamError::ZeroLimit);
         }
@@ -242,8 +263,7 @@ impl Upstream {
         Ok(Upstream {
             name: config.name.clone(),
             prefix,
-            program,
-            launch,
+            transport,
             include,
             exclude,
             session: config.session,
@@ -273,6 +293,76 @@ impl Upstream {
         }
         settings
     }
+}
+
+/// A `command` upstream: its program resolved, its environment checked.
+fn stdio_transport(config: &UpstreamConfig, base_dir: &Path) -> Result<Transport, UpstreamError> {
+    let env = check_env(&config.env)?;
+    let Some((program, args)) = config.command.split_first() else {
+        return Err(DeclarationError::NoProgram.into());
+    };
+    if program.is_empty() {
+        return Err(DeclarationError::EmptyProgram.into());
+    }
+    let path_var = env
+        .get("PATH")
+        .map(String::as_str)
+        .unwrap_or(crate::tools::command::DEFAULT_PATH);
+    let program = resolve_program(program, base_dir, path_var)?;
+    let working_dir = match &config.working_dir {
+        None => base_dir.to_path_buf(),
+        Some(dir) => base_dir.join(dir),
+    };
+    if !working_dir.is_dir() {
+        return Err(DeclarationError::NotADirectory { dir: working_dir }.into());
+    }
+    let launch = Launch::new(
+        &program,
+        args,
+        &working_dir,
+        &env,
+        crate::tools::command::MARKER,
+    )
+    .map_err(UpstreamError::Launch)?;
+    Ok(Transport::Stdio { launch, program })
+}
+
+/// A `url` upstream: an http(s) URL, its token read from its file now.
+fn http_transport(
+    config: &UpstreamConfig,
+    url: &str,
+    base_dir: &Path,
+) -> Result<Transport, UpstreamError> {
+    if !(url.starts_with("http://") || url.starts_with("https://"))
+        || url.contains(char::is_whitespace)
+    {
+        return Err(UpstreamError::BadUrl {
+            url: url.to_owned(),
+        });
+    }
+    if !config.env.is_empty() || config.working_dir.is_some() {
+        return Err(UpstreamError::ProgramKeysWithUrl);
+    }
+    let bearer = match &config.bearer_token_file {
+        None => None,
+        Some(file) => {
+            let path = base_dir.join(file);
+            let token =
+                std::fs::read_to_string(&path).map_err(|source| UpstreamError::TokenFile {
+                    path: path.clone(),
+                    source,
+                })?;
+            let token = token.trim().to_owned();
+            if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(UpstreamError::BadToken { path });
+            }
+            Some(token)
+        }
+    };
+    Ok(Transport::Http {
+        url: url.to_owned(),
+        bearer,
+    })
 }
 
 fn check_settings(key: &str, settings: &ToolSettings) -> Result<(), UpstreamError> {

@@ -1,7 +1,8 @@
 //! Upstream MCP servers as durable task tools (`[[upstreams]]`).
 //!
 //! An upstream is a stdio MCP server that mcp-taskd launches and supervises
-//! ([`supervisor`]), as a client of the 2025-11-25 revision ([`session`]). Its tools
+//! ([`supervisor`]), or a Streamable HTTP one at a URL ([`http`]), reached as a client
+//! of the 2025-11-25 revision ([`session`]). Its tools
 //! are served as ours under a prefix ([`tool`]): listed in `tools/list` of both eras
 //! and over stdio with their schemas and annotations, and each call is an ordinary tool
 //! run, so a call is a durable task whenever a tool call here would be one (the Tasks
@@ -23,6 +24,7 @@
 //! sessions' lifetimes in [`supervisor`].
 
 pub mod config;
+mod http;
 mod session;
 mod supervisor;
 mod tool;

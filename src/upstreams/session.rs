@@ -19,13 +19,14 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Map, Value};
 
-use super::config::Upstream;
+use super::config::{Transport, Upstream};
+use super::http::{self, Delivery, HttpWire};
 use crate::tools::command::daemon::Daemon;
 
 /// The revision this client asks for; older ones the upstream answers with are spoken
@@ -90,11 +91,23 @@ pub enum SessionError {
     Version(String),
 }
 
+/// How messages reach the upstream.
+enum Wire {
+    /// A program we started: its stdin, and the program until it is stopped.
+    Stdio {
+        stdin: Mutex<Option<File>>,
+        daemon: Mutex<Option<Daemon>>,
+    },
+    Http(HttpWire),
+}
+
 /// A live session (until [`Session::close`] or the upstream's exit).
 pub struct Session {
     upstream: String,
-    stdin: Mutex<Option<File>>,
-    daemon: Mutex<Option<Daemon>>,
+    wire: Wire,
+    notices: NoticeFn,
+    /// Itself, for the threads that read an HTTP upstream's answers.
+    this: Weak<Session>,
     next_id: AtomicU64,
     /// Requests sent, by id: where their response goes.
     pending: Mutex<HashMap<u64, Sender<Event>>>,
@@ -109,33 +122,41 @@ pub struct Session {
 type NoticeFn = Arc<dyn Fn(Notice) + Send + Sync>;
 
 impl Session {
-    /// Starts the upstream's program and runs the `initialize` handshake.
+    /// Starts the upstream's program (or reaches its URL) and runs the `initialize`
+    /// handshake.
     pub fn start(upstream: &Upstream, notices: NoticeFn) -> Result<Arc<Session>, SessionError> {
-        let (daemon, pipes) =
-            Daemon::start(&upstream.launch).map_err(|source| SessionError::Start {
-                program: upstream.program.display().to_string(),
-                source,
-            })?;
-        let session = Arc::new(Session {
-            upstream: upstream.name.clone(),
-            stdin: Mutex::new(Some(pipes.stdin)),
-            daemon: Mutex::new(Some(daemon)),
-            next_id: AtomicU64::new(1),
-            pending: Mutex::default(),
-            calls: Mutex::default(),
-            closing: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            initialized: Mutex::new(Value::Null),
-        });
-        let name = upstream.name.clone();
-        let stderr = pipes.stderr;
-        spawn_thread(&format!("upstream-err-{name}"), move || {
-            log_stderr(&name, stderr)
-        });
-        let reader = Arc::clone(&session);
-        spawn_thread(&format!("upstream-{}", upstream.name), move || {
-            reader.read(pipes.stdout, &notices)
-        });
+        let session = match &upstream.transport {
+            Transport::Stdio { launch, program } => {
+                let (daemon, pipes) =
+                    Daemon::start(launch).map_err(|source| SessionError::Start {
+                        program: program.display().to_string(),
+                        source,
+                    })?;
+                let session = Session::new(
+                    upstream,
+                    Wire::Stdio {
+                        stdin: Mutex::new(Some(pipes.stdin)),
+                        daemon: Mutex::new(Some(daemon)),
+                    },
+                    notices,
+                );
+                let name = upstream.name.clone();
+                let stderr = pipes.stderr;
+                spawn_thread(&format!("upstream-err-{name}"), move || {
+                    log_stderr(&name, stderr)
+                });
+                let reader = Arc::clone(&session);
+                spawn_thread(&format!("upstream-{}", upstream.name), move || {
+                    reader.read(pipes.stdout)
+                });
+                session
+            }
+            Transport::Http { url, bearer } => Session::new(
+                upstream,
+                Wire::Http(HttpWire::new(url, bearer.as_deref())),
+                notices,
+            ),
+        };
         let handshake = session.ask(
             "initialize",
             json!({
@@ -162,11 +183,29 @@ impl Session {
             session.close();
             return Err(SessionError::Version(version.to_owned()));
         }
+        if let Wire::Http(http) = &session.wire {
+            http.set_version(version);
+        }
         *lock(&session.initialized) = result;
         session
             .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .map_err(|_| SessionError::Closed)?;
         Ok(session)
+    }
+
+    fn new(upstream: &Upstream, wire: Wire, notices: NoticeFn) -> Arc<Session> {
+        Arc::new_cyclic(|this| Session {
+            upstream: upstream.name.clone(),
+            wire,
+            notices,
+            this: this.clone(),
+            next_id: AtomicU64::new(1),
+            pending: Mutex::default(),
+            calls: Mutex::default(),
+            closing: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            initialized: Mutex::new(Value::Null),
+        })
     }
 
     pub fn is_closed(&self) -> bool {
@@ -285,35 +324,127 @@ impl Session {
         let _ = self.send(&message);
     }
 
-    /// Ends the session: closes its stdin, then stops its process group.
+    /// Ends the session: a program's stdin closes, then its process group is stopped;
+    /// an HTTP upstream is told (`DELETE`).
     pub fn close(&self) {
         self.closing.store(true, Ordering::Release);
-        lock(&self.stdin).take();
-        let daemon = lock(&self.daemon).take();
-        if let Some(daemon) = daemon {
-            let deadline = Instant::now() + CLOSE_GRACE;
-            while !daemon.has_exited() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
+        match &self.wire {
+            Wire::Stdio { stdin, daemon } => {
+                lock(stdin).take();
+                let daemon = lock(daemon).take();
+                if let Some(daemon) = daemon {
+                    let deadline = Instant::now() + CLOSE_GRACE;
+                    while !daemon.has_exited() && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    if let Err(error) = daemon.stop(CLOSE_GRACE) {
+                        log::warn!("upstream {}: reaping its process: {error}", self.upstream);
+                    }
+                }
             }
-            if let Err(error) = daemon.stop(CLOSE_GRACE) {
-                log::warn!("upstream {}: reaping its process: {error}", self.upstream);
+            Wire::Http(http) => {
+                if !self.closed.swap(true, Ordering::AcqRel) {
+                    http.close();
+                    self.ended(true);
+                }
             }
         }
     }
 
+    /// Sends one message. A request to an HTTP upstream is answered on a thread of its
+    /// own; everything else is sent before this returns.
     fn send(&self, message: &Value) -> std::io::Result<()> {
-        let mut line = message.to_string();
-        line.push('\n');
-        let mut stdin = lock(&self.stdin);
-        let Some(stdin) = stdin.as_mut() else {
-            return Err(std::io::ErrorKind::BrokenPipe.into());
+        match &self.wire {
+            Wire::Stdio { stdin, .. } => {
+                let mut line = message.to_string();
+                line.push('\n');
+                let mut stdin = lock(stdin);
+                let Some(stdin) = stdin.as_mut() else {
+                    return Err(std::io::ErrorKind::BrokenPipe.into());
+                };
+                stdin.write_all(line.as_bytes())?;
+                stdin.flush()
+            }
+            Wire::Http(_) if self.is_closed() => Err(std::io::ErrorKind::BrokenPipe.into()),
+            Wire::Http(_) => {
+                let request = message.get("method").is_some()
+                    && message.get("id").is_some_and(|id| !id.is_null());
+                if !request {
+                    self.post(message);
+                    return Ok(());
+                }
+                let Some(session) = self.this.upgrade() else {
+                    return Err(std::io::ErrorKind::BrokenPipe.into());
+                };
+                let message = message.clone();
+                std::thread::Builder::new()
+                    .name("upstream-post".into())
+                    .spawn(move || session.post(&message))
+                    .map(|_| ())
+            }
+        }
+    }
+
+    /// POSTs a message to an HTTP upstream and routes what comes back.
+    fn post(&self, message: &Value) {
+        let Wire::Http(http) = &self.wire else {
+            return;
         };
-        stdin.write_all(line.as_bytes())?;
-        stdin.flush()
+        let id = message
+            .get("id")
+            .filter(|id| !id.is_null() && message.get("method").is_some());
+        let mut answered = false;
+        http.post(message, &mut |delivery| match delivery {
+            Delivery::Message(reply) => {
+                if id.is_some_and(|id| reply.get("id") == Some(id) && reply.get("method").is_none())
+                {
+                    answered = true;
+                }
+                self.route(reply);
+            }
+            Delivery::SessionGone => {
+                log::info!(
+                    "upstream {}: its session ended; the next call starts another",
+                    self.upstream
+                );
+                if !self.closed.swap(true, Ordering::AcqRel) {
+                    self.ended(false);
+                }
+                answered = true;
+            }
+            Delivery::Failed(why) => {
+                log::warn!("upstream {}: {why}", self.upstream);
+                if let Some(id) = id {
+                    self.route(http::failed_response(
+                        id,
+                        &format!("the upstream MCP server gave {why}"),
+                    ));
+                    answered = true;
+                }
+            }
+        });
+        if let (Some(id), false) = (id, answered) {
+            self.route(http::failed_response(
+                id,
+                "the upstream MCP server ended its answer without a response",
+            ));
+        }
+    }
+
+    /// The session is over: whoever waits on it hears so, and so does the supervisor
+    /// (`expected` when it was closed on purpose).
+    fn ended(&self, expected: bool) {
+        for (_, events) in lock(&self.pending).drain() {
+            let _ = events.send(Event::Closed);
+        }
+        for (_, events) in lock(&self.calls).drain() {
+            let _ = events.send(Event::Closed);
+        }
+        (self.notices)(Notice::Closed { expected });
     }
 
     /// The reader thread: routes every message until the upstream's stdout closes.
-    fn read(self: Arc<Self>, stdout: File, notices: &NoticeFn) {
+    fn read(self: Arc<Self>, stdout: File) {
         let mut lines = BufReader::new(stdout);
         let mut line = Vec::new();
         loop {
@@ -336,23 +467,18 @@ impl Session {
                 }
                 continue;
             };
-            self.route(message, notices);
+            self.route(message);
         }
         self.closed.store(true, Ordering::Release);
-        for (_, events) in lock(&self.pending).drain() {
-            let _ = events.send(Event::Closed);
-        }
-        for (_, events) in lock(&self.calls).drain() {
-            let _ = events.send(Event::Closed);
-        }
         let expected = self.closing.load(Ordering::Acquire);
         if !expected {
+            // Stops what is left of the program and reaps it.
             self.close();
         }
-        notices(Notice::Closed { expected });
+        self.ended(expected);
     }
 
-    fn route(&self, message: Value, notices: &NoticeFn) {
+    fn route(&self, message: Value) {
         let method = message.get("method").and_then(Value::as_str);
         let id = message.get("id").filter(|id| !id.is_null());
         match (method, id) {
@@ -413,7 +539,9 @@ impl Session {
                     });
                 }
             }
-            (Some("notifications/tools/list_changed"), None) => notices(Notice::ToolsChanged),
+            (Some("notifications/tools/list_changed"), None) => {
+                (self.notices)(Notice::ToolsChanged)
+            }
             _ => {}
         }
     }

@@ -1,0 +1,174 @@
+//! The Streamable HTTP wire of an upstream at a `url` (the 2025-11-25 revision's
+//! session transport): each message is a POST; a request's answer comes as one JSON
+//! body or as an SSE stream carrying the upstream's progress, its requests and, last,
+//! the response. Every message of either kind goes to the session's router, as a stdio
+//! upstream's stdout lines do.
+//!
+//! A request's POST is read on a thread of its own (a tool call's stream stays open
+//! until its result); notifications and our answers to the upstream's requests are
+//! POSTed on the caller's thread, in order. The session id and protocol version the
+//! upstream gives at `initialize` go on every later POST, with the bearer token of the
+//! upstream's `bearer_token_file` (never a client's token). The GET stream for messages
+//! outside any request is not opened: such messages (a `list_changed` at any time) are
+//! heard when they come on a request's stream.
+
+use std::io::{BufRead, BufReader, Read};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::session::lock;
+
+/// Longest wait for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a request's answer may take to start, or a stream may stay open.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// Longest message read from an upstream.
+const MAX_MESSAGE: u64 = 64 * 1024 * 1024;
+
+/// What a POST produced, message by message, or how it failed.
+pub enum Delivery {
+    Message(Value),
+    /// The upstream forgot the session (404 with a session id): start another.
+    SessionGone,
+    /// The POST failed (no connection, an error status): a sentence for the caller.
+    Failed(String),
+}
+
+pub struct HttpWire {
+    url: String,
+    bearer: Option<String>,
+    agent: ureq::Agent,
+    /// `Mcp-Session-Id` and the negotiated `MCP-Protocol-Version`, once initialized.
+    session: Mutex<(Option<String>, Option<String>)>,
+}
+
+impl HttpWire {
+    pub fn new(url: &str, bearer: Option<&str>) -> HttpWire {
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+            .build();
+        let agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_recv_response(Some(ANSWER_TIMEOUT))
+            .timeout_recv_body(Some(ANSWER_TIMEOUT))
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .tls_config(tls)
+            .user_agent(concat!("mcp-taskd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .new_agent();
+        HttpWire {
+            url: url.to_owned(),
+            bearer: bearer.map(str::to_owned),
+            agent,
+            session: Mutex::new((None, None)),
+        }
+    }
+
+    /// Records the protocol version `initialize` agreed on.
+    pub fn set_version(&self, version: &str) {
+        lock(&self.session).1 = Some(version.to_owned());
+    }
+
+    /// POSTs `message` and hands every message of the answer to `deliver`.
+    pub fn post(&self, message: &Value, deliver: &mut dyn FnMut(Delivery)) {
+        let (session_id, version) = lock(&self.session).clone();
+        let mut request = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        if let Some(id) = &session_id {
+            request = request.header("Mcp-Session-Id", id);
+        }
+        if let Some(version) = &version {
+            request = request.header("MCP-Protocol-Version", version);
+        }
+        if let Some(token) = &self.bearer {
+            request = request.header("Authorization", &format!("Bearer {token}"));
+        }
+        let mut response = match request.send(message.to_string().as_bytes()) {
+            Ok(response) => response,
+            Err(error) => return deliver(Delivery::Failed(format!("no answer: {error}"))),
+        };
+        let status = response.status().as_u16();
+        if status == 404 && session_id.is_some() {
+            return deliver(Delivery::SessionGone);
+        }
+        if !(200..300).contains(&status) {
+            return deliver(Delivery::Failed(format!("HTTP status {status}")));
+        }
+        if let Some(id) = response
+            .headers()
+            .get("Mcp-Session-Id")
+            .and_then(|value| value.to_str().ok())
+        {
+            lock(&self.session).0 = Some(id.to_owned());
+        }
+        let streamed = response
+            .headers()
+            .get("Content-Type")
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|kind| kind.starts_with("text/event-stream"));
+        let body = response.body_mut().as_reader().take(MAX_MESSAGE);
+        if streamed {
+            read_events(body, deliver);
+        } else if status != 202 {
+            let mut text = Vec::new();
+            let mut body = body;
+            if body.read_to_end(&mut text).is_ok() && !text.is_empty() {
+                match serde_json::from_slice(&text) {
+                    Ok(message) => deliver(Delivery::Message(message)),
+                    Err(_) => deliver(Delivery::Failed("an answer that is not JSON".into())),
+                }
+            }
+        }
+    }
+
+    /// Ends the upstream's session (`DELETE`), best effort.
+    pub fn close(&self) {
+        let (session_id, _) = lock(&self.session).clone();
+        if let Some(id) = session_id {
+            let mut request = self.agent.delete(&self.url).header("Mcp-Session-Id", &id);
+            if let Some(token) = &self.bearer {
+                request = request.header("Authorization", &format!("Bearer {token}"));
+            }
+            let _ = request.call();
+        }
+    }
+}
+
+/// Reads an SSE stream: each event's `data` lines joined are one message.
+fn read_events(body: impl Read, deliver: &mut dyn FnMut(Delivery)) {
+    let mut lines = BufReader::new(body);
+    let mut data = String::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match lines.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let text = line.trim_end_matches(['\r', '\n']);
+        if text.is_empty() {
+            if !data.is_empty() {
+                if let Ok(message) = serde_json::from_str::<Value>(&data) {
+                    deliver(Delivery::Message(message));
+                }
+                data.clear();
+            }
+        } else if let Some(value) = text.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(value.strip_prefix(' ').unwrap_or(value));
+        }
+    }
+}
+
+/// The error response a request gets when its POST failed.
+pub fn failed_response(id: &Value, why: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": why}})
+}
