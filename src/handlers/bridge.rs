@@ -178,9 +178,22 @@ fn handle_schema() -> Value {
     })
 }
 
-/// `outputSchema` as a bridged client sees it: the tool's own, or a task handle.
+/// `outputSchema` as a bridged client sees it: the tool's own, or a task handle. The
+/// tool's own definitions (`$defs`, `definitions`) move up to the wrapper's root, where
+/// its `"$ref": "#/$defs/…"` still find them (Pydantic-made schemas, such as
+/// mcp-server-time's, refer to them so).
 fn admitting_handle(schema: &Value) -> Value {
-    json!({ "type": "object", "anyOf": [schema, handle_schema()] })
+    let mut own = schema.clone();
+    let mut wrapper = json!({ "type": "object" });
+    if let Some(own) = own.as_object_mut() {
+        for key in ["$defs", "definitions"] {
+            if let Some(definitions) = own.remove(key) {
+                wrapper[key] = definitions;
+            }
+        }
+    }
+    wrapper["anyOf"] = json!([own, handle_schema()]);
+    wrapper
 }
 
 /// The `task_*` tools, as `tools/list` shows them.
@@ -674,6 +687,25 @@ mod tests {
         assert!(validator.is_valid(&answer["structuredContent"]));
         assert!(validator.is_valid(&json!({"topic": "x"})));
         assert!(!validator.is_valid(&json!({"other": 1})));
+    }
+
+    #[test]
+    fn a_tool_schema_with_its_own_definitions_keeps_them_within_reach_of_its_refs() {
+        // mcp-server-time's outputSchema, as Pydantic writes it.
+        let tool = json!({
+            "type": "object",
+            "$defs": {"TimeResult": {"type": "object",
+                "properties": {"datetime": {"type": "string"}}, "required": ["datetime"]}},
+            "properties": {"source": {"$ref": "#/$defs/TimeResult"}},
+            "required": ["source"],
+        });
+        let schema = admitting_handle(&tool);
+        let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+        assert!(validator.is_valid(&json!({"source": {"datetime": "now"}})));
+        assert!(!validator.is_valid(&json!({"source": {"other": 1}})));
+        let task = json!({"status":"working","statusMessage":"Working","pollIntervalMs":500});
+        let answer = handle(&task, "t1", "convert_time (task t1)", false);
+        assert!(validator.is_valid(&answer["structuredContent"]));
     }
 
     #[test]
