@@ -11,10 +11,11 @@ use crate::protocol::ClientCapabilities;
 use crate::protocol::RpcError;
 use crate::tools::Outcome;
 
-/// Reads a resource: the URI asked for and the template variables it matched (empty for
-/// a plain resource). Returns `ResourceContents` objects.
+/// Reads a resource: the URI asked for, the template variables it matched (empty for
+/// a plain resource) and the caller's identity key (an upstream keeps a session per
+/// identity by it). Returns `ResourceContents` objects.
 pub type ReadFn =
-    Arc<dyn Fn(&str, &HashMap<String, String>) -> Result<Vec<Value>, RpcError> + Send + Sync>;
+    Arc<dyn Fn(&str, &HashMap<String, String>, &str) -> Result<Vec<Value>, RpcError> + Send + Sync>;
 
 pub struct Resource {
     pub uri: String,
@@ -46,6 +47,8 @@ pub struct PromptCall<'a> {
     pub input_responses: &'a Map<String, Value>,
     pub state: Option<&'a Value>,
     pub capabilities: &'a ClientCapabilities,
+    /// The caller's identity key (`auth::Identity::key`).
+    pub caller: &'a str,
 }
 
 /// `Outcome::Complete` carries a `GetPromptResult` body (`messages`, optional
@@ -129,15 +132,24 @@ impl Catalog {
         self.prompts.iter().find(|prompt| prompt.name == name)
     }
 
+    /// Whether `uri` names a plain resource or matches a template (without reading it).
+    pub fn serves(&self, uri: &str) -> bool {
+        self.resources.iter().any(|r| r.uri == uri)
+            || self
+                .templates
+                .iter()
+                .any(|template| match_template(&template.uri_template, uri).is_some())
+    }
+
     /// Reads `uri` from a plain resource or the first template that matches it.
     /// Unknown URIs are `-32602` with `data.uri` (SEP-2164).
-    pub fn read(&self, uri: &str) -> Result<Vec<Value>, RpcError> {
+    pub fn read(&self, uri: &str, caller: &str) -> Result<Vec<Value>, RpcError> {
         if let Some(resource) = self.resources.iter().find(|r| r.uri == uri) {
-            return (resource.read)(uri, &HashMap::new());
+            return (resource.read)(uri, &HashMap::new(), caller);
         }
         for template in &self.templates {
             if let Some(vars) = match_template(&template.uri_template, uri) {
-                return (template.read)(uri, &vars);
+                return (template.read)(uri, &vars, caller);
             }
         }
         Err(RpcError::invalid_params("Resource not found").with_data(json!({ "uri": uri })))

@@ -103,21 +103,21 @@ impl Settings {
 }
 
 impl Settings {
-    /// These settings serving the tools `upstreams` list now (an upstream's tool list
-    /// changed); everything else is shared, the authenticator's caches included.
-    pub fn with_upstream_tools(
+    /// These settings serving what `upstreams` list now (an upstream's lists changed);
+    /// everything else is shared, the authenticator's caches included.
+    pub fn with_upstream_lists(
         &self,
         hub: &Arc<Hub>,
         upstreams: &Upstreams,
     ) -> Result<Settings, RegistrationError> {
-        let (mut tools, _) = build_catalog(&self.config, hub, upstreams)?;
+        let (mut tools, catalog) = build_catalog(&self.config, hub, upstreams)?;
         tools.adopt_slots(&self.tools);
         Ok(Settings {
             config: self.config.clone(),
             auth: Arc::clone(&self.auth),
             origins: Arc::clone(&self.origins),
             tools: Arc::new(tools),
-            catalog: Arc::clone(&self.catalog),
+            catalog: Arc::new(catalog),
             shares: Arc::clone(&self.shares),
         })
     }

@@ -27,5 +27,6 @@ pub fn build_catalog(
     // Upstream tools as last listed: what an upstream offers is not a configuration
     // error, so a tool that cannot be served is left out, not refused.
     upstreams.register(&mut tools);
+    upstreams.register_catalog(&mut catalog);
     Ok((tools, catalog))
 }

@@ -305,7 +305,7 @@ fn tools_refresher(
         };
         let _updating = live.updating();
         let running = live.load_full();
-        let settings = match running.with_upstream_tools(&hub, &upstreams) {
+        let settings = match running.with_upstream_lists(&hub, &upstreams) {
             Ok(settings) => settings,
             Err(error) => {
                 log::error!("an upstream's new tool list could not be served: {error}");
@@ -319,8 +319,20 @@ fn tools_refresher(
             .map(|tool| tool.spec.name.clone())
             .collect();
         metrics.add_tools(names.iter().map(String::as_str));
+        let prompts = |settings: &Settings| -> Vec<serde_json::Value> {
+            settings
+                .catalog
+                .prompts
+                .iter()
+                .map(|p| p.to_json())
+                .collect()
+        };
+        let prompts_changed = prompts(&running) != prompts(&settings);
         live.swap(settings);
         hub.publish_list_changed(crate::notifications::ListKind::Tools);
+        if prompts_changed {
+            hub.publish_list_changed(crate::notifications::ListKind::Prompts);
+        }
     })
 }
 

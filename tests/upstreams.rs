@@ -517,3 +517,46 @@ fn an_upstream_over_http_is_called_with_its_own_token_and_asks_through_the_task(
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(task["result"]["content"][0]["text"], "Deployed api@1.2.");
 }
+
+#[test]
+fn the_upstreams_resources_and_prompts_are_passed_through_under_its_prefix() {
+    let (_temp, work) = work_dir();
+    let server = Server::start(&config(&work, ""));
+    let resources = server
+        .request("resources/list", json!({}), json!({}))
+        .result();
+    let readme = resources["resources"]
+        .as_array()
+        .and_then(|all| all.iter().find(|r| r["uri"] == "note://readme"))
+        .unwrap_or_else(|| panic!("no readme: {resources}"));
+    assert_eq!(readme["name"], "up_readme");
+    let read = |uri: &str| server.request("resources/read", json!({"uri": uri}), json!({}));
+    let contents = read("note://readme").result();
+    assert_eq!(contents["contents"][0]["text"], "text of note://readme");
+    let item = read("note://items/42").result();
+    assert_eq!(item["contents"][0]["text"], "text of note://items/42");
+    let templates = server
+        .request("resources/templates/list", json!({}), json!({}))
+        .result();
+    assert_eq!(
+        templates["resourceTemplates"][0]["name"], "up_item",
+        "{templates}"
+    );
+
+    let prompts = server
+        .request("prompts/list", json!({}), json!({}))
+        .result();
+    let greet = prompts["prompts"]
+        .as_array()
+        .and_then(|all| all.iter().find(|p| p["name"] == "up_greet"))
+        .unwrap_or_else(|| panic!("no up_greet: {prompts}"));
+    assert_eq!(greet["arguments"][0]["name"], "who");
+    let got = server
+        .request(
+            "prompts/get",
+            json!({"name": "up_greet", "arguments": {"who": "Ada"}}),
+            json!({}),
+        )
+        .result();
+    assert_eq!(got["messages"][0]["content"]["text"], "Hello, Ada", "{got}");
+}

@@ -175,7 +175,7 @@ fn register_catalog(catalog: &mut Catalog) {
         name: "about".into(),
         description: Some("What this server is".into()),
         mime_type: Some("text/plain".into()),
-        read: Arc::new(|uri, _| {
+        read: Arc::new(|uri, _, _| {
             Ok(vec![json!({
                 "uri": uri,
                 "mimeType": "text/plain",

@@ -128,7 +128,7 @@ impl Service {
             .envelope
             .str_param("uri")
             .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
-        let contents = self.catalog().read(uri)?;
+        let contents = self.catalog().read(uri, &request.identity.key())?;
         Ok(self.cacheable(json!({ "contents": contents })))
     }
 
@@ -168,11 +168,13 @@ impl Service {
             arguments: &arguments,
         };
         let state = self.open_request_state(params, &binding)?;
+        let caller = request.identity.key();
         let call = PromptCall {
             arguments: &arguments,
             input_responses: &input_responses,
             state: state.as_ref(),
             capabilities: &request.meta.capabilities,
+            caller: &caller,
         };
         let outcome = run_tool(|| (prompt.get)(&call)).unwrap_or_else(|place| {
             log::error!("prompt handler panicked (at {place})");

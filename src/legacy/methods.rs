@@ -103,9 +103,10 @@ impl Legacy {
                 let uri = envelope
                     .str_param("uri")
                     .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
-                self.service.catalog().read(uri).map_err(|_| {
-                    RpcError::new(-32002, "Resource not found").with_data(json!({ "uri": uri }))
-                })?;
+                if !self.service.catalog().serves(uri) {
+                    return Err(RpcError::new(-32002, "Resource not found")
+                        .with_data(json!({ "uri": uri })));
+                }
                 if envelope.method == "resources/subscribe" {
                     session.subscribe(uri);
                 } else {

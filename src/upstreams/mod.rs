@@ -37,7 +37,11 @@ use serde_json::{json, Value};
 
 use self::supervisor::Supervisor;
 use self::tool::{ParkedCalls, UpstreamTool};
-use crate::tools::{ExecutionPolicy, Registry, TaskPolicy, ToolSpec};
+use crate::catalog::{
+    Catalog, Prompt, PromptArgument, PromptFn, ReadFn, Resource, ResourceTemplate,
+};
+use crate::protocol::RpcError;
+use crate::tools::{ExecutionPolicy, Outcome, Registry, TaskPolicy, ToolSpec};
 
 pub use self::config::{SessionScope, Upstream, UpstreamConfig, UpstreamError};
 
@@ -194,6 +198,77 @@ impl Upstreams {
         }
     }
 
+    /// Registers every upstream's resources, resource templates and prompts, as last
+    /// listed: resources keep their URIs (names get the prefix), prompts' names get the
+    /// prefix. Reading one, or getting a prompt, asks the upstream in the caller's
+    /// session.
+    pub fn register_catalog(&self, catalog: &mut Catalog) {
+        for supervisor in &self.supervisors {
+            let listed = supervisor.listed();
+            let prefix = &supervisor.upstream.prefix;
+            let text =
+                |item: &Value, key: &str| item.get(key).and_then(Value::as_str).map(str::to_owned);
+            for resource in &listed.resources {
+                let (Some(uri), Some(name)) = (text(resource, "uri"), text(resource, "name"))
+                else {
+                    continue;
+                };
+                catalog.resources.push(Resource {
+                    uri,
+                    name: format!("{prefix}{name}"),
+                    description: text(resource, "description"),
+                    mime_type: text(resource, "mimeType"),
+                    read: resource_reader(supervisor),
+                });
+            }
+            for template in &listed.templates {
+                let (Some(uri_template), Some(name)) =
+                    (text(template, "uriTemplate"), text(template, "name"))
+                else {
+                    continue;
+                };
+                catalog.templates.push(ResourceTemplate {
+                    uri_template,
+                    name: format!("{prefix}{name}"),
+                    description: text(template, "description"),
+                    mime_type: text(template, "mimeType"),
+                    read: resource_reader(supervisor),
+                });
+            }
+            for prompt in &listed.prompts {
+                let Some(name) = text(prompt, "name") else {
+                    continue;
+                };
+                let arguments = prompt
+                    .get("arguments")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|argument| {
+                        Some(PromptArgument {
+                            name: text(argument, "name")?,
+                            description: text(argument, "description"),
+                            required: argument.get("required").and_then(Value::as_bool)
+                                == Some(true),
+                            completions: Vec::new(),
+                        })
+                    })
+                    .collect();
+                catalog.prompts.push(Prompt {
+                    name: format!("{prefix}{name}"),
+                    description: text(prompt, "description").unwrap_or_else(|| {
+                        format!(
+                            "Prompt {name} of the MCP server \"{}\".",
+                            supervisor.upstream.name
+                        )
+                    }),
+                    arguments,
+                    get: prompt_getter(supervisor, name),
+                });
+            }
+        }
+    }
+
     /// Each upstream's state and counters, for `/healthz` and the dashboard.
     pub fn health(&self) -> Value {
         let upstreams: Vec<Value> = self
@@ -282,6 +357,60 @@ impl Upstreams {
             supervisor.stop();
         }
     }
+}
+
+/// How long reading an upstream's resource or getting its prompt may take.
+const CATALOG_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What an upstream's refusal or absence is to our caller.
+fn catalog_error(upstream: &Upstream, error: session::SessionError) -> RpcError {
+    match error {
+        session::SessionError::Refused { code, message, .. } => RpcError::new(code, message),
+        other => RpcError::new(
+            crate::protocol::code::INTERNAL_ERROR,
+            format!("the upstream MCP server \"{}\": {other}", upstream.name),
+        ),
+    }
+}
+
+/// Reads a resource of the upstream, in the caller's session.
+fn resource_reader(supervisor: &Arc<Supervisor>) -> ReadFn {
+    let supervisor = Arc::clone(supervisor);
+    Arc::new(move |uri, _, caller| {
+        let upstream = &supervisor.upstream;
+        let unavailable = |why: supervisor::Unavailable| {
+            RpcError::new(crate::protocol::code::INTERNAL_ERROR, why.0)
+        };
+        let session = supervisor.session_for(caller).map_err(unavailable)?;
+        let result = session
+            .session
+            .ask("resources/read", json!({ "uri": uri }), CATALOG_TIMEOUT)
+            .map_err(|error| catalog_error(upstream, error))?;
+        Ok(result
+            .get("contents")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default())
+    })
+}
+
+/// Gets a prompt of the upstream (by its own name), in the caller's session.
+fn prompt_getter(supervisor: &Arc<Supervisor>, name: String) -> PromptFn {
+    let supervisor = Arc::clone(supervisor);
+    Arc::new(move |call| {
+        let upstream = &supervisor.upstream;
+        let session = match supervisor.session_for(call.caller) {
+            Ok(session) => session,
+            Err(why) => {
+                return Outcome::Error(RpcError::new(crate::protocol::code::INTERNAL_ERROR, why.0))
+            }
+        };
+        let params = json!({ "name": name, "arguments": call.arguments });
+        match session.session.ask("prompts/get", params, CATALOG_TIMEOUT) {
+            Ok(result) => Outcome::Complete(result),
+            Err(error) => Outcome::Error(catalog_error(upstream, error)),
+        }
+    })
 }
 
 /// Our spec of the upstream's tool `listed`, when it is served, and whether it is

@@ -85,6 +85,8 @@ pub enum SessionError {
     #[error("{method} failed: {message}")]
     Refused {
         method: &'static str,
+        /// The upstream's JSON-RPC error code.
+        code: i64,
         message: String,
     },
     #[error("it speaks protocol version {0}, which mcp-taskd does not")]
@@ -228,6 +230,10 @@ impl Session {
                 Ok(Event::Response(Err(error))) => {
                     return Err(SessionError::Refused {
                         method,
+                        code: error
+                            .get("code")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(crate::protocol::code::INTERNAL_ERROR),
                         message: error
                             .get("message")
                             .and_then(Value::as_str)

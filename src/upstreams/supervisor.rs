@@ -109,8 +109,8 @@ pub struct Supervisor {
     /// One start at a time, so that concurrent first calls share one session.
     starting: Mutex<()>,
     breaker: Mutex<Breaker>,
-    /// The upstream's `tools/list` as last found (or cached).
-    tools: Mutex<Vec<Value>>,
+    /// What the upstream lists, as last found (or cached).
+    listed: Mutex<Listed>,
     cache: PathBuf,
     in_flight: (Mutex<usize>, Condvar),
     pub counters: Counters,
@@ -127,9 +127,9 @@ impl Supervisor {
         changed: Arc<dyn Fn() + Send + Sync>,
     ) -> Arc<Supervisor> {
         let cache = cache_dir.join(format!("{}.tools.json", upstream.name));
-        let tools = std::fs::read(&cache)
+        let listed = std::fs::read(&cache)
             .ok()
-            .and_then(|bytes| serde_json::from_slice::<Vec<Value>>(&bytes).ok())
+            .and_then(|bytes| serde_json::from_slice::<Listed>(&bytes).ok())
             .unwrap_or_default();
         Arc::new_cyclic(|this| Supervisor {
             upstream,
@@ -137,7 +137,7 @@ impl Supervisor {
             by_identity: Mutex::default(),
             starting: Mutex::default(),
             breaker: Mutex::default(),
-            tools: Mutex::new(tools),
+            listed: Mutex::new(listed),
             cache,
             in_flight: (Mutex::new(0), Condvar::new()),
             counters: Counters::default(),
@@ -148,7 +148,12 @@ impl Supervisor {
 
     /// The upstream's tools as last listed.
     pub fn tools(&self) -> Vec<Value> {
-        lock(&self.tools).clone()
+        lock(&self.listed).tools.clone()
+    }
+
+    /// Everything the upstream lists, as last listed.
+    pub fn listed(&self) -> Listed {
+        lock(&self.listed).clone()
     }
 
     pub fn health(&self) -> (Health, Option<String>) {
@@ -338,36 +343,35 @@ impl Supervisor {
         }
     }
 
-    /// Lists the upstream's tools (starting a session if need be) and, when the list
-    /// changed, keeps it and says so.
+    /// Lists the upstream's tools, resources and prompts (starting a session if need
+    /// be) and, when a list changed, keeps them and says so.
     pub fn discover(&self) {
         let listed = self.session_for("").and_then(|use_| {
-            list_tools(&use_.session)
-                .map_err(|why| Unavailable(format!("tools/list failed: {why}")))
+            list_all(&use_.session).map_err(|why| Unavailable(format!("listing failed: {why}")))
         });
-        let tools = match listed {
-            Ok(tools) => tools,
+        let listed = match listed {
+            Ok(listed) => listed,
             Err(Unavailable(why)) => {
                 log::warn!("upstream {}: {why}", self.upstream.name);
                 return;
             }
         };
         self.succeeded();
-        let mut known = lock(&self.tools);
-        if *known == tools {
+        let mut known = lock(&self.listed);
+        if *known == listed {
             return;
         }
-        *known = tools;
-        let text = Value::Array(known.clone()).to_string();
+        *known = listed;
+        let text = serde_json::to_string(&*known).unwrap_or_default();
         drop(known);
         if let Err(error) = write_atomically(&self.cache, text.as_bytes()) {
             log::warn!(
-                "upstream {}: could not keep its tool list in {}: {error}",
+                "upstream {}: could not keep its lists in {}: {error}",
                 self.upstream.name,
                 self.cache.display()
             );
         }
-        log::info!("upstream {}: tool list changed", self.upstream.name);
+        log::info!("upstream {}: its lists changed", self.upstream.name);
         (self.changed)();
     }
 
@@ -418,9 +422,47 @@ fn close_later(session: Arc<Session>) {
         .spawn(move || session.close());
 }
 
-/// Every page of `tools/list`.
-fn list_tools(session: &Session) -> Result<Vec<Value>, super::session::SessionError> {
-    let mut tools = Vec::new();
+/// What an upstream lists: its tools, and its resources, resource templates and
+/// prompts when it declares them. Kept in the data dir as JSON.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Listed {
+    pub tools: Vec<Value>,
+    #[serde(default)]
+    pub resources: Vec<Value>,
+    #[serde(default)]
+    pub templates: Vec<Value>,
+    #[serde(default)]
+    pub prompts: Vec<Value>,
+}
+
+/// Every list the upstream's capabilities promise, every page of each.
+fn list_all(session: &Session) -> Result<Listed, super::session::SessionError> {
+    let capabilities = lock(&session.initialized)
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_default();
+    let declares = |name: &str| capabilities.get(name).is_some_and(Value::is_object);
+    let mut listed = Listed {
+        tools: list_pages(session, "tools/list", "tools")?,
+        ..Listed::default()
+    };
+    if declares("resources") {
+        listed.resources = list_pages(session, "resources/list", "resources")?;
+        listed.templates = list_pages(session, "resources/templates/list", "resourceTemplates")?;
+    }
+    if declares("prompts") {
+        listed.prompts = list_pages(session, "prompts/list", "prompts")?;
+    }
+    Ok(listed)
+}
+
+/// Every page of one list.
+fn list_pages(
+    session: &Session,
+    method: &'static str,
+    key: &str,
+) -> Result<Vec<Value>, super::session::SessionError> {
+    let mut items = Vec::new();
     let mut cursor: Option<String> = None;
     // A server that keeps handing out cursors must not keep us here forever.
     for _ in 0..1000 {
@@ -428,9 +470,9 @@ fn list_tools(session: &Session) -> Result<Vec<Value>, super::session::SessionEr
             Some(cursor) => json!({ "cursor": cursor }),
             None => json!({}),
         };
-        let page = session.ask("tools/list", params, LIST_TIMEOUT)?;
-        if let Some(listed) = page.get("tools").and_then(Value::as_array) {
-            tools.extend(listed.iter().cloned());
+        let page = session.ask(method, params, LIST_TIMEOUT)?;
+        if let Some(listed) = page.get(key).and_then(Value::as_array) {
+            items.extend(listed.iter().cloned());
         }
         cursor = page
             .get("nextCursor")
@@ -440,7 +482,7 @@ fn list_tools(session: &Session) -> Result<Vec<Value>, super::session::SessionEr
             break;
         }
     }
-    Ok(tools)
+    Ok(items)
 }
 
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {

@@ -153,11 +153,34 @@ def main():
             event("initialize %s" % json.dumps(params.get("capabilities"), sort_keys=True))
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "protocolVersion": "2025-11-25",
-                "capabilities": {"tools": {"listChanged": True}},
+                "capabilities": {"tools": {"listChanged": True}, "resources": {},
+                                 "prompts": {}},
                 "serverInfo": {"name": "test-upstream", "version": "1"}}})
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": request_id,
                   "result": {"tools": TOOLS + extra_tools}})
+        elif method == "resources/list":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"resources": [
+                {"uri": "note://readme", "name": "readme", "mimeType": "text/plain"}]}})
+        elif method == "resources/templates/list":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"resourceTemplates": [
+                {"uriTemplate": "note://items/{id}", "name": "item"}]}})
+        elif method == "resources/read":
+            uri = params.get("uri", "")
+            if uri == "note://readme" or uri.startswith("note://items/"):
+                send({"jsonrpc": "2.0", "id": request_id, "result": {"contents": [
+                    {"uri": uri, "mimeType": "text/plain", "text": "text of " + uri}]}})
+            else:
+                send({"jsonrpc": "2.0", "id": request_id,
+                      "error": {"code": -32002, "message": "Resource not found"}})
+        elif method == "prompts/list":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"prompts": [
+                {"name": "greet", "description": "Greets someone.",
+                 "arguments": [{"name": "who", "required": True}]}]}})
+        elif method == "prompts/get":
+            who = (params.get("arguments") or {}).get("who", "")
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"messages": [
+                {"role": "user", "content": {"type": "text", "text": "Hello, " + who}}]}})
         elif method == "tools/call":
             threading.Thread(target=call, args=(request_id, params), daemon=True).start()
         elif method == "notifications/cancelled":

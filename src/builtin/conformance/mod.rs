@@ -109,7 +109,7 @@ fn register_resources(catalog: &mut Catalog) {
         name: "static-text".into(),
         description: Some("A static text resource".into()),
         mime_type: Some("text/plain".into()),
-        read: Arc::new(|uri, _| {
+        read: Arc::new(|uri, _, _| {
             Ok(vec![json!({"uri": uri, "mimeType": "text/plain",
                 "text": "This is the content of the static text resource."})])
         }),
@@ -119,7 +119,7 @@ fn register_resources(catalog: &mut Catalog) {
         name: "static-binary".into(),
         description: Some("A static binary resource".into()),
         mime_type: Some("image/png".into()),
-        read: Arc::new(|uri, _| {
+        read: Arc::new(|uri, _, _| {
             Ok(vec![
                 json!({"uri": uri, "mimeType": "image/png", "blob": PNG_1X1}),
             ])
@@ -130,7 +130,7 @@ fn register_resources(catalog: &mut Catalog) {
         name: "watched-resource".into(),
         description: Some("A resource legacy clients subscribe to".into()),
         mime_type: Some("text/plain".into()),
-        read: Arc::new(|uri, _| {
+        read: Arc::new(|uri, _, _| {
             Ok(vec![
                 json!({"uri": uri, "mimeType": "text/plain", "text": "Watched resource content"}),
             ])
@@ -141,7 +141,7 @@ fn register_resources(catalog: &mut Catalog) {
         name: "template".into(),
         description: Some("Data for one id".into()),
         mime_type: Some("application/json".into()),
-        read: Arc::new(|uri, vars| {
+        read: Arc::new(|uri, vars, _| {
             let id = vars.get("id").cloned().unwrap_or_default();
             let text =
                 json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
