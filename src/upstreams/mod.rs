@@ -29,7 +29,7 @@ mod session;
 mod supervisor;
 mod tool;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -59,8 +59,9 @@ pub struct Upstreams {
     parked: Arc<ParkedCalls>,
     /// Told when an upstream's tool list changes (set once the server can rebuild).
     changed: Arc<OnceLock<Box<dyn Fn() + Send + Sync>>>,
-    stopping: Arc<AtomicBool>,
-    checker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Dropped to stop the health checks: the checker sleeps on it, so an idle server
+    /// wakes once per check, not to poll a flag.
+    stop_checks: Mutex<Option<crossbeam_channel::Sender<()>>>,
 }
 
 impl Upstreams {
@@ -93,8 +94,7 @@ impl Upstreams {
             supervisors,
             parked: Arc::default(),
             changed,
-            stopping: Arc::default(),
-            checker: Mutex::default(),
+            stop_checks: Mutex::default(),
         }
     }
 
@@ -144,18 +144,14 @@ impl Upstreams {
         }
         let supervisors = self.supervisors.clone();
         let parked = Arc::clone(&self.parked);
-        let stopping = Arc::clone(&self.stopping);
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let checker = std::thread::Builder::new()
             .name("upstream-check".into())
             .spawn(move || {
-                let mut slept = Duration::ZERO;
-                while !stopping.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_millis(200));
-                    slept += Duration::from_millis(200);
-                    if slept < CHECK_INTERVAL {
-                        continue;
-                    }
-                    slept = Duration::ZERO;
+                // Ends when `stop` is dropped (a disconnection, not a timeout).
+                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECK_INTERVAL)
+                {
                     parked.expire();
                     for supervisor in &supervisors {
                         supervisor.check();
@@ -163,7 +159,7 @@ impl Upstreams {
                 }
             });
         match checker {
-            Ok(handle) => *session::lock(&self.checker) = Some(handle),
+            Ok(_) => *session::lock(&self.stop_checks) = Some(stop),
             Err(error) => log::error!("could not start the upstreams' health checks: {error}"),
         }
     }
@@ -352,7 +348,7 @@ impl Upstreams {
 
     /// Closes every session (the server is stopping).
     pub fn stop(&self) {
-        self.stopping.store(true, Ordering::Release);
+        session::lock(&self.stop_checks).take();
         for supervisor in &self.supervisors {
             supervisor.stop();
         }
