@@ -101,8 +101,8 @@ impl Tool for UpstreamTool {
                 },
                 None => {
                     return self.interrupted(
-                        "the server restarted, or the upstream session \
-                                             ended, while the call waited for input",
+                        "while it waited for input, the server restarted, the upstream \
+                         session ended, or the tool's timeout passed",
                     )
                 }
             },
