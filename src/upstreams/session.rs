@@ -270,9 +270,13 @@ impl Session {
         params: Value,
         events: Sender<Event>,
     ) -> Result<(), SessionError> {
+        // Pending before the closed check, and no check after the write: the reader
+        // marks the session closed before it tells every pending request, so a request
+        // is either refused here, unsent, or told `Closed` once sent (an upstream that
+        // dies of this very request must not make it look unsent).
         lock(&self.pending).insert(id, events);
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        if self.send(&message).is_err() || self.is_closed() {
+        if self.is_closed() || self.send(&message).is_err() {
             lock(&self.pending).remove(&id);
             return Err(SessionError::Closed);
         }
