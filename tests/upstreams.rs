@@ -560,3 +560,39 @@ fn the_upstreams_resources_and_prompts_are_passed_through_under_its_prefix() {
         .result();
     assert_eq!(got["messages"][0]["content"]["text"], "Hello, Ada", "{got}");
 }
+
+#[test]
+fn a_killed_upstream_is_noticed_and_the_next_call_starts_a_new_one() {
+    let (_temp, work) = work_dir();
+    let server = Server::start(&config(&work, ""));
+    let first = server
+        .call_tool("up_echo", json!({"text": "one"}), json!({}))
+        .result();
+    assert_eq!(first["content"][0]["text"], "one");
+    let pid = events(&work)
+        .iter()
+        .rev()
+        .find_map(|e| e.strip_prefix("start ").map(str::to_owned))
+        .expect("the upstream's pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    // A call sent in the instant between the kill and its exit is honestly
+    // "interrupted"; once the exit is seen, the next call starts a new upstream.
+    poll_until(LIMIT, || {
+        let health = server.get("/healthz").json();
+        (health["upstreams"][0]["restarts"] == 1).then_some(())
+    })
+    .expect("the upstream's exit was not noticed");
+    let second = server
+        .call_tool("up_echo", json!({"text": "two"}), json!({}))
+        .result();
+    assert_eq!(second["content"][0]["text"], "two", "{second}");
+    let starts = events(&work)
+        .iter()
+        .filter(|e| e.starts_with("start "))
+        .count();
+    assert_eq!(starts, 2, "{:?}", events(&work));
+}

@@ -372,8 +372,15 @@ impl Session {
                 let Some(stdin) = stdin.as_mut() else {
                     return Err(std::io::ErrorKind::BrokenPipe.into());
                 };
-                stdin.write_all(line.as_bytes())?;
-                stdin.flush()
+                let written = stdin
+                    .write_all(line.as_bytes())
+                    .and_then(|()| stdin.flush());
+                if written.is_err() {
+                    // The program is gone (its end of the pipe closed) even if its reader
+                    // has not seen the end of its stdout yet: no new call picks it.
+                    self.closed.store(true, Ordering::Release);
+                }
+                written
             }
             Wire::Http(_) if self.is_closed() => Err(std::io::ErrorKind::BrokenPipe.into()),
             Wire::Http(_) => {

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use serde_json::{json, Map, Value};
 
-use super::session::{lock, Event};
+use super::session::{lock, Event, SessionError};
 use super::supervisor::{InFlight, SessionUse, Supervisor};
 use crate::protocol::{code, ClientCapabilities, RpcError};
 use crate::tools::{error_result, Invocation, Outcome, Tool};
@@ -129,10 +129,6 @@ impl UpstreamTool {
     fn send(&self, call: &mut Invocation<'_>) -> Result<Flight, String> {
         let deadline = Instant::now() + self.timeout;
         let place = self.place(deadline)?;
-        let session = self
-            .supervisor
-            .session_for(call.caller)
-            .map_err(|why| why.0)?;
         let mut meta = Map::new();
         if let Some(trace) = call.host.trace() {
             meta.insert("traceparent".into(), json!(trace.traceparent()));
@@ -140,15 +136,37 @@ impl UpstreamTool {
                 meta.insert("tracestate".into(), json!(state));
             }
         }
-        let (id, events) = session
-            .session
-            .call_tool(&self.name, call.arguments, meta)
-            .map_err(|error| {
-                format!(
-                    "the upstream MCP server \"{}\" could not take the call: {error}",
-                    self.supervisor.upstream.name
-                )
-            })?;
+        // A session whose upstream died a moment ago (before its reader noticed) refuses
+        // the call unsent: the call goes to a new session once, whatever the tool.
+        let mut sent = None;
+        for fresh in [false, true] {
+            let session = self
+                .supervisor
+                .session_for(call.caller)
+                .map_err(|why| why.0)?;
+            match session
+                .session
+                .call_tool(&self.name, call.arguments, meta.clone())
+            {
+                Ok((id, events)) => {
+                    sent = Some((session, id, events));
+                    break;
+                }
+                Err(SessionError::Closed) if !fresh => continue,
+                Err(error) => {
+                    return Err(format!(
+                        "the upstream MCP server \"{}\" could not take the call: {error}",
+                        self.supervisor.upstream.name
+                    ))
+                }
+            }
+        }
+        let Some((session, id, events)) = sent else {
+            return Err(format!(
+                "the upstream MCP server \"{}\" could not take the call",
+                self.supervisor.upstream.name
+            ));
+        };
         self.supervisor
             .counters
             .calls
