@@ -341,24 +341,47 @@ fn per_identity_sessions_keep_callers_apart() {
         "{}{tokens}",
         config(&work, "session = \"per_identity\"")
     ));
-    for principal in ["alice", "bob", "alice"] {
+    let call = |principal: &str, tool: &str, arguments: Value| {
         let bearer = crate::fair_share::bearer(principal);
         let result = server
             .request_with(
                 "tools/call",
-                json!({"name": "up_echo", "arguments": {"text": principal}}),
+                json!({"name": tool, "arguments": arguments}),
                 json!({}),
                 &[("Authorization", &bearer)],
             )
             .result();
-        assert_eq!(result["content"][0]["text"], principal, "{result}");
-    }
-    // One process listed the tools at start, then one per identity.
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(
+        call("alice", "up_remember", json!({"value": "alice's"})),
+        "kept"
+    );
+    // Bob's session is another one: he does not see what Alice's keeps.
+    assert_eq!(call("bob", "up_recall", json!({})), "nothing");
+    assert_eq!(
+        call("bob", "up_remember", json!({"value": "bob's"})),
+        "kept"
+    );
+    assert_eq!(call("alice", "up_recall", json!({})), "alice's");
+    assert_eq!(call("bob", "up_recall", json!({})), "bob's");
+    // One process listed the tools at start (and closed), then one per identity.
     let starts = events(&work)
         .iter()
         .filter(|e| e.starts_with("start "))
         .count();
     assert_eq!(starts, 3, "{:?}", events(&work));
+    poll_until(LIMIT, || {
+        let closed = events(&work)
+            .iter()
+            .filter(|e| *e == "stdin closed")
+            .count();
+        (closed == 1).then_some(())
+    })
+    .expect("the listing session was not closed");
 }
 
 #[test]

@@ -1,9 +1,10 @@
-//! One session with an upstream MCP server over stdio: its process, the
-//! `initialize` handshake, and the routing of every message it sends.
+//! One session with an upstream MCP server: its process (or its URL, [`super::http`]),
+//! the `initialize` handshake, and the routing of every message it sends.
 //!
-//! The session speaks the 2025-11-25 revision as a client (newline-delimited JSON-RPC on
-//! the program's stdin and stdout; stderr goes to the log at debug level, as a command
-//! tool's does). One thread reads stdout and routes each message:
+//! The session speaks the 2025-11-25 revision as a client: newline-delimited JSON-RPC
+//! on a program's stdin and stdout (its stderr goes to the log at debug level, as a
+//! command tool's does), or POSTs to a URL. Every message that comes back (a stdout
+//! line, read by one thread; a POST's answer) is routed the same way:
 //! - a response goes to whoever sent the request (`pending`, by id);
 //! - `notifications/progress` goes to the call whose progress token it names;
 //! - a request of the upstream (`elicitation/create`, `sampling/createMessage`, …) goes

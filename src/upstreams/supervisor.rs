@@ -206,13 +206,7 @@ impl Supervisor {
             SessionScope::PerIdentity => {
                 let _one = lock(&self.starting);
                 let mut sessions = lock(&self.by_identity);
-                sessions.retain(|_, (session, used)| {
-                    let keep = !session.is_closed() && used.elapsed() < IDLE_SESSION;
-                    if !keep {
-                        close_later(Arc::clone(session));
-                    }
-                    keep
-                });
+                close_idle(&mut sessions);
                 if let Some((session, used)) = sessions.get_mut(caller) {
                     *used = Instant::now();
                     return Ok(self.kept(session));
@@ -346,7 +340,18 @@ impl Supervisor {
     /// Lists the upstream's tools, resources and prompts (starting a session if need
     /// be) and, when a list changed, keeps them and says so.
     pub fn discover(&self) {
-        let listed = self.session_for("").and_then(|use_| {
+        // The shared session lists for everyone; other scopes list in a session of
+        // their own, closed once listed (not kept as some identity's).
+        let session = match self.upstream.session {
+            SessionScope::Shared => self.session_for(""),
+            SessionScope::PerIdentity | SessionScope::PerCall => {
+                self.start().map(|session| SessionUse {
+                    session,
+                    close_after: true,
+                })
+            }
+        };
+        let listed = session.and_then(|use_| {
             list_all(&use_.session).map_err(|why| Unavailable(format!("listing failed: {why}")))
         });
         let listed = match listed {
@@ -385,13 +390,7 @@ impl Supervisor {
                 session.close();
             }
         }
-        lock(&self.by_identity).retain(|_, (session, used)| {
-            let keep = !session.is_closed() && used.elapsed() < IDLE_SESSION;
-            if !keep {
-                close_later(Arc::clone(session));
-            }
-            keep
-        });
+        close_idle(&mut lock(&self.by_identity));
     }
 
     /// Closes every session (the server is stopping).
@@ -414,6 +413,17 @@ impl Drop for InFlight {
         *lock(count) -= 1;
         freed.notify_one();
     }
+}
+
+/// Drops (and closes) the `per_identity` sessions that ended or sat idle too long.
+fn close_idle(sessions: &mut HashMap<String, (Arc<Session>, Instant)>) {
+    sessions.retain(|_, (session, used)| {
+        let keep = !session.is_closed() && used.elapsed() < IDLE_SESSION;
+        if !keep {
+            close_later(Arc::clone(session));
+        }
+        keep
+    });
 }
 
 fn close_later(session: Arc<Session>) {

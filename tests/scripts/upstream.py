@@ -19,6 +19,7 @@ write_lock = threading.Lock()
 pending = {}  # our request id -> (event, [answer])
 cancelled = set()
 extra_tools = []
+memory = {}  # what `remember` kept in this process (this session)
 next_id = [1]
 
 
@@ -73,6 +74,10 @@ TOOLS = [
      "inputSchema": {"type": "object"},
      "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}},
                       "required": ["n"]}},
+    {"name": "remember", "description": "Keeps a value in this session.",
+     "inputSchema": {"type": "object", "properties": {"value": {"type": "string"}}}},
+    {"name": "recall", "description": "Says what this session keeps.",
+     "inputSchema": {"type": "object"}},
     {"name": "hidden_one", "description": "Excluded by the tests' filter.",
      "inputSchema": {"type": "object"}},
 ]
@@ -115,6 +120,11 @@ def run(request_id, name, arguments, meta):
                             "inputSchema": {"type": "object"}})
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         return text("grown")
+    if name == "remember":
+        memory["value"] = arguments.get("value", "")
+        return text("kept")
+    if name == "recall":
+        return text(memory.get("value", "nothing"))
     if name == "extra":
         return text("extra")
     if name == "structured":
