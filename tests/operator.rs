@@ -224,6 +224,18 @@ fn the_same_commands_work_on_the_database_when_no_server_runs() {
 }
 
 #[test]
+fn a_server_whose_admin_socket_was_removed_still_stops_on_sigterm() {
+    // A test harness that removes the data dir right after its SIGTERM, or an operator
+    // cleaning up: nothing can wake the socket's accept any more.
+    let mut server = Server::start(CONFIG);
+    std::fs::remove_file(server.dir.join("data/admin.sock")).expect("the socket exists");
+    assert!(
+        server.terminate(Duration::from_secs(10)),
+        "the server hung in its shutdown"
+    );
+}
+
+#[test]
 fn the_admin_socket_is_private_to_the_servers_user() {
     let server = Server::start(CONFIG);
     let socket = server.dir.join("data/admin.sock");
