@@ -619,3 +619,99 @@ fn a_killed_upstream_is_noticed_and_the_next_call_starts_a_new_one() {
         .count();
     assert_eq!(starts, 2, "{:?}", events(&work));
 }
+
+/// Another mcp-taskd as an upstream over HTTP (its conformance tools behind the
+/// `relay` token), and our configuration naming it, with `tools` included.
+fn task_serving_upstream(dir: &Path, tools: &str) -> (Server, String) {
+    let inner = Server::start(&format!(
+        "[builtin]\nsets = [\"conformance\"]\n{}",
+        crate::fair_share::token("relay", "")
+    ));
+    std::fs::write(dir.join("upstream.token"), "relay-token\n").expect("token file");
+    let config = format!(
+        "[builtin]\nsets = []\n[tasks]\nbridge = false\n[workers]\nshutdown_grace_ms = 100\n\n\
+         [[upstreams]]\nname = \"remote\"\nurl = \"http://{}/mcp\"\n\
+         bearer_token_file = \"{}\"\ninclude = [{tools}]\n",
+        inner.addr,
+        dir.join("upstream.token").display()
+    );
+    (inner, config)
+}
+
+/// How many tasks of `tool` the server has created, by its `/metrics`.
+fn tasks_created(server: &Server, tool: &str) -> u64 {
+    let prefix = format!("mcp_taskd_tasks_created_total{{tool=\"{tool}\"}} ");
+    server
+        .get("/metrics")
+        .text()
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_call_the_upstream_serves_as_a_task_is_followed_again_after_kill_9_not_repeated() {
+    let (_temp, dir) = work_dir();
+    let (inner, config) = task_serving_upstream(&dir, "\"slow_compute\"");
+    let data = tempfile::tempdir().expect("data dir");
+    let mut outer = Server::start_in(data.path(), &config);
+    // slow_compute has no idempotency hint: were it called again, it would fail as
+    // "not repeated". Followed as the upstream's task, it completes.
+    let task = create(
+        &outer,
+        "remote_slow_compute",
+        json!({"seconds": 3, "label": "once"}),
+        &[],
+    );
+    // The upstream task's status message, read by tasks/get, is ours.
+    let working = poll_until(LIMIT, || {
+        let task = get(&outer, &task);
+        (task["statusMessage"] == "computing").then_some(task)
+    });
+    assert!(working.is_some(), "{}", get(&outer, &task));
+    assert_eq!(tasks_created(&inner, "slow_compute"), 1);
+    outer.kill9();
+    let outer = Server::start_in(data.path(), &config);
+    let done = wait_terminal(&outer, &task, LIMIT);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "once: done after 3 s");
+    assert!(
+        done["result"]["_meta"]["io.modelcontextprotocol/related-task"].is_null(),
+        "the upstream's task id leaked into the result: {done}"
+    );
+    assert_eq!(
+        tasks_created(&inner, "slow_compute"),
+        1,
+        "the upstream was called again"
+    );
+}
+
+#[test]
+fn cancelling_a_task_the_upstream_serves_as_one_cancels_the_upstream_task() {
+    let (_temp, dir) = work_dir();
+    let (inner, config) = task_serving_upstream(&dir, "\"slow_compute\"");
+    let outer = Server::start(&config);
+    let task = create(&outer, "remote_slow_compute", json!({"seconds": 600}), &[]);
+    wait_for(&outer, &task, "working", LIMIT);
+    poll_until(LIMIT, || {
+        (get(&outer, &task)["statusMessage"] == "computing").then_some(())
+    })
+    .expect("the upstream task never reported");
+    assert_eq!(cancel(&outer, &task, &[]).status, 200);
+    // The upstream's own task is cancelled too.
+    let cancelled = poll_until(LIMIT, || {
+        let metrics = inner.get("/metrics").text();
+        metrics
+            .lines()
+            .any(|line| {
+                line.starts_with("mcp_taskd_tasks{status=\"cancelled\"} ") && !line.ends_with(" 0")
+            })
+            .then_some(())
+    });
+    assert!(
+        cancelled.is_some(),
+        "the upstream's task was not cancelled: {}",
+        inner.get("/metrics").text()
+    );
+}

@@ -116,7 +116,7 @@ pub struct Finished {
 ///
 /// Mutations are acknowledged only after they are durable. Every mutation of a task
 /// also appends to the outbox in the same transaction. Worker writes (`finish`,
-/// `renew_leases`, `set_status_message`) are fenced by the claim's token: once a lease
+/// `renew_leases`, `set_status_message`, `set_tool_state`) are fenced by the claim's token: once a lease
 /// is taken over, the old holder's writes change nothing. Terminal tasks never change.
 pub trait TaskStore: Send + Sync {
     /// Creates a task with its first job. With an idempotency key (per identity, across
@@ -176,6 +176,10 @@ pub trait TaskStore: Send + Sync {
     fn renew_leases(&self, leases: Vec<Lease>, lease_ms: i64) -> Result<Vec<bool>, StoreError>;
     /// A fenced status-message update from a running attempt.
     fn set_status_message(&self, lease: Lease, message: String) -> Result<bool, StoreError>;
+    /// A fenced write of the tool's own state by a running attempt, kept for the
+    /// attempts that follow (what an upstream call became, so that a restart follows it
+    /// instead of calling again). Clients never see it.
+    fn set_tool_state(&self, lease: Lease, state: String) -> Result<bool, StoreError>;
     /// Ends (as a retry, for `reason`) up to `limit` attempts of `leases`. Returns how
     /// many.
     fn reclaim_leases(

@@ -205,6 +205,18 @@ pub trait InvocationHost {
     fn cancelled(&self) -> bool;
     /// Sleeps up to `duration`; returns `false` early when the run should stop.
     fn sleep(&mut self, duration: Duration) -> bool;
+    /// Whether the run stops while its task goes on: the server is shutting down or
+    /// another worker took the lease over. What the run started elsewhere (an upstream's
+    /// task) should then be left running for the attempt that follows, not cancelled.
+    fn released(&self) -> bool {
+        false
+    }
+    /// Keeps `state` with the task for the attempts that follow, now rather than when
+    /// the run ends (a task attempt; inline it goes nowhere). Returns `false` when the
+    /// run no longer holds its task.
+    fn save_state(&mut self, _state: &Value) -> bool {
+        true
+    }
     /// The task id and attempt number (1-based) when this run is a task attempt; `None`
     /// inline.
     fn task_attempt(&self) -> Option<(&str, i64)> {

@@ -15,8 +15,9 @@
 //! config::Upstream ──► Supervisor (sessions by scope, restarts, circuit breaker,
 //!                                  the tool list, cached in the data dir)
 //!                        │ tools/list ──► registration: UpstreamTool per tool
-//! worker / request ──► UpstreamTool::run ──► Session::call_tool ──► the upstream
+//! worker / request ──► UpstreamTool::run ──► Session::call ──► the upstream
 //!                        ◄── progress, requests (input_required), the result
+//!                            (or an upstream task, followed to its result)
 //! ```
 //!
 //! Guarantees, and their limits, are written next to the code that keeps them: the
@@ -183,6 +184,12 @@ impl Upstreams {
                         .to_owned(),
                     idempotent,
                     timeout: spec.execution.timeout,
+                    task_support: matches!(
+                        listed
+                            .pointer("/execution/taskSupport")
+                            .and_then(Value::as_str),
+                        Some("optional" | "required")
+                    ),
                 };
                 if let Err(error) = registry.register(spec, Arc::new(tool)) {
                     log::warn!(

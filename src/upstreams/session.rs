@@ -8,9 +8,10 @@
 //! - a response goes to whoever sent the request (`pending`, by id);
 //! - `notifications/progress` goes to the call whose progress token it names;
 //! - a request of the upstream (`elicitation/create`, `sampling/createMessage`, …) goes
-//!   to the one call in flight; with none or several in flight it cannot be told whose
-//!   it is, and the upstream gets an error rather than another caller's attention
-//!   (`ping` is answered here);
+//!   to the call following the upstream task its related-task `_meta` names, else to
+//!   the one call in flight; with none or several in flight it cannot be told whose it
+//!   is, and the upstream gets an error rather than another caller's attention (`ping`
+//!   is answered here);
 //! - `notifications/tools/list_changed` and the session's end go to the supervisor.
 //!
 //! Nothing the upstream sends is logged: arguments, results and questions are the
@@ -116,6 +117,8 @@ pub struct Session {
     pending: Mutex<HashMap<u64, Sender<Event>>>,
     /// Calls in flight, by progress token.
     calls: Mutex<HashMap<String, Sender<Event>>>,
+    /// The upstream tasks calls follow, by task id: their progress token.
+    tasks: Mutex<HashMap<String, String>>,
     closing: AtomicBool,
     closed: AtomicBool,
     /// The server's `instructions`, `serverInfo` and `capabilities`.
@@ -205,10 +208,18 @@ impl Session {
             next_id: AtomicU64::new(1),
             pending: Mutex::default(),
             calls: Mutex::default(),
+            tasks: Mutex::default(),
             closing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             initialized: Mutex::new(Value::Null),
         })
+    }
+
+    /// Whether the upstream serves `tools/call` as tasks (2025-11-25 tasks).
+    pub fn serves_tool_tasks(&self) -> bool {
+        lock(&self.initialized)
+            .pointer("/capabilities/tasks/requests/tools/call")
+            .is_some()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -284,23 +295,35 @@ impl Session {
         Ok(())
     }
 
-    /// Starts a `tools/call`: progress and the upstream's requests during it go to the
-    /// returned receiver, and its response last. The call is tracked until
-    /// [`Session::end_call`].
-    pub fn call_tool(
+    /// Starts a call (`tools/call`, or `tasks/result` following the task one became):
+    /// progress and the upstream's requests during it go to the returned receiver, and
+    /// its response last. A new call gets a progress token of its own in its `_meta`; a
+    /// call that goes on from an earlier one keeps that one's `token`. The call is
+    /// tracked until [`Session::end_call`].
+    pub fn call(
         &self,
-        name: &str,
-        arguments: &Map<String, Value>,
-        mut meta: Map<String, Value>,
-    ) -> Result<(u64, Receiver<Event>), SessionError> {
+        method: &str,
+        mut params: Map<String, Value>,
+        token: Option<&str>,
+    ) -> Result<(u64, String, Receiver<Event>), SessionError> {
         let (events, receiver) = crossbeam_channel::unbounded();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let token = progress_token(id);
-        meta.insert("progressToken".into(), Value::String(token.clone()));
+        let token = match token {
+            Some(token) => token.to_owned(),
+            None => {
+                let token = format!("call-{id}");
+                let meta = params
+                    .entry("_meta")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert("progressToken".into(), Value::String(token.clone()));
+                }
+                token
+            }
+        };
         lock(&self.calls).insert(token.clone(), events.clone());
-        let params = json!({"name": name, "arguments": arguments, "_meta": meta});
-        match self.send_request(id, "tools/call", params, events) {
-            Ok(()) => Ok((id, receiver)),
+        match self.send_request(id, method, Value::Object(params), events) {
+            Ok(()) => Ok((id, token, receiver)),
             Err(error) => {
                 lock(&self.calls).remove(&token);
                 Err(error)
@@ -308,20 +331,36 @@ impl Session {
         }
     }
 
+    /// Routes the upstream's requests about its task `task_id` (named in their
+    /// related-task `_meta`) to the call of `token`, whatever else is in flight.
+    pub fn follow_task(&self, task_id: &str, token: &str) {
+        lock(&self.tasks).insert(task_id.to_owned(), token.to_owned());
+    }
+
     /// Stops tracking a call (its response came, or it was given up).
-    pub fn end_call(&self, id: u64) {
+    pub fn end_call(&self, id: u64, token: &str) {
         lock(&self.pending).remove(&id);
-        lock(&self.calls).remove(&progress_token(id));
+        lock(&self.calls).remove(token);
+        lock(&self.tasks).retain(|_, followed| followed != token);
     }
 
     /// Tells the upstream that the call `id` is no longer wanted.
-    pub fn cancel_call(&self, id: u64, reason: &str) {
+    pub fn cancel_call(&self, id: u64, token: &str, reason: &str) {
         let _ = self.send(&json!({
             "jsonrpc": "2.0",
             "method": "notifications/cancelled",
             "params": {"requestId": id, "reason": reason},
         }));
-        self.end_call(id);
+        self.end_call(id, token);
+    }
+
+    /// Sends a request whose answer nobody waits for (`tasks/cancel`).
+    pub fn tell(&self, method: &str, params: Value) {
+        let (events, _) = crossbeam_channel::bounded(1);
+        if let Ok(id) = self.request(method, params, events) {
+            // Its answer finds no one: forget it now rather than when it comes.
+            lock(&self.pending).remove(&id);
+        }
     }
 
     /// Answers a request of the upstream.
@@ -458,6 +497,7 @@ impl Session {
         for (_, events) in lock(&self.calls).drain() {
             let _ = events.send(Event::Closed);
         }
+        lock(&self.tasks).clear();
         (self.notices)(Notice::Closed { expected });
     }
 
@@ -514,8 +554,15 @@ impl Session {
             (Some("ping"), Some(id)) => self.answer(id, Ok(json!({}))),
             (Some(method), Some(id)) => {
                 let calls = lock(&self.calls);
+                let followed = related_task(&message)
+                    .and_then(|task| lock(&self.tasks).get(task).cloned())
+                    .and_then(|token| calls.get(&token));
                 let mut open = calls.values();
-                match (open.next(), open.next()) {
+                let only = match followed {
+                    Some(events) => (Some(events), None),
+                    None => (open.next(), open.next()),
+                };
+                match only {
                     (Some(events), None) => {
                         let _ = events.send(Event::Request {
                             id: id.clone(),
@@ -565,9 +612,14 @@ impl Session {
     }
 }
 
-/// The progress token of the call with request id `id`.
-fn progress_token(id: u64) -> String {
-    format!("call-{id}")
+/// The upstream task a message of the upstream is about, named in its `_meta`.
+fn related_task(message: &Value) -> Option<&str> {
+    message
+        .get("params")?
+        .get("_meta")?
+        .get("io.modelcontextprotocol/related-task")?
+        .get("taskId")?
+        .as_str()
 }
 
 fn log_stderr(upstream: &str, stderr: File) {

@@ -9,6 +9,21 @@
 //!   for the same call. A parked call lives in this process only: one whose session or
 //!   server is gone by then counts as interrupted.
 //!
+//! # Upstreams that serve tasks
+//!
+//! A tool the upstream serves as a task (it declares the `tasks.requests.tools.call`
+//! capability and the tool's `execution.taskSupport` is `optional` or `required`) is
+//! called as one (2025-11-25 tasks, SEP-1686). The run follows the upstream task it
+//! became: `tasks/result` for its outcome and for the requests it has for our caller
+//! (they go through `input_required` as above), `tasks/get` for its status message, and
+//! `tasks/cancel` when our task is cancelled or times out. The upstream task's id is
+//! written with our task (its tool state) before the run waits on it, so an attempt
+//! after a restart, a lost lease or a lost upstream session follows the same upstream
+//! task again instead of calling anew. A run that stops because the server shuts down
+//! or another worker took its lease leaves the upstream task running for that attempt.
+//! Only an upstream that still knows the task can be followed again: a stdio server's
+//! tasks usually die with its process, and what follows is the re-run rule below.
+//!
 //! # Re-running after an interruption
 //!
 //! A call interrupted by a crash (ours or the upstream's), a lost lease, a shutdown or
@@ -23,16 +38,25 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, TryRecvError};
 use serde_json::{json, Map, Value};
 
-use super::session::{lock, Event, SessionError};
+use super::session::{lock, Event, Session, SessionError};
 use super::supervisor::{InFlight, SessionUse, Supervisor};
 use crate::protocol::{code, ClientCapabilities, RpcError};
-use crate::tools::{error_result, Invocation, Outcome, Tool};
+use crate::tools::{error_result, Invocation, InvocationHost, Outcome, Tool};
 
 /// How often a waiting run looks at its cancellation and deadline.
 const TICK: Duration = Duration::from_millis(50);
+/// How often an upstream task's status is read, unless its `pollInterval` says
+/// otherwise (within the bounds below).
+const POLL_INTERVAL: Duration = Duration::from_secs(1);
+const POLL_BOUNDS: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
+/// Longest wait for the upstream's `tasks/get` when an upstream task is followed again.
+const REATTACH_TIMEOUT: Duration = Duration::from_secs(10);
+/// The tool-state keys: the parked call's handle, the upstream task's id.
+const PARKED_KEY: &str = "upstream_call";
+const TASK_KEY: &str = "upstream_task";
 
 pub struct UpstreamTool {
     pub supervisor: Arc<Supervisor>,
@@ -41,17 +65,16 @@ pub struct UpstreamTool {
     pub name: String,
     pub idempotent: bool,
     pub timeout: Duration,
+    /// The upstream serves the tool as a task (its `execution.taskSupport`).
+    pub task_support: bool,
 }
 
 /// A call waiting for its caller's answer to the upstream's request.
 struct ParkedCall {
     caller: String,
-    session: SessionUse,
-    id: u64,
-    events: Receiver<Event>,
+    flight: Flight,
     /// The input request keys given to the caller, and the upstream's request ids.
     asked: Vec<(String, Value)>,
-    deadline: Instant,
 }
 
 /// Every parked call of the server, by the handle in its tool state.
@@ -63,12 +86,10 @@ impl ParkedCalls {
     /// cancelled.
     pub fn expire(&self) {
         let now = Instant::now();
-        lock(&self.0).retain(|_, call| {
-            let keep = call.deadline > now;
+        lock(&self.0).retain(|_, parked| {
+            let keep = parked.flight.deadline > now;
             if !keep {
-                call.session
-                    .session
-                    .cancel_call(call.id, "no answer came in time");
+                parked.flight.cancel("no answer came in time");
             }
             keep
         });
@@ -78,41 +99,132 @@ impl ParkedCalls {
 /// A call on its way: what a run waits on.
 struct Flight {
     /// The call's place among the upstream's `max_concurrency` (not held while parked).
-    _place: Option<InFlight>,
+    place: Option<InFlight>,
     session: SessionUse,
+    /// The request waited on (`tools/call`, or `tasks/result` of the task it became).
     id: u64,
+    /// The call's progress token, which names it at the session.
+    token: String,
     events: Receiver<Event>,
     deadline: Instant,
+    /// The upstream task the call became, once it did.
+    task: Option<FollowedTask>,
+}
+
+/// An upstream task a run follows.
+struct FollowedTask {
+    id: String,
+    /// The `tasks/get` in flight, and when the next one is due.
+    poll: Option<Receiver<Event>>,
+    next_poll: Instant,
+    interval: Duration,
+    /// The last status message passed on, and how many were.
+    status: Option<String>,
+    updates: f64,
+}
+
+impl FollowedTask {
+    fn new(id: &str) -> FollowedTask {
+        FollowedTask {
+            id: id.to_owned(),
+            poll: None,
+            next_poll: Instant::now() + POLL_INTERVAL,
+            interval: POLL_INTERVAL,
+            status: None,
+            updates: 0.0,
+        }
+    }
+
+    /// Reads the task's status now and then: a new status message becomes the run's
+    /// progress (a task's `statusMessage`).
+    fn poll(&mut self, session: &Session, host: &mut dyn InvocationHost) {
+        if let Some(answer) = &self.poll {
+            match answer.try_recv() {
+                Ok(Event::Response(Ok(task))) => {
+                    self.poll = None;
+                    if let Some(ms) = task.get("pollInterval").and_then(Value::as_u64) {
+                        self.interval =
+                            Duration::from_millis(ms).clamp(POLL_BOUNDS.0, POLL_BOUNDS.1);
+                    }
+                    let message = task.get("statusMessage").and_then(Value::as_str);
+                    if message.is_some() && message != self.status.as_deref() {
+                        self.updates += 1.0;
+                        host.progress(self.updates, None, message);
+                        self.status = message.map(str::to_owned);
+                    }
+                }
+                Ok(_) | Err(TryRecvError::Disconnected) => self.poll = None,
+                Err(TryRecvError::Empty) => return,
+            }
+        }
+        if Instant::now() >= self.next_poll {
+            let (answer, answers) = crossbeam_channel::bounded(1);
+            if session
+                .request("tasks/get", json!({ "taskId": self.id }), answer)
+                .is_ok()
+            {
+                self.poll = Some(answers);
+            }
+            self.next_poll = Instant::now() + self.interval;
+        }
+    }
+}
+
+impl Flight {
+    /// Gives the call up: the upstream task is cancelled, or the request.
+    fn cancel(&self, reason: &str) {
+        let session = &self.session.session;
+        match &self.task {
+            Some(task) => {
+                session.tell("tasks/cancel", json!({ "taskId": task.id }));
+                session.end_call(self.id, &self.token);
+            }
+            None => session.cancel_call(self.id, &self.token, reason),
+        }
+    }
+
+    /// Stops following the call, leaving the upstream task running.
+    fn leave(&self) {
+        self.session.session.end_call(self.id, &self.token);
+    }
 }
 
 impl Tool for UpstreamTool {
     fn run(&self, call: &mut Invocation<'_>) -> Outcome {
-        let resumed = call
-            .state
-            .and_then(|state| state.get("upstream_call"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let flight = match resumed {
-            Some(handle) => match self.resume(&handle, call) {
-                Some(flight) => flight,
-                None if self.idempotent => match self.send(call) {
-                    Ok(flight) => flight,
-                    Err(why) => return self.unavailable(why, call),
-                },
-                None => {
-                    return self.interrupted(
-                        "while it waited for input, the server restarted, the upstream \
-                         session ended, or the tool's timeout passed",
-                    )
-                }
-            },
+        let saved = |key: &str| {
+            call.state
+                .and_then(|state| state.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let (parked, task) = (saved(PARKED_KEY), saved(TASK_KEY));
+        let mut flight = parked
+            .as_deref()
+            .and_then(|handle| self.resume(handle, call));
+        if flight.is_none() {
+            flight = task.as_deref().and_then(|task| self.reattach(task, call));
+        }
+        let flight = match flight {
+            Some(flight) => flight,
             None => {
                 let rerun = call
                     .host
                     .task_attempt()
                     .is_some_and(|(_, attempt)| attempt > 1);
-                if rerun && !self.idempotent {
-                    return self.interrupted("its attempt ended before the upstream answered");
+                let lost = if task.is_some() {
+                    Some("the upstream no longer has the task it became")
+                } else if parked.is_some() {
+                    Some(
+                        "while it waited for input, the server restarted, the upstream \
+                         session ended, or the tool's timeout passed",
+                    )
+                } else if rerun {
+                    Some("its attempt ended before the upstream answered")
+                } else {
+                    None
+                };
+                if let (Some(why), false) = (lost, self.idempotent) {
+                    return self.interrupted(why);
                 }
                 match self.send(call) {
                     Ok(flight) => flight,
@@ -125,7 +237,8 @@ impl Tool for UpstreamTool {
 }
 
 impl UpstreamTool {
-    /// Sends a fresh `tools/call`; the error says why the upstream could not take it.
+    /// Sends a fresh `tools/call` (as a task when the upstream serves the tool as
+    /// one); the error says why the upstream could not take it.
     fn send(&self, call: &mut Invocation<'_>) -> Result<Flight, String> {
         let deadline = Instant::now() + self.timeout;
         let place = self.place(deadline)?;
@@ -144,12 +257,17 @@ impl UpstreamTool {
                 .supervisor
                 .session_for(call.caller)
                 .map_err(|why| why.0)?;
-            match session
-                .session
-                .call_tool(&self.name, call.arguments, meta.clone())
-            {
-                Ok((id, events)) => {
-                    sent = Some((session, id, events));
+            let mut params = Map::new();
+            params.insert("name".into(), json!(self.name));
+            params.insert("arguments".into(), Value::Object(call.arguments.clone()));
+            params.insert("_meta".into(), Value::Object(meta.clone()));
+            if self.task_support && session.session.serves_tool_tasks() {
+                let ttl = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+                params.insert("task".into(), json!({ "ttl": ttl }));
+            }
+            match session.session.call("tools/call", params, None) {
+                Ok((id, token, events)) => {
+                    sent = Some((session, id, token, events));
                     break;
                 }
                 Err(SessionError::Closed) if !fresh => continue,
@@ -161,7 +279,7 @@ impl UpstreamTool {
                 }
             }
         }
-        let Some((session, id, events)) = sent else {
+        let Some((session, id, token, events)) = sent else {
             return Err(format!(
                 "the upstream MCP server \"{}\" could not take the call",
                 self.supervisor.upstream.name
@@ -172,11 +290,13 @@ impl UpstreamTool {
             .calls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Flight {
-            _place: place,
+            place,
             session,
             id,
+            token,
             events,
             deadline,
+            task: None,
         })
     }
 
@@ -221,22 +341,87 @@ impl UpstreamTool {
                 Some(response) => Ok(response.clone()),
                 None => Err((code::INTERNAL_ERROR, "the caller gave no answer".to_owned())),
             };
-            parked.session.session.answer(request_id, answer);
+            parked.flight.session.session.answer(request_id, answer);
         }
+        let mut flight = parked.flight;
+        flight.place = self.place(flight.deadline).ok().flatten();
+        Some(flight)
+    }
+
+    /// Follows the upstream task `task_id` again, on a session of the caller's: `None`
+    /// when the upstream no longer has it (or it was cancelled).
+    fn reattach(&self, task_id: &str, call: &Invocation<'_>) -> Option<Flight> {
+        let deadline = Instant::now() + self.timeout;
+        let session = self.supervisor.session_for(call.caller).ok()?;
+        let task = session
+            .session
+            .ask("tasks/get", json!({ "taskId": task_id }), REATTACH_TIMEOUT)
+            .ok()?;
+        if task.get("status").and_then(Value::as_str) == Some("cancelled") {
+            return None;
+        }
+        let place = self.place(deadline).ok()?;
+        let (id, token, events) = session
+            .session
+            .call("tasks/result", task_params(task_id), None)
+            .ok()?;
+        session.session.follow_task(task_id, &token);
         Some(Flight {
-            _place: self.place(parked.deadline).ok().flatten(),
-            session: parked.session,
-            id: parked.id,
-            events: parked.events,
-            deadline: parked.deadline,
+            place,
+            session,
+            id,
+            token,
+            events,
+            deadline,
+            task: Some(FollowedTask::new(task_id)),
         })
     }
 
-    fn wait(&self, flight: Flight, call: &mut Invocation<'_>) -> Outcome {
-        let session = &flight.session.session;
+    /// The call became the upstream task `task_id`: its id is kept with our task, and
+    /// the run waits on its `tasks/result`.
+    fn follow(
+        &self,
+        mut flight: Flight,
+        task_id: &str,
+        call: &mut Invocation<'_>,
+    ) -> Option<Flight> {
+        if !call.host.save_state(&json!({ TASK_KEY: task_id }))
+            && call.host.task_attempt().is_some()
+        {
+            // The attempt no longer holds the task (or its state could not be kept):
+            // whoever runs it next cannot find the upstream task, so it is not left
+            // running unowned.
+            flight
+                .session
+                .session
+                .tell("tasks/cancel", json!({ "taskId": task_id }));
+            return None;
+        }
+        let session = Arc::clone(&flight.session.session);
+        session.follow_task(task_id, &flight.token);
+        match session.call("tasks/result", task_params(task_id), Some(&flight.token)) {
+            Ok((id, _, events)) => {
+                flight.id = id;
+                flight.events = events;
+                flight.task = Some(FollowedTask::new(task_id));
+                Some(flight)
+            }
+            Err(_) => {
+                flight.leave();
+                self.reattach(task_id, call)
+            }
+        }
+    }
+
+    fn wait(&self, mut flight: Flight, call: &mut Invocation<'_>) -> Outcome {
         loop {
             if call.host.cancelled() {
-                session.cancel_call(flight.id, "cancelled by the caller");
+                if flight.task.is_some() && call.host.released() {
+                    // The attempt that follows takes the upstream task up again.
+                    flight.leave();
+                    return Outcome::Cancelled;
+                }
+                flight.cancel("cancelled by the caller");
                 return if self.idempotent {
                     Outcome::Cancelled
                 } else {
@@ -246,7 +431,7 @@ impl UpstreamTool {
                 };
             }
             if Instant::now() >= flight.deadline {
-                session.cancel_call(flight.id, "timed out");
+                flight.cancel("timed out");
                 return if self.idempotent {
                     Outcome::Retry(format!(
                         "the upstream did not answer within {} ms",
@@ -255,6 +440,9 @@ impl UpstreamTool {
                 } else {
                     self.interrupted("the upstream did not answer within the tool's timeout")
                 };
+            }
+            if let Some(task) = &mut flight.task {
+                task.poll(&flight.session.session, call.host);
             }
             let event = match flight.events.recv_timeout(TICK) {
                 Ok(event) => event,
@@ -269,18 +457,34 @@ impl UpstreamTool {
                 } => call.host.progress(progress, total, message.as_deref()),
                 Event::Request { id, method, params } => {
                     if let Err(why) = answerable(&method, &params, call.capabilities) {
-                        session.answer(&id, Err((code::METHOD_NOT_FOUND, why)));
+                        flight
+                            .session
+                            .session
+                            .answer(&id, Err((code::METHOD_NOT_FOUND, why)));
                         continue;
                     }
                     return self.park(flight, call, id, method, without_upstream_task(params));
                 }
                 Event::Response(Ok(result)) => {
-                    session.end_call(flight.id);
+                    if flight.task.is_none() {
+                        if let Some(task_id) = created_task(&result) {
+                            match self.follow(flight, &task_id, call) {
+                                Some(next) => {
+                                    flight = next;
+                                    continue;
+                                }
+                                None => {
+                                    return self.unfollowable(call);
+                                }
+                            }
+                        }
+                    }
+                    flight.leave();
                     self.supervisor.succeeded();
                     return Outcome::Complete(call_tool_result(result));
                 }
                 Event::Response(Err(error)) => {
-                    session.end_call(flight.id);
+                    flight.leave();
                     self.count_error();
                     let code = error
                         .get("code")
@@ -293,6 +497,14 @@ impl UpstreamTool {
                     return Outcome::Error(RpcError::new(code, message));
                 }
                 Event::Closed => {
+                    if let Some(task) = &flight.task {
+                        // The session ended, not necessarily the upstream's task (an HTTP
+                        // upstream's outlives its session): follow it on another.
+                        if let Some(next) = self.reattach(&task.id.clone(), call) {
+                            flight = next;
+                            continue;
+                        }
+                    }
                     self.count_error();
                     let why = "the upstream MCP server exited during the call";
                     return if self.idempotent && call.host.task_attempt().is_some() {
@@ -307,10 +519,25 @@ impl UpstreamTool {
         }
     }
 
+    /// The call became an upstream task this run cannot follow: the attempt was
+    /// stopped (what stopped it decides what follows) or the upstream went away.
+    fn unfollowable(&self, call: &mut Invocation<'_>) -> Outcome {
+        if call.host.cancelled() {
+            return Outcome::Cancelled;
+        }
+        self.count_error();
+        let why = "the upstream created a task for the call but it could not be followed";
+        if self.idempotent && call.host.task_attempt().is_some() {
+            Outcome::Retry(why.into())
+        } else {
+            self.interrupted(why)
+        }
+    }
+
     /// Parks the call and asks the caller the upstream's question.
     fn park(
         &self,
-        flight: Flight,
+        mut flight: Flight,
         call: &Invocation<'_>,
         request_id: Value,
         method: String,
@@ -320,20 +547,23 @@ impl UpstreamTool {
         let key = format!("upstream-{}-{}", &handle[..12], flight.id);
         let mut requests = Map::new();
         requests.insert(key.clone(), json!({ "method": method, "params": params }));
+        let mut state = Map::new();
+        state.insert(PARKED_KEY.into(), json!(handle));
+        if let Some(task) = &flight.task {
+            state.insert(TASK_KEY.into(), json!(task.id));
+        }
+        flight.place = None;
         lock(&self.parked.0).insert(
-            handle.clone(),
+            handle,
             ParkedCall {
                 caller: call.caller.to_owned(),
-                session: flight.session,
-                id: flight.id,
-                events: flight.events,
+                flight,
                 asked: vec![(key, request_id)],
-                deadline: flight.deadline,
             },
         );
         Outcome::InputRequired {
             requests,
-            state: Some(json!({ "upstream_call": handle })),
+            state: Some(Value::Object(state)),
         }
     }
 
@@ -360,8 +590,27 @@ impl UpstreamTool {
     }
 }
 
-/// A request's params without the upstream's own task id (its related-task `_meta`),
-/// which means nothing to our caller.
+fn task_params(task_id: &str) -> Map<String, Value> {
+    let mut params = Map::new();
+    params.insert("taskId".into(), json!(task_id));
+    params
+}
+
+/// The upstream task a `tools/call` answer says the call became (a
+/// `CreateTaskResult`), if it did.
+fn created_task(result: &Value) -> Option<String> {
+    if result.get("content").is_some() {
+        return None;
+    }
+    result
+        .get("task")?
+        .get("taskId")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// A request's params (or a result) without the upstream's own task id (its
+/// related-task `_meta`), which means nothing to our caller.
 fn without_upstream_task(mut params: Value) -> Value {
     if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
         meta.remove("io.modelcontextprotocol/related-task");
@@ -399,11 +648,13 @@ fn answerable(method: &str, params: &Value, client: &ClientCapabilities) -> Resu
 }
 
 /// The upstream's result as a `CallToolResult`: a result with only
-/// `structuredContent` gets its JSON as a text block, as command tools' do.
-fn call_tool_result(mut result: Value) -> Value {
+/// `structuredContent` gets its JSON as a text block, as command tools' do; the
+/// upstream task's id (related-task `_meta`, on a `tasks/result`) is dropped.
+fn call_tool_result(result: Value) -> Value {
     if !result.is_object() {
         return error_result("the upstream answered the call with something other than a result");
     }
+    let mut result = without_upstream_task(result);
     if result.get("content").is_none() {
         let text = result
             .get("structuredContent")

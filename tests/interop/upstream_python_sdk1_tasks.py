@@ -7,7 +7,11 @@ server-everything behind mcp-taskd's [[upstreams]] (see .ci/interop.sh):
 - its elicitation tool as a task: the task goes input_required, tasks/result puts the
   upstream's question to this client (elicitation_callback), the upstream's result shows
   the answer and the task completes; the same for its sampling tool (sampling_callback);
-- get-structured-content as a task: the upstream's structuredContent comes back.
+- get-structured-content as a task: the upstream's structuredContent comes back;
+- simulate-research-query, which the upstream serves only as a task (2025-11-25 tasks):
+  mcp-taskd calls it as one (the wiretap shows the task-augmented tools/call and the
+  tasks/result that follows it), the upstream task's status messages become ours, its
+  question reaches this client through our task, and its report shows the answer.
 Usage: python upstream_python_sdk1_tasks.py URL (py1 venv)."""
 
 import os
@@ -25,11 +29,14 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 ANSWER_NAME = "Grace Hopper (tasks)"
 SAMPLED = "a sampled answer for a task"
+INTERPRETATION = "programming"
 asked: list[str] = []
 
 
 async def elicit(context, params: types.ElicitRequestParams) -> types.ElicitResult:
     asked.append(f"elicitation: {params.message}")
+    if "interpretation" in params.requestedSchema.get("properties", {}):
+        return types.ElicitResult(action="accept", content={"interpretation": INTERPRETATION})
     return types.ElicitResult(action="accept", content={"name": ANSWER_NAME, "check": False})
 
 
@@ -53,7 +60,7 @@ def tap() -> list[list[str]]:
 
 
 async def flow(url: str) -> None:
-    with anyio.fail_after(30):
+    with anyio.fail_after(60):
         await steps(url)
 
 
@@ -149,6 +156,31 @@ async def steps(url: str) -> None:
                 "conditions": "Sunny / Clear",
                 "humidity": 48,
             }, f"structured task: {result}"
+
+            # A tool the upstream serves only as a task: mcp-taskd follows the upstream's task.
+            created = await session.experimental.call_tool_as_task(
+                "ev_simulate-research-query", {"topic": "python", "ambiguous": True}
+            )
+            task_id = created.task.taskId
+            messages: list[str] = []
+
+            def asking(task) -> bool:
+                if task.statusMessage and task.statusMessage not in messages:
+                    messages.append(task.statusMessage)
+                return task.status == "input_required"
+
+            task = await until(session, task_id, asking, "the research's question", limit=20)
+            stages = [m for m in messages if m.endswith("...")]
+            assert stages, f"the upstream task's status messages never became ours: {messages}"
+            print(f"# research: {task.status} after {stages}", file=sys.stderr)
+            result = await session.experimental.get_task_result(task_id, CallToolResult)
+            assert not result.isError, f"research task: {result}"
+            assert f"python ({INTERPRETATION})" in text(result), f"research task: {text(result)[:200]}"
+            related = (result.meta or {}).get("io.modelcontextprotocol/related-task")
+            assert related in (None, {"taskId": task_id}), f"another task's id in the result: {related}"
+            sent = [line for line in tap() if line[:2] == [">", "tools/call"] and line[3:4] == ["simulate-research-query"]]
+            assert sent and sent[-1][4:] == ["task"], f"not called as a task: {sent}"
+            assert any(line[:2] == [">", "tasks/result"] for line in tap()), "no tasks/result was sent upstream"
 
 
 def main() -> int:

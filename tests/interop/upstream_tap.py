@@ -6,7 +6,7 @@ Runs PROGRAM with its arguments, relays its stdin and stdout line by line unchan
 (its stderr is inherited) and appends one line per JSON-RPC message to LOG:
 `> method id` for what mcp-taskd sent, `< method id` for what the upstream sent
 (`-` for a missing method or id), plus the `requestId` of `notifications/cancelled`
-and the tool name of `tools/call`.
+and the tool name of `tools/call` (then `task` when it asks for a task).
 This is how a driver sees what reached a server that does not show it itself, e.g.
 that our cancel became the upstream's notifications/cancelled for the right request.
 Exits when the upstream's stdout closes (so a killed upstream ends the session), with
@@ -32,6 +32,8 @@ def describe(line: bytes) -> str:
         words.append(json.dumps(params.get("requestId")))
     elif method == "tools/call":
         words.append(str(params.get("name")))
+        if params.get("task") is not None:
+            words.append("task")
     return " ".join(words)
 
 

@@ -667,6 +667,10 @@ impl TaskStore for Store {
         self.change(|tx| attempts::set_status_message(tx, &lease.task_id, &lease.token, &message))
     }
 
+    fn set_tool_state(&self, lease: Lease, state: String) -> Result<bool, StoreError> {
+        self.transaction(|tx| attempts::set_tool_state(tx, &lease.task_id, &lease.token, &state))
+    }
+
     /// [`Reclaim::Orphaned`]: the leases claimed by this node's earlier runs, and the
     /// expired ones; never another node's live lease, nor this run's.
     fn reclaim_leases(

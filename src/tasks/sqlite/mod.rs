@@ -466,6 +466,10 @@ impl TaskStore for Store {
         })
     }
 
+    fn set_tool_state(&self, lease: Lease, state: String) -> Result<bool, StoreError> {
+        self.write(move |conn| attempts::set_tool_state(conn, &lease.task_id, &lease.token, &state))
+    }
+
     fn reclaim_leases(
         &self,
         leases: Reclaim,

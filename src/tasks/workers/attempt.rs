@@ -363,6 +363,28 @@ impl InvocationHost for TaskHost<'_> {
         !self.cancelled()
     }
 
+    fn released(&self) -> bool {
+        matches!(self.control.reason(), Stop::Shutdown | Stop::LeaseLost)
+    }
+
+    fn save_state(&mut self, state: &Value) -> bool {
+        let lease = Lease {
+            task_id: self.task_id.to_owned(),
+            token: self.token.to_owned(),
+        };
+        match self.store.set_tool_state(lease, state.to_string()) {
+            Ok(true) => true,
+            Ok(false) => {
+                self.control.stop(Stop::LeaseLost);
+                false
+            }
+            Err(error) => {
+                log::warn!("a task's tool state was not saved: {error}");
+                false
+            }
+        }
+    }
+
     fn task_attempt(&self) -> Option<(&str, i64)> {
         Some((self.task_id, self.attempt))
     }

@@ -339,6 +339,23 @@ pub fn set_status_message(
     Ok(changed > 0)
 }
 
+/// A fenced write of the tool's state from a running attempt. No outbox entry: the
+/// state is the tool's, and no client sees it change.
+pub fn set_tool_state(
+    tx: &mut Tx<'_, '_>,
+    task_id: &str,
+    token: &str,
+    state: &str,
+) -> Result<bool, Failure> {
+    let changed = tx.execute(
+        "UPDATE tasks SET tool_state = $3 WHERE id = $1 AND status = 'working' AND \
+         EXISTS (SELECT 1 FROM jobs WHERE task_id = $1 AND lease_token = $2 AND \
+         state = 'running')",
+        &[&task_id, &token, &state],
+    )?;
+    Ok(changed > 0)
+}
+
 /// Extends the leases still held with their tokens to `lease_ms` from the database's
 /// now, in one statement; `true` for each one still held, in order.
 pub fn renew_leases(

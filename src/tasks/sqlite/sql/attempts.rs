@@ -308,6 +308,24 @@ pub fn set_status_message(
     Ok(changed > 0)
 }
 
+/// A fenced write of the tool's state from a running attempt. No outbox entry: the
+/// state is the tool's, and no client sees it change.
+pub fn set_tool_state(
+    conn: &Connection,
+    task_id: &str,
+    token: &str,
+    state: &str,
+) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE tasks SET tool_state = ?3 WHERE id = ?1 AND status = 'working' AND \
+             EXISTS (SELECT 1 FROM jobs WHERE task_id = ?1 AND lease_token = ?2 AND \
+             state = 'running')",
+        )?
+        .execute(params![task_id, token, state])?;
+    Ok(changed > 0)
+}
+
 /// Extends a lease; `false` when the lease is no longer this holder's.
 pub fn renew_lease(
     conn: &Connection,
