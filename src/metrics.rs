@@ -111,7 +111,7 @@ struct ToolHistograms {
 }
 
 /// A Prometheus histogram over [`DURATION_BUCKETS`], lock-free.
-struct Histogram {
+pub struct Histogram {
     /// Observations per bucket (not cumulative; the last one is `+Inf`).
     buckets: [AtomicU64; DURATION_BUCKETS.len() + 1],
     sum_micros: AtomicU64,
@@ -127,7 +127,7 @@ impl Default for Histogram {
 }
 
 impl Histogram {
-    fn observe(&self, value: Duration) {
+    pub fn observe(&self, value: Duration) {
         let seconds = value.as_secs_f64();
         let index = DURATION_BUCKETS
             .iter()
@@ -138,8 +138,9 @@ impl Histogram {
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
-    /// The `_bucket`, `_sum` and `_count` lines of one series.
-    fn render(&self, out: &mut String, name: &str, tool: &str) {
+    /// The `_bucket`, `_sum` and `_count` lines of one series, labelled `key="value"`
+    /// (`value` already escaped, [`label_value`]).
+    pub fn render(&self, out: &mut String, name: &str, key: &str, value: &str) {
         let mut cumulative = 0;
         for (index, count) in self.buckets.iter().enumerate() {
             cumulative += count.load(Ordering::Relaxed);
@@ -148,12 +149,41 @@ impl Histogram {
                 .map_or_else(|| "+Inf".to_owned(), |bound| bound.to_string());
             let _ = writeln!(
                 out,
-                "{name}_bucket{{tool=\"{tool}\",le=\"{bound}\"}} {cumulative}"
+                "{name}_bucket{{{key}=\"{value}\",le=\"{bound}\"}} {cumulative}"
             );
         }
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum{{tool=\"{tool}\"}} {sum}");
-        let _ = writeln!(out, "{name}_count{{tool=\"{tool}\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum{{{key}=\"{value}\"}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{key}=\"{value}\"}} {cumulative}");
+    }
+
+    /// How many observations there are.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The upper bound (seconds) of the bucket holding the `q` quantile, as Prometheus'
+    /// `histogram_quantile` would bound it: `None` without observations, infinity when
+    /// it lies past the last bound.
+    pub fn quantile_bound(&self, q: f64) -> Option<f64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q.clamp(0.0, 1.0) * total as f64).ceil().max(1.0) as u64;
+        let mut cumulative = 0;
+        for (index, count) in self.buckets.iter().enumerate() {
+            cumulative += count.load(Ordering::Relaxed);
+            if cumulative >= rank {
+                return Some(
+                    DURATION_BUCKETS
+                        .get(index)
+                        .copied()
+                        .unwrap_or(f64::INFINITY),
+                );
+            }
+        }
+        Some(f64::INFINITY)
     }
 }
 
@@ -479,7 +509,7 @@ impl Metrics {
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
             for (tool, histograms) in self.tools.load().iter() {
-                histogram(histograms).render(&mut out, name, &label_value(tool));
+                histogram(histograms).render(&mut out, name, "tool", &label_value(tool));
             }
         }
         out
@@ -489,7 +519,7 @@ impl Metrics {
 /// A label value as the text format wants it: backslash, quote and newline escaped.
 /// (Tool names come from the configuration; this keeps the page parseable whatever
 /// they contain.)
-fn label_value(value: &str) -> String {
+pub fn label_value(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -561,6 +591,21 @@ mod tests {
             "{page}"
         );
         assert!(!page.contains("_ms"), "no abbreviated units: {page}");
+    }
+
+    #[test]
+    fn a_quantile_is_bounded_by_its_bucket() {
+        let latency = Histogram::default();
+        assert_eq!(latency.quantile_bound(0.5), None);
+        for millis in [3, 4, 40, 2000] {
+            latency.observe(Duration::from_millis(millis));
+        }
+        assert_eq!(latency.count(), 4);
+        assert_eq!(latency.quantile_bound(0.5), Some(0.005));
+        assert_eq!(latency.quantile_bound(0.75), Some(0.05));
+        assert_eq!(latency.quantile_bound(0.99), Some(2.5));
+        latency.observe(Duration::from_secs(7200));
+        assert_eq!(latency.quantile_bound(1.0), Some(f64::INFINITY));
     }
 
     #[test]

@@ -277,11 +277,24 @@ fn a_crashed_upstream_is_started_again_for_the_next_call() {
     assert_eq!(upstream["name"], "up", "{upstream}");
     assert_eq!(upstream["restarts"], 1, "{upstream}");
     assert_eq!(upstream["state"], "up", "{upstream}");
-    let metrics = server.get("/metrics").text();
+    // The echo that answered is timed (the crash gave no answer: not a latency).
+    let latency = &upstream["latency_seconds"];
+    assert!(latency["count"].as_u64() >= Some(1), "{upstream}");
     assert!(
-        metrics.contains("mcp_taskd_upstream_restarts_total{upstream=\"up\"} 1"),
-        "{metrics}"
+        latency["p50"]
+            .as_f64()
+            .is_some_and(|s| s > 0.0 && s <= 30.0),
+        "{upstream}"
     );
+    let metrics = server.get("/metrics").text();
+    for line in [
+        "mcp_taskd_upstream_restarts_total{upstream=\"up\"} 1",
+        "# TYPE mcp_taskd_upstream_call_duration_seconds histogram",
+        "mcp_taskd_upstream_call_duration_seconds_bucket{upstream=\"up\",le=\"+Inf\"} ",
+        "mcp_taskd_upstream_call_duration_seconds_count{upstream=\"up\"} ",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
 }
 
 #[test]
@@ -477,6 +490,7 @@ fn the_dashboard_overview_shows_each_upstream() {
     assert_eq!(upstream["name"], "up", "{upstream}");
     assert_eq!(upstream["state"], "up", "{upstream}");
     assert_eq!(upstream["calls"], 1, "{upstream}");
+    assert_eq!(upstream["latency_seconds"]["count"], 1, "{upstream}");
     assert!(upstream["tools"].as_u64().unwrap_or(0) >= 8, "{upstream}");
 }
 

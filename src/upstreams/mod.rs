@@ -288,6 +288,12 @@ impl Upstreams {
                     "restarts": counters.restarts.load(Ordering::Relaxed),
                     "calls": counters.calls.load(Ordering::Relaxed),
                     "errors": counters.errors.load(Ordering::Relaxed),
+                    "latency_seconds": {
+                        "count": counters.latency.count(),
+                        "p50": quantile(&counters.latency, 0.5),
+                        "p95": quantile(&counters.latency, 0.95),
+                        "p99": quantile(&counters.latency, 0.99),
+                    },
                     "last_failure": last_failure,
                 })
             })
@@ -295,9 +301,8 @@ impl Upstreams {
         Value::Array(upstreams)
     }
 
-    /// Appends each upstream's counters and state to the metrics page. The label is the
-    /// upstream's configured name (bounded, chosen by the operator); its calls' latency
-    /// is in the per-tool histograms, as any tool's.
+    /// Appends each upstream's counters, call latency and state to the metrics page. The
+    /// label is the upstream's configured name (bounded, chosen by the operator).
     pub fn render_metrics(&self, page: &mut String) {
         use std::fmt::Write;
         if self.supervisors.is_empty() {
@@ -333,6 +338,19 @@ impl Upstreams {
                     read(&supervisor.counters)
                 );
             }
+        }
+        let name = "mcp_taskd_upstream_call_duration_seconds";
+        let _ = writeln!(
+            page,
+            "# HELP {name} How long upstream servers took to answer tool calls (calls that \
+             waited for a caller's answer left out).\n# TYPE {name} histogram"
+        );
+        for supervisor in &self.supervisors {
+            let upstream = crate::metrics::label_value(&supervisor.upstream.name);
+            supervisor
+                .counters
+                .latency
+                .render(page, name, "upstream", &upstream);
         }
         let _ = writeln!(
             page,
@@ -418,6 +436,15 @@ fn prompt_getter(supervisor: &Arc<Supervisor>, name: String) -> PromptFn {
 
 /// Our spec of the upstream's tool `listed`, when it is served, and whether it is
 /// idempotent.
+/// A latency quantile's bucket bound for `/healthz`: `null` without calls, and past
+/// the last bucket (an hour) too (JSON has no infinity).
+fn quantile(latency: &crate::metrics::Histogram, q: f64) -> Value {
+    latency
+        .quantile_bound(q)
+        .filter(|seconds| seconds.is_finite())
+        .map_or(Value::Null, |seconds| json!(seconds))
+}
+
 fn tool_spec(upstream: &Upstream, listed: &Value) -> Option<(ToolSpec, bool)> {
     let warn = |why: &str| {
         log::warn!("upstream {}: a tool is not served: {why}", upstream.name);

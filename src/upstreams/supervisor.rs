@@ -82,6 +82,10 @@ pub struct Counters {
     pub restarts: AtomicU64,
     pub calls: AtomicU64,
     pub errors: AtomicU64,
+    /// How long the upstream took to answer calls, from sending to the answer (or, for
+    /// a call it served as a task, to the task's result). Calls that waited for a
+    /// caller's answer are left out: that wait is a person's, not the upstream's.
+    pub latency: crate::metrics::Histogram,
 }
 
 /// A session handed to one call. A `per_call` session closes when its use ends.

@@ -109,6 +109,9 @@ struct Flight {
     deadline: Instant,
     /// The upstream task the call became, once it did.
     task: Option<FollowedTask>,
+    /// When the call was sent, while its whole time is the upstream's: not once it
+    /// waited for our caller, nor for a call followed again after an interruption.
+    timed_from: Option<Instant>,
 }
 
 /// An upstream task a run follows.
@@ -297,6 +300,7 @@ impl UpstreamTool {
             events,
             deadline,
             task: None,
+            timed_from: Some(Instant::now()),
         })
     }
 
@@ -374,6 +378,7 @@ impl UpstreamTool {
             events,
             deadline,
             task: Some(FollowedTask::new(task_id)),
+            timed_from: None,
         })
     }
 
@@ -480,11 +485,13 @@ impl UpstreamTool {
                         }
                     }
                     flight.leave();
+                    self.answered(&flight);
                     self.supervisor.succeeded();
                     return Outcome::Complete(call_tool_result(result));
                 }
                 Event::Response(Err(error)) => {
                     flight.leave();
+                    self.answered(&flight);
                     self.count_error();
                     let code = error
                         .get("code")
@@ -553,6 +560,7 @@ impl UpstreamTool {
             state.insert(TASK_KEY.into(), json!(task.id));
         }
         flight.place = None;
+        flight.timed_from = None;
         lock(&self.parked.0).insert(
             handle,
             ParkedCall {
@@ -564,6 +572,13 @@ impl UpstreamTool {
         Outcome::InputRequired {
             requests,
             state: Some(Value::Object(state)),
+        }
+    }
+
+    /// Records how long the upstream took, when the call's whole time was its own.
+    fn answered(&self, flight: &Flight) {
+        if let Some(sent) = flight.timed_from {
+            self.supervisor.counters.latency.observe(sent.elapsed());
         }
     }
 

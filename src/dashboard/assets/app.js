@@ -123,10 +123,14 @@ async function loadOverview() {
   $("charts").replaceChildren(...active.map(([t, s]) => chart(t, s)),
     ...(idle ? [el("p", { text: `${idle} tool(s) without tasks in the last hour.` })] : []));
   $("upstreams").hidden = o.upstreams.length === 0;
+  // Bucket bounds: "≤ 0.05 s" reads as what it is, an upper bound.
+  const bound = (s) => (s === null ? "> 1 h" : `≤ ${s} s`);
+  const latency = (l) => (l.count === 0 ? "" : `${bound(l.p50)} / ${bound(l.p95)}`);
   $("upstream-rows").replaceChildren(...o.upstreams.map((u) => el("tr", {},
     el("td", { text: u.name }), el("td", { text: u.state.replace("_", " ") }),
     el("td", { text: String(u.tools) }), el("td", { text: String(u.calls) }),
-    el("td", { text: String(u.errors) }), el("td", { text: String(u.restarts) }),
+    el("td", { text: String(u.errors) }), el("td", { text: latency(u.latency_seconds) }),
+    el("td", { text: String(u.restarts) }),
     el("td", { text: u.last_failure ?? "" }))));
   // A pass over the live jobs (and the last hour's counts) on the server: every 5 s,
   // not with each second's poll; identities' backlogs change slowly.
