@@ -587,6 +587,10 @@ pub struct TelemetryConfig {
     pub service_name: Option<String>,
     /// Longest a finished span waits before its batch is sent.
     pub batch_delay_ms: u64,
+    /// Most spans a second handed to the exporter (bursts of up to a second's worth);
+    /// the rest are dropped at once and counted. Bounds what encoding and sending spans
+    /// may take of the CPU at saturation. `0`: no bound.
+    pub max_spans_per_second: u64,
     /// How often the metrics go to `<otlp_endpoint>/v1/metrics` (unset:
     /// `OTEL_METRIC_EXPORT_INTERVAL`, else 60 000).
     pub metrics_interval_ms: Option<u64>,
@@ -601,6 +605,7 @@ impl Default for TelemetryConfig {
             otlp_endpoint: None,
             service_name: None,
             batch_delay_ms: 1000,
+            max_spans_per_second: 5000,
             metrics_interval_ms: None,
             trace_url: None,
         }

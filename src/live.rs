@@ -258,6 +258,7 @@ restart_only! {
     "telemetry.otlp_endpoint" => telemetry.otlp_endpoint;
     "telemetry.service_name" => telemetry.service_name;
     "telemetry.batch_delay_ms" => telemetry.batch_delay_ms;
+    "telemetry.max_spans_per_second" => telemetry.max_spans_per_second;
     "telemetry.metrics_interval_ms" => telemetry.metrics_interval_ms;
     "log.format" => log.format;
     // Upstream servers run as long as the server: their sessions hold callers' state.

@@ -480,19 +480,21 @@ impl Metrics {
                 }
             }
         }
-        if let Some((exported, queue_full, export_failed)) = crate::telemetry::export_counts() {
+        if let Some(spans) = crate::telemetry::export_counts() {
             counter(
                 &mut out,
                 "mcp_taskd_spans_exported_total",
                 "Spans the OTLP collector accepted.",
-                exported,
+                spans.exported,
             );
             let _ = writeln!(
                 out,
-                "# HELP mcp_taskd_spans_dropped_total Spans dropped: the export queue was full, or the collector did not take them.\n\
+                "# HELP mcp_taskd_spans_dropped_total Spans dropped: beyond telemetry.max_spans_per_second, the export queue was full, or the collector did not take them.\n\
                  # TYPE mcp_taskd_spans_dropped_total counter\n\
-                 mcp_taskd_spans_dropped_total{{reason=\"queue_full\"}} {queue_full}\n\
-                 mcp_taskd_spans_dropped_total{{reason=\"export_failed\"}} {export_failed}"
+                 mcp_taskd_spans_dropped_total{{reason=\"over_budget\"}} {}\n\
+                 mcp_taskd_spans_dropped_total{{reason=\"queue_full\"}} {}\n\
+                 mcp_taskd_spans_dropped_total{{reason=\"export_failed\"}} {}",
+                spans.over_budget, spans.queue_full, spans.export_failed
             );
         }
         for (name, help, histogram) in [

@@ -354,6 +354,36 @@ fn a_dead_collector_changes_nothing_for_clients() {
 }
 
 #[test]
+fn spans_beyond_the_export_budget_are_dropped_and_counted_and_clients_see_nothing() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let work = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(&format!(
+        "{}\n[builtin]\nsets = [\"demo\"]\n",
+        config(&endpoint, work.path(), "max_spans_per_second = 2")
+            .replace("[builtin]\nsets = []\n", "")
+    ));
+    // One span a request; two a second may go out, in a burst of a second's worth.
+    for _ in 0..20 {
+        let echo = server
+            .call_tool("echo", json!({"text": "hi"}), json!({}))
+            .result();
+        assert_eq!(echo["content"][0]["text"], "hi");
+    }
+    let page = server.get("/metrics").text();
+    let count = |reason: &str| {
+        let prefix = format!("mcp_taskd_spans_dropped_total{{reason=\"{reason}\"}} ");
+        page.lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str()))
+            .and_then(|count| count.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {reason} count in {page}"))
+    };
+    let over = count("over_budget");
+    assert!((10..=20).contains(&over), "{over} over budget: {page}");
+}
+
+#[test]
 fn a_client_traced_by_the_official_python_sdk_propagates_into_our_spans() {
     let Some(python) = otel_python() else {
         return;

@@ -11,7 +11,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opentelemetry::Context;
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
@@ -28,6 +28,8 @@ const MAX_ANSWER_BYTES: u64 = 64 * 1024;
 pub struct ExportCounts {
     /// Spans handed to the collector and accepted.
     pub exported: AtomicU64,
+    /// Spans dropped at their end, beyond the export budget ([`SpanBudget`]).
+    pub dropped_over_budget: AtomicU64,
     /// Spans dropped because the queue was full (the collector is slower than the
     /// spans come, or gone and every try waits for its timeout).
     pub dropped_queue_full: AtomicU64,
@@ -82,22 +84,80 @@ impl HttpClient for UreqClient {
     }
 }
 
-/// The SDK's batch span processor behind our own bound: a span beyond `capacity`
-/// queued is dropped here and counted (the SDK counts its own drops but shows them to
-/// no one). The bound is the SDK queue's size, so the SDK never drops one itself.
+/// The SDK's batch span processor behind our own bounds: a span beyond the export
+/// budget, or beyond `capacity` queued, is dropped here and counted (the SDK counts its
+/// own drops but shows them to no one). The bound is the SDK queue's size, so the SDK
+/// never drops one itself.
 #[derive(Debug)]
 pub struct BoundedBatch {
     inner: BatchSpanProcessor,
     capacity: u64,
+    budget: Option<SpanBudget>,
     counts: Arc<ExportCounts>,
 }
 
 impl BoundedBatch {
-    pub fn new(inner: BatchSpanProcessor, capacity: usize, counts: Arc<ExportCounts>) -> Self {
+    pub fn new(
+        inner: BatchSpanProcessor,
+        capacity: usize,
+        budget: Option<SpanBudget>,
+        counts: Arc<ExportCounts>,
+    ) -> Self {
         BoundedBatch {
             inner,
             capacity: capacity as u64,
+            budget,
             counts,
+        }
+    }
+}
+
+/// How many spans a second may go to the exporter: a rate with a burst of one second's
+/// worth, kept lock-free as the time the next span is due (the generic cell rate
+/// algorithm), since every request's thread asks.
+///
+/// Why: encoding and sending a span costs about as much CPU as building it. Below the
+/// budget every span goes out; at saturation the exporter's share of the CPU stays
+/// bounded, and the spans beyond it are dropped before any of that work, counted, so
+/// that tracing costs the requests a bounded fraction (measured in benches/README.md).
+#[derive(Debug)]
+pub struct SpanBudget {
+    started: Instant,
+    /// Nanoseconds after `started` at which the budget is back to full.
+    full_at: AtomicU64,
+    interval_ns: u64,
+    burst_ns: u64,
+}
+
+impl SpanBudget {
+    /// `None` for `0` (no bound).
+    pub fn per_second(spans: u64) -> Option<SpanBudget> {
+        (spans > 0).then(|| SpanBudget {
+            started: Instant::now(),
+            full_at: AtomicU64::new(0),
+            interval_ns: (1_000_000_000 / spans).max(1),
+            burst_ns: 1_000_000_000,
+        })
+    }
+
+    /// Takes one span's room; `false` when there is none now.
+    fn admit(&self) -> bool {
+        let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let mut full_at = self.full_at.load(Ordering::Relaxed);
+        loop {
+            let next = full_at.max(now) + self.interval_ns;
+            if next - now > self.burst_ns {
+                return false;
+            }
+            match self.full_at.compare_exchange_weak(
+                full_at,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => full_at = seen,
+            }
         }
     }
 }
@@ -108,6 +168,12 @@ impl SpanProcessor for BoundedBatch {
     }
 
     fn on_end(&self, span: SpanData) {
+        if self.budget.as_ref().is_some_and(|budget| !budget.admit()) {
+            self.counts
+                .dropped_over_budget
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let queued = self.counts.queued.fetch_add(1, Ordering::AcqRel);
         if queued >= self.capacity {
             self.counts.queued.fetch_sub(1, Ordering::AcqRel);
@@ -209,5 +275,22 @@ impl<E: SpanExporter> SpanExporter for CountingExporter<E> {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.inner.set_resource(resource);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SpanBudget;
+
+    #[test]
+    fn a_budget_admits_a_seconds_worth_at_once_then_its_rate() {
+        assert!(SpanBudget::per_second(0).is_none(), "0 is no bound");
+        let budget = SpanBudget::per_second(100).expect("a budget");
+        let admitted = (0..1000).filter(|_| budget.admit()).count();
+        // The burst (a second's worth), plus what the rate adds while the loop runs.
+        assert!((100..=110).contains(&admitted), "{admitted}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let later = (0..1000).filter(|_| budget.admit()).count();
+        assert!((9..=30).contains(&later), "{later}");
     }
 }

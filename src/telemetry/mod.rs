@@ -44,7 +44,7 @@ use opentelemetry_sdk::Resource;
 
 use crate::config::TelemetryConfig;
 use crate::protocol::TraceContext;
-use export::{BoundedBatch, CountingExporter, ExportCounts, UreqClient};
+use export::{BoundedBatch, CountingExporter, ExportCounts, SpanBudget, UreqClient};
 
 /// The attribute naming a task on every span of its life: the `taskId` of the Tasks
 /// extension (SEP-2663), which the OpenTelemetry conventions for MCP do not name yet.
@@ -167,6 +167,7 @@ pub fn start(config: &TelemetryConfig) -> Result<Option<String>, TelemetryError>
         .with_span_processor(BoundedBatch::new(
             batch,
             QUEUE_CAPACITY,
+            SpanBudget::per_second(config.max_spans_per_second),
             Arc::clone(&counts),
         ))
         .with_resource(spans_resource)
@@ -238,15 +239,26 @@ pub fn enabled() -> bool {
     TELEMETRY.get().is_some()
 }
 
-/// Spans exported, dropped because the queue was full, dropped because the collector
-/// did not take them; `None` when telemetry is off.
-pub fn export_counts() -> Option<(u64, u64, u64)> {
+/// What became of the finished spans; `None` when telemetry is off.
+pub fn export_counts() -> Option<SpanCounts> {
     let counts = &TELEMETRY.get()?.counts;
-    Some((
-        counts.exported.load(Ordering::Relaxed),
-        counts.dropped_queue_full.load(Ordering::Relaxed),
-        counts.dropped_export_failed.load(Ordering::Relaxed),
-    ))
+    Some(SpanCounts {
+        exported: counts.exported.load(Ordering::Relaxed),
+        over_budget: counts.dropped_over_budget.load(Ordering::Relaxed),
+        queue_full: counts.dropped_queue_full.load(Ordering::Relaxed),
+        export_failed: counts.dropped_export_failed.load(Ordering::Relaxed),
+    })
+}
+
+/// Spans exported, and dropped by reason, since start.
+pub struct SpanCounts {
+    pub exported: u64,
+    /// Beyond `telemetry.max_spans_per_second`.
+    pub over_budget: u64,
+    /// The export queue was full.
+    pub queue_full: u64,
+    /// The collector did not take them.
+    pub export_failed: u64,
 }
 
 /// A span of ours, or nothing when telemetry is off (every method is then a no-op).
