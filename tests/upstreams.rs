@@ -729,3 +729,38 @@ fn cancelling_a_task_the_upstream_serves_as_one_cancels_the_upstream_task() {
         inner.get("/metrics").text()
     );
 }
+
+#[test]
+fn a_remote_upstreams_changed_tool_list_comes_on_its_get_stream_and_changes_ours() {
+    // Nothing is called: the upstream's list_changed can only come on the GET stream.
+    let inner_config = format!(
+        "[builtin]\nsets = [\"demo\"]\n{}",
+        crate::fair_share::token("relay", "")
+    );
+    let inner = Server::start(&inner_config);
+    let (_temp, dir) = work_dir();
+    std::fs::write(dir.join("upstream.token"), "relay-token\n").expect("token file");
+    let outer = Server::start(&format!(
+        "[builtin]\nsets = []\n[tasks]\nbridge = false\n\n[[upstreams]]\nname = \"remote\"\n\
+         url = \"http://{}/mcp\"\nbearer_token_file = \"{}\"\ninclude = [\"echo\", \"fresh\"]\n",
+        inner.addr,
+        dir.join("upstream.token").display()
+    ));
+    assert_eq!(tool_names(&outer), ["remote_echo"]);
+    // The upstream gains a tool (a reload): our list follows, and says so.
+    inner.rewrite_config(&format!(
+        "{inner_config}\n[[tools]]\nname = \"fresh\"\ndescription = \"new\"\n\
+         command = [\"/bin/echo\", \"fresh\"]\n"
+    ));
+    inner.signal("HUP");
+    let names = poll_until(LIMIT, || {
+        let names = tool_names(&outer);
+        (names.len() == 2).then_some(names)
+    });
+    assert_eq!(
+        names.as_deref(),
+        Some(&["remote_echo".to_owned(), "remote_fresh".to_owned()][..]),
+        "{:?}",
+        tool_names(&outer)
+    );
+}

@@ -8,9 +8,10 @@
 //! until its result); notifications and our answers to the upstream's requests are
 //! POSTed on the caller's thread, in order. The session id and protocol version the
 //! upstream gives at `initialize` go on every later POST, with the bearer token of the
-//! upstream's `bearer_token_file` (never a client's token). The GET stream for messages
-//! outside any request is not opened: such messages (a `list_changed` at any time) are
-//! heard when they come on a request's stream.
+//! upstream's `bearer_token_file` (never a client's token). Messages outside any
+//! request (a `list_changed` at any time) come on the session's GET stream
+//! ([`HttpWire::listen`]), which the session keeps open while it lives; an upstream
+//! that serves no GET stream (`405`) sends them only on a request's stream.
 
 use std::io::{BufRead, BufReader, Read};
 use std::sync::Mutex;
@@ -26,6 +27,16 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// Longest message read from an upstream.
 const MAX_MESSAGE: u64 = 64 * 1024 * 1024;
+
+/// How a GET stream ended.
+pub enum Listened {
+    /// The upstream serves none (`405`, or another refusal): not asked again.
+    Unsupported,
+    /// The upstream forgot the session (`404`).
+    SessionGone,
+    /// It closed, or the connection failed: worth opening again.
+    Ended,
+}
 
 /// What a POST produced, message by message, or how it failed.
 pub enum Delivery {
@@ -125,6 +136,39 @@ impl HttpWire {
                 }
             }
         }
+    }
+
+    /// Opens the session's GET stream and hands every message on it to `deliver`
+    /// until it ends.
+    pub fn listen(&self, deliver: &mut dyn FnMut(Delivery)) -> Listened {
+        let (session_id, version) = lock(&self.session).clone();
+        let Some(session_id) = session_id else {
+            // A server that keeps no session has no stream of it either.
+            return Listened::Unsupported;
+        };
+        let mut request = self
+            .agent
+            .get(&self.url)
+            .header("Accept", "text/event-stream")
+            .header("Mcp-Session-Id", &session_id);
+        if let Some(version) = &version {
+            request = request.header("MCP-Protocol-Version", version);
+        }
+        if let Some(token) = &self.bearer {
+            request = request.header("Authorization", &format!("Bearer {token}"));
+        }
+        let mut response = match request.call() {
+            Ok(response) => response,
+            Err(_) => return Listened::Ended,
+        };
+        match response.status().as_u16() {
+            200 => {}
+            404 => return Listened::SessionGone,
+            429 | 500..=599 => return Listened::Ended,
+            _ => return Listened::Unsupported,
+        }
+        read_events(response.body_mut().as_reader().take(MAX_MESSAGE), deliver);
+        Listened::Ended
     }
 
     /// Ends the upstream's session (`DELETE`), best effort.

@@ -12,7 +12,10 @@
 //!   the one call in flight; with none or several in flight it cannot be told whose it
 //!   is, and the upstream gets an error rather than another caller's attention (`ping`
 //!   is answered here);
-//! - `notifications/tools/list_changed` and the session's end go to the supervisor.
+//! - `notifications/tools/list_changed` and the session's end go to the supervisor;
+//!
+//! an HTTP upstream's messages outside any request come on its GET stream, which a
+//! thread of the session keeps open ([`listen`]).
 //!
 //! Nothing the upstream sends is logged: arguments, results and questions are the
 //! callers'.
@@ -28,7 +31,7 @@ use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Map, Value};
 
 use super::config::{Transport, Upstream};
-use super::http::{self, Delivery, HttpWire};
+use super::http::{self, Delivery, HttpWire, Listened};
 use crate::tools::command::daemon::Daemon;
 
 /// The revision this client asks for; older ones the upstream answers with are spoken
@@ -196,6 +199,12 @@ impl Session {
         session
             .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .map_err(|_| SessionError::Closed)?;
+        if matches!(session.wire, Wire::Http(_)) {
+            let listener = Arc::downgrade(&session);
+            spawn_thread(&format!("upstream-get-{}", upstream.name), move || {
+                listen(&listener)
+            });
+        }
         Ok(session)
     }
 
@@ -609,6 +618,52 @@ impl Session {
             }
             _ => {}
         }
+    }
+}
+
+/// Keeps an HTTP session's GET stream open while the session lives, routing what comes
+/// on it: opened again after it ends (backing off from 1 s to 30 s while it keeps
+/// failing), given up when the upstream serves none.
+fn listen(session: &Weak<Session>) {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let Some(live) = session.upgrade().filter(|live| !live.is_closed()) else {
+            return;
+        };
+        let Wire::Http(http) = &live.wire else {
+            return;
+        };
+        let opened = Instant::now();
+        let mut heard = false;
+        let listened = http.listen(&mut |delivery| {
+            if let Delivery::Message(message) = delivery {
+                heard = true;
+                live.route(message);
+            }
+        });
+        match listened {
+            Listened::Unsupported => return,
+            Listened::SessionGone => {
+                if !live.closed.swap(true, Ordering::AcqRel) {
+                    live.ended(false);
+                }
+                return;
+            }
+            Listened::Ended => {}
+        }
+        // The session is not kept alive by its stream between tries.
+        drop(live);
+        if heard || opened.elapsed() > Duration::from_secs(60) {
+            backoff = Duration::from_secs(1);
+        }
+        let until = Instant::now() + backoff;
+        while Instant::now() < until {
+            if session.upgrade().is_none_or(|live| live.is_closed()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
 }
 
