@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use crate::common::tasks::{cancel, create, get, update, wait_for, wait_terminal};
 use crate::common::{poll_until, Server};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -437,6 +439,14 @@ fn upstream_declarations_are_checked_naming_the_entry_and_field() {
         ),
         ("url = \"ftp://example.com/mcp\"", "url"),
         (
+            "url = \"http://127.0.0.1:1/mcp\"\nprotocol_version = \"2024-01-01\"",
+            "protocol_version",
+        ),
+        (
+            "command = [\"/bin/sh\"]\nprotocol_version = \"2025-11-25\"",
+            "protocol_version",
+        ),
+        (
             "url = \"http://127.0.0.1:1/mcp\"\nbearer_token_file = \"missing.token\"",
             "bearer_token_file",
         ),
@@ -496,8 +506,21 @@ fn the_dashboard_overview_shows_each_upstream() {
 
 #[test]
 fn an_upstream_over_http_is_called_with_its_own_token_and_asks_through_the_task() {
-    // The upstream: another mcp-taskd, its demo tools behind a token, spoken to over
-    // Streamable HTTP in a 2025-11-25 session.
+    // 2026-07-28, as server/discover finds: stateless requests, its tasks of the Tasks
+    // extension polled, its questions by input_required and tasks/update.
+    called_over_http_with_its_own_token("");
+}
+
+#[test]
+fn an_upstream_over_http_in_2025_11_25_sessions_is_called_and_asks_through_the_task() {
+    // 2025-11-25 sessions: its tasks followed by tasks/result, its questions requests
+    // on that stream.
+    called_over_http_with_its_own_token("protocol_version = \"2025-11-25\"");
+}
+
+/// The upstream: another mcp-taskd, its demo tools behind a token, spoken to over
+/// Streamable HTTP in the era `era` (a `protocol_version` line, or none).
+fn called_over_http_with_its_own_token(era: &str) {
     let inner = Server::start(&format!(
         "[builtin]\nsets = [\"demo\"]\n{}",
         crate::fair_share::token("relay", "")
@@ -506,7 +529,7 @@ fn an_upstream_over_http_is_called_with_its_own_token_and_asks_through_the_task(
     std::fs::write(dir.join("upstream.token"), "relay-token\n").expect("token file");
     let outer = Server::start(&format!(
         "[builtin]\nsets = []\n[tasks]\nbridge = false\n\n[[upstreams]]\nname = \"remote\"\n\
-         url = \"http://{}/mcp\"\nbearer_token_file = \"{}\"\ninclude = [\"echo\", \"generate_report\", \"approve_deployment\"]\n",
+         url = \"http://{}/mcp\"\nbearer_token_file = \"{}\"\ninclude = [\"echo\", \"generate_report\", \"approve_deployment\"]\n{era}\n",
         inner.addr,
         dir.join("upstream.token").display()
     ));
@@ -542,7 +565,9 @@ fn an_upstream_over_http_is_called_with_its_own_token_and_asks_through_the_task(
         &[],
     );
     let task = wait_for(&outer, &deploy, "input_required", LIMIT);
-    let requests = task["inputRequests"].as_object().expect("inputRequests");
+    let requests = task["inputRequests"]
+        .as_object()
+        .unwrap_or_else(|| panic!("inputRequests: {task}"));
     let (key, request) = requests.iter().next().expect("one request");
     assert_eq!(request["method"], "elicitation/create", "{task}");
     let answer = json!({"action": "accept", "content": {"approve": true}});
@@ -636,7 +661,7 @@ fn a_killed_upstream_is_noticed_and_the_next_call_starts_a_new_one() {
 
 /// Another mcp-taskd as an upstream over HTTP (its conformance tools behind the
 /// `relay` token), and our configuration naming it, with `tools` included.
-fn task_serving_upstream(dir: &Path, tools: &str) -> (Server, String) {
+fn task_serving_upstream(dir: &Path, tools: &str, era: &str) -> (Server, String) {
     let inner = Server::start(&format!(
         "[builtin]\nsets = [\"conformance\"]\n{}",
         crate::fair_share::token("relay", "")
@@ -645,7 +670,7 @@ fn task_serving_upstream(dir: &Path, tools: &str) -> (Server, String) {
     let config = format!(
         "[builtin]\nsets = []\n[tasks]\nbridge = false\n[workers]\nshutdown_grace_ms = 100\n\n\
          [[upstreams]]\nname = \"remote\"\nurl = \"http://{}/mcp\"\n\
-         bearer_token_file = \"{}\"\ninclude = [{tools}]\n",
+         bearer_token_file = \"{}\"\ninclude = [{tools}]\n{era}\n",
         inner.addr,
         dir.join("upstream.token").display()
     );
@@ -666,8 +691,19 @@ fn tasks_created(server: &Server, tool: &str) -> u64 {
 
 #[test]
 fn a_call_the_upstream_serves_as_a_task_is_followed_again_after_kill_9_not_repeated() {
+    // A task of the Tasks extension (2026-07-28), polled with tasks/get.
+    followed_again_after_kill_9("");
+}
+
+#[test]
+fn a_call_a_2025_upstream_serves_as_a_task_is_followed_again_after_kill_9_not_repeated() {
+    // A 2025-11-25 task, followed with tasks/result.
+    followed_again_after_kill_9("protocol_version = \"2025-11-25\"");
+}
+
+fn followed_again_after_kill_9(era: &str) {
     let (_temp, dir) = work_dir();
-    let (inner, config) = task_serving_upstream(&dir, "\"slow_compute\"");
+    let (inner, config) = task_serving_upstream(&dir, "\"slow_compute\"", era);
     let data = tempfile::tempdir().expect("data dir");
     let mut outer = Server::start_in(data.path(), &config);
     // slow_compute has no idempotency hint: were it called again, it would fail as
@@ -704,7 +740,7 @@ fn a_call_the_upstream_serves_as_a_task_is_followed_again_after_kill_9_not_repea
 #[test]
 fn cancelling_a_task_the_upstream_serves_as_one_cancels_the_upstream_task() {
     let (_temp, dir) = work_dir();
-    let (inner, config) = task_serving_upstream(&dir, "\"slow_compute\"");
+    let (inner, config) = task_serving_upstream(&dir, "\"slow_compute\"", "");
     let outer = Server::start(&config);
     let task = create(&outer, "remote_slow_compute", json!({"seconds": 600}), &[]);
     wait_for(&outer, &task, "working", LIMIT);
@@ -742,7 +778,8 @@ fn a_remote_upstreams_changed_tool_list_comes_on_its_get_stream_and_changes_ours
     std::fs::write(dir.join("upstream.token"), "relay-token\n").expect("token file");
     let outer = Server::start(&format!(
         "[builtin]\nsets = []\n[tasks]\nbridge = false\n\n[[upstreams]]\nname = \"remote\"\n\
-         url = \"http://{}/mcp\"\nbearer_token_file = \"{}\"\ninclude = [\"echo\", \"fresh\"]\n",
+         url = \"http://{}/mcp\"\nbearer_token_file = \"{}\"\ninclude = [\"echo\", \"fresh\"]\n\
+         protocol_version = \"2025-11-25\"\n",
         inner.addr,
         dir.join("upstream.token").display()
     ));
@@ -763,4 +800,39 @@ fn a_remote_upstreams_changed_tool_list_comes_on_its_get_stream_and_changes_ours
         "{:?}",
         tool_names(&outer)
     );
+}
+
+#[test]
+fn a_2026_upstream_gets_its_x_mcp_header_arguments_as_headers() {
+    // The upstream (mcp-taskd) refuses a stateless tools/call whose Mcp-Param-Region
+    // header does not match its region argument.
+    let (_temp, dir) = work_dir();
+    let (_inner, config) = task_serving_upstream(
+        &dir,
+        "\"test_custom_header\"",
+        "protocol_version = \"2026-07-28\"",
+    );
+    let outer = Server::start(&config);
+    for (region, header) in [
+        ("us-west1", "us-west1".to_owned()),
+        (
+            "Zürich ",
+            format!("=?base64?{}?=", STANDARD.encode("Zürich ")),
+        ),
+    ] {
+        // Our own client mirrors the argument too: the outer server checks it as well.
+        let result = outer
+            .request_with(
+                "tools/call",
+                json!({"name": "remote_test_custom_header", "arguments": {"region": region}}),
+                json!({}),
+                &[("Mcp-Param-Region", header.as_str())],
+            )
+            .result();
+        assert_eq!(
+            result["content"][0]["text"],
+            format!("Region: {region}"),
+            "{result}"
+        );
+    }
 }

@@ -32,6 +32,7 @@ use super::{error_message, read_line, request_id, Line, StdioError, StdoutWire};
 use crate::protocol::envelope::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 use crate::protocol::{code, RpcError, SUPPORTED_VERSIONS};
 use crate::tools::schema::{header_params, HeaderParam};
+use crate::transport::headers::{mcp_name, param_headers};
 use crate::transport::Wire;
 
 /// The longest line relayed (the server has its own, usually smaller, limit).
@@ -286,21 +287,10 @@ impl Relay {
             return Vec::new();
         };
         let known = self.param_headers.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(declared) = known.get(tool) else {
-            return Vec::new();
-        };
-        declared
-            .iter()
-            .filter_map(|param| {
-                let value = match param.value_in(arguments)? {
-                    Value::String(text) => header_value(text),
-                    Value::Number(number) => number.to_string(),
-                    Value::Bool(flag) => flag.to_string(),
-                    _ => return None,
-                };
-                Some((format!("Mcp-Param-{}", param.name), value))
-            })
-            .collect()
+        known
+            .get(tool)
+            .map(|declared| param_headers(declared, arguments))
+            .unwrap_or_default()
     }
 
     fn refusal(&self, status: u16) -> Option<StdioError> {
@@ -381,7 +371,7 @@ impl Relay {
                 headers.push(("MCP-Protocol-Version".into(), version.clone()));
                 if let Some(method) = message.get("method").and_then(Value::as_str) {
                     headers.push(("Mcp-Method".into(), method.to_owned()));
-                    if let Some(name) = name_of(method, &message) {
+                    if let Some(name) = mcp_name(method, &message["params"]) {
                         headers.push(("Mcp-Name".into(), name));
                     }
                     if method == "tools/call" {
@@ -640,33 +630,6 @@ impl GetStream {
     }
 }
 
-/// The value `Mcp-Name` carries for `method`.
-fn name_of(method: &str, message: &Value) -> Option<String> {
-    let field = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" => "uri",
-        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
-        _ => return None,
-    };
-    let value = message.get("params")?.get(field)?.as_str()?;
-    Some(header_value(value))
-}
-
-/// `text` as a header value: itself when it is plain visible ASCII without surrounding
-/// blanks, else wrapped in the `=?base64?…?=` sentinel.
-fn header_value(text: &str) -> String {
-    let plain = text
-        .bytes()
-        .all(|b| b == b'\t' || (0x20..=0x7e).contains(&b));
-    if plain && text.trim_matches([' ', '\t']) == text {
-        text.to_owned()
-    } else {
-        use base64::Engine;
-        let encoded = base64::engine::general_purpose::STANDARD.encode(text);
-        format!("=?base64?{encoded}?=")
-    }
-}
-
 /// The server's answer, with the request's id put back where a refusal that came
 /// before the server read the body carries `null`, so the host can match it.
 fn with_id(mut message: Value, id: Option<&Value>) -> Value {
@@ -682,18 +645,6 @@ fn with_id(mut message: Value, id: Option<&Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mcp_name_is_plain_or_base64() {
-        let call = json!({"method": "tools/call", "params": {"name": "echo"}});
-        assert_eq!(name_of("tools/call", &call).as_deref(), Some("echo"));
-        let task = json!({"params": {"taskId": "é"}});
-        assert_eq!(
-            name_of("tasks/get", &task).as_deref(),
-            Some("=?base64?w6k=?=")
-        );
-        assert_eq!(name_of("tools/list", &call), None);
-    }
 
     #[test]
     fn a_refusal_without_id_gets_the_request_id() {

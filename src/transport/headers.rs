@@ -83,6 +83,53 @@ impl OriginPolicy {
     }
 }
 
+/// `text` as a header value, the client's side of [`decode_header_value`]: itself when
+/// it is plain visible ASCII without surrounding blanks and does not look like the
+/// sentinel, else Base64 in the `=?base64?…?=` sentinel.
+pub fn encode_header_value(text: &str) -> String {
+    let plain = text
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..=0x7e).contains(&b));
+    let sentinel_like = text.starts_with("=?base64?") && text.ends_with("?=");
+    if plain && !sentinel_like && text.trim_matches([' ', '\t']) == text {
+        text.to_owned()
+    } else {
+        format!("=?base64?{}?=", STANDARD.encode(text))
+    }
+}
+
+/// The value a client's `Mcp-Name` header carries for a request of `method` with
+/// `params`: the tool's or prompt's name, the resource's URI, the task's id.
+pub fn mcp_name(method: &str, params: &Value) -> Option<String> {
+    let field = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
+        _ => return None,
+    };
+    Some(encode_header_value(params.get(field)?.as_str()?))
+}
+
+/// The `Mcp-Param-*` headers a client's `tools/call` carries: each `x-mcp-header`
+/// argument the tool declares (`declared`) that the call's `arguments` hold.
+pub fn param_headers(
+    declared: &[HeaderParam],
+    arguments: &Map<String, Value>,
+) -> Vec<(String, String)> {
+    declared
+        .iter()
+        .filter_map(|param| {
+            let value = match param.value_in(arguments)? {
+                Value::String(text) => encode_header_value(text),
+                Value::Number(number) => number.to_string(),
+                Value::Bool(flag) => flag.to_string(),
+                _ => return None,
+            };
+            Some((format!("Mcp-Param-{}", param.name), value))
+        })
+        .collect()
+}
+
 /// Decodes a header value that may use the `=?base64?...?=` sentinel. Plain values must
 /// be visible ASCII, space or tab; sentinel values must be strict Base64 of UTF-8.
 pub fn decode_header_value(raw: &str) -> Result<String, &'static str> {
@@ -165,6 +212,25 @@ pub fn check_param_headers<'h>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn mcp_name_is_plain_or_base64() {
+        let call = serde_json::json!({"name": "echo"});
+        assert_eq!(mcp_name("tools/call", &call).as_deref(), Some("echo"));
+        let task = serde_json::json!({"taskId": "é"});
+        assert_eq!(
+            mcp_name("tasks/get", &task).as_deref(),
+            Some("=?base64?w6k=?=")
+        );
+        assert_eq!(mcp_name("tools/list", &call), None);
+        let lookalike = encode_header_value("=?base64?literal?=");
+        assert_eq!(lookalike, "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?=");
+        assert_eq!(
+            decode_header_value(&lookalike).as_deref(),
+            Ok("=?base64?literal?=")
+        );
+    }
+
     use super::*;
 
     #[test]

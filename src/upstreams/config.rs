@@ -25,8 +25,11 @@ pub struct UpstreamConfig {
     /// The stdio MCP server and its arguments; no shell is involved.
     #[serde(default)]
     pub command: Vec<String>,
-    /// Or: the URL of a Streamable HTTP MCP server (2025-era sessions).
+    /// Or: the URL of a Streamable HTTP MCP server of either era.
     pub url: Option<String>,
+    /// The revision a `url` upstream is spoken to in: `"2026-07-28"` (stateless) or
+    /// `"2025-11-25"` (sessions). Unset: `server/discover` tells, else the older one.
+    pub protocol_version: Option<String>,
     /// The file holding the bearer token mcp-taskd presents to the `url` upstream (never
     /// a client's token); relative to the configuration file's directory.
     pub bearer_token_file: Option<PathBuf>,
@@ -144,6 +147,8 @@ pub enum UpstreamError {
     BadUrl { url: String },
     #[error("env and working_dir are for a command upstream, not a url one")]
     ProgramKeysWithUrl,
+    #[error("protocol_version: \"{0}\" is not one mcp-taskd speaks to upstreams (\"2026-07-28\" or \"2025-11-25\"), and only a url upstream has one")]
+    ProtocolVersion(String),
     #[error("bearer_token_file: {}: {source}", path.display())]
     TokenFile {
         path: PathBuf,
@@ -162,7 +167,22 @@ pub enum Transport {
         program: PathBuf,
     },
     /// A Streamable HTTP endpoint.
-    Http { url: String, bearer: Option<String> },
+    Http {
+        url: String,
+        bearer: Option<String>,
+        era: Era,
+    },
+}
+
+/// Which revision a `url` upstream is spoken to in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// Asked with `server/discover`: 2026-07-28 when it answers so, else 2025-11-25.
+    Probe,
+    /// 2026-07-28: stateless, every request carries its own `_meta`.
+    Modern,
+    /// 2025-11-25: an `initialize` handshake and a session.
+    Legacy,
 }
 
 impl std::fmt::Debug for Transport {
@@ -170,7 +190,7 @@ impl std::fmt::Debug for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Transport::Stdio { launch, .. } => f.debug_tuple("Stdio").field(launch).finish(),
-            Transport::Http { url, bearer } => f
+            Transport::Http { url, bearer, .. } => f
                 .debug_struct("Http")
                 .field("url", url)
                 .field("bearer", &bearer.as_ref().map(|_| "<from its file>"))
@@ -297,6 +317,9 @@ impl Upstream {
 
 /// A `command` upstream: its program resolved, its environment checked.
 fn stdio_transport(config: &UpstreamConfig, base_dir: &Path) -> Result<Transport, UpstreamError> {
+    if let Some(version) = &config.protocol_version {
+        return Err(UpstreamError::ProtocolVersion(version.clone()));
+    }
     let env = check_env(&config.env)?;
     let Some((program, args)) = config.command.split_first() else {
         return Err(DeclarationError::NoProgram.into());
@@ -343,6 +366,12 @@ fn http_transport(
     if !config.env.is_empty() || config.working_dir.is_some() {
         return Err(UpstreamError::ProgramKeysWithUrl);
     }
+    let era = match config.protocol_version.as_deref() {
+        None => Era::Probe,
+        Some("2026-07-28") => Era::Modern,
+        Some("2025-11-25") => Era::Legacy,
+        Some(other) => return Err(UpstreamError::ProtocolVersion(other.to_owned())),
+    };
     let bearer = match &config.bearer_token_file {
         None => None,
         Some(file) => {
@@ -362,6 +391,7 @@ fn http_transport(
     Ok(Transport::Http {
         url: url.to_owned(),
         bearer,
+        era,
     })
 }
 

@@ -14,12 +14,17 @@
 //! that serves no GET stream (`405`) sends them only on a request's stream.
 
 use std::io::{BufRead, BufReader, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::session::lock;
+use crate::transport::headers::mcp_name;
+
+/// The stateless revision, spoken when the upstream says it serves it.
+pub const MODERN_VERSION: &str = "2026-07-28";
 
 /// Longest wait for a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,6 +32,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// Longest message read from an upstream.
 const MAX_MESSAGE: u64 = 64 * 1024 * 1024;
+/// Longest refusal body read.
+const MAX_ERROR_BODY: u64 = 64 * 1024;
 
 /// How a GET stream ended.
 pub enum Listened {
@@ -53,6 +60,9 @@ pub struct HttpWire {
     agent: ureq::Agent,
     /// `Mcp-Session-Id` and the negotiated `MCP-Protocol-Version`, once initialized.
     session: Mutex<(Option<String>, Option<String>)>,
+    /// Spoken to in the stateless revision: no session, and each request names its
+    /// method (and tool, resource, prompt or task) in headers as well as its body.
+    modern: AtomicBool,
 }
 
 impl HttpWire {
@@ -75,7 +85,17 @@ impl HttpWire {
             bearer: bearer.map(str::to_owned),
             agent,
             session: Mutex::new((None, None)),
+            modern: AtomicBool::new(false),
         }
+    }
+
+    /// Speaks the stateless revision (or, `false`, the session one) from now on.
+    pub fn set_modern(&self, modern: bool) {
+        self.modern.store(modern, Ordering::Release);
+    }
+
+    pub fn is_modern(&self) -> bool {
+        self.modern.load(Ordering::Acquire)
     }
 
     /// Records the protocol version `initialize` agreed on.
@@ -83,19 +103,39 @@ impl HttpWire {
         lock(&self.session).1 = Some(version.to_owned());
     }
 
-    /// POSTs `message` and hands every message of the answer to `deliver`.
-    pub fn post(&self, message: &Value, deliver: &mut dyn FnMut(Delivery)) {
+    /// POSTs `message` (with `headers`, a `tools/call`'s `Mcp-Param-*`) and hands every
+    /// message of the answer to `deliver`.
+    pub fn post(
+        &self,
+        message: &Value,
+        headers: &[(String, String)],
+        deliver: &mut dyn FnMut(Delivery),
+    ) {
         let (session_id, version) = lock(&self.session).clone();
         let mut request = self
             .agent
             .post(&self.url)
             .header("Content-Type", "application/json")
             .header("Accept", "application/json, text/event-stream");
-        if let Some(id) = &session_id {
-            request = request.header("Mcp-Session-Id", id);
-        }
-        if let Some(version) = &version {
-            request = request.header("MCP-Protocol-Version", version);
+        if self.is_modern() {
+            request = request.header("MCP-Protocol-Version", MODERN_VERSION);
+            if let Some(method) = message.get("method").and_then(Value::as_str) {
+                request = request.header("Mcp-Method", method);
+                let params = message.get("params").unwrap_or(&Value::Null);
+                if let Some(name) = mcp_name(method, params) {
+                    request = request.header("Mcp-Name", &name);
+                }
+            }
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+        } else {
+            if let Some(id) = &session_id {
+                request = request.header("Mcp-Session-Id", id);
+            }
+            if let Some(version) = &version {
+                request = request.header("MCP-Protocol-Version", version);
+            }
         }
         if let Some(token) = &self.bearer {
             request = request.header("Authorization", &format!("Bearer {token}"));
@@ -109,7 +149,20 @@ impl HttpWire {
             return deliver(Delivery::SessionGone);
         }
         if !(200..300).contains(&status) {
-            return deliver(Delivery::Failed(format!("HTTP status {status}")));
+            // A stateless server's refusal carries a JSON-RPC error worth passing on.
+            let mut text = Vec::new();
+            let _ = response
+                .body_mut()
+                .as_reader()
+                .take(MAX_ERROR_BODY)
+                .read_to_end(&mut text);
+            let refusal = serde_json::from_slice::<Value>(&text)
+                .ok()
+                .filter(|body| body.get("error").is_some_and(Value::is_object));
+            return match refusal {
+                Some(refusal) if self.is_modern() => deliver(Delivery::Message(refusal)),
+                _ => deliver(Delivery::Failed(format!("HTTP status {status}"))),
+            };
         }
         if let Some(id) = response
             .headers()

@@ -190,6 +190,10 @@ impl Upstreams {
                             .and_then(Value::as_str),
                         Some("optional" | "required")
                     ),
+                    header_params: listed
+                        .get("inputSchema")
+                        .and_then(|schema| crate::tools::schema::header_params(schema).ok())
+                        .unwrap_or_default(),
                 };
                 if let Err(error) = registry.register(spec, Arc::new(tool)) {
                     log::warn!(

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Map, Value};
 
-use super::config::{Transport, Upstream};
-use super::http::{self, Delivery, HttpWire, Listened};
+use super::config::{Era, Transport, Upstream};
+use super::http::{self, Delivery, HttpWire, Listened, MODERN_VERSION};
 use crate::tools::command::daemon::Daemon;
 
 /// The revision this client asks for; older ones the upstream answers with are spoken
@@ -160,11 +160,17 @@ impl Session {
                 });
                 session
             }
-            Transport::Http { url, bearer } => Session::new(
-                upstream,
-                Wire::Http(HttpWire::new(url, bearer.as_deref())),
-                notices,
-            ),
+            Transport::Http { url, bearer, era } => {
+                let session = Session::new(
+                    upstream,
+                    Wire::Http(HttpWire::new(url, bearer.as_deref())),
+                    notices,
+                );
+                if *era != Era::Legacy && session.discover(upstream, *era)? {
+                    return Ok(session);
+                }
+                session
+            }
         };
         let handshake = session.ask(
             "initialize",
@@ -199,13 +205,55 @@ impl Session {
         session
             .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .map_err(|_| SessionError::Closed)?;
-        if matches!(session.wire, Wire::Http(_)) {
+        if matches!(session.wire, Wire::Http(_)) && !session.is_modern() {
             let listener = Arc::downgrade(&session);
             spawn_thread(&format!("upstream-get-{}", upstream.name), move || {
                 listen(&listener)
             });
         }
         Ok(session)
+    }
+
+    /// Asks an HTTP upstream with `server/discover` whether it serves the stateless
+    /// revision: `true` (and the session is ready) when it does. One that does not is
+    /// spoken to in 2025-11-25 sessions, unless the configuration says 2026-07-28.
+    fn discover(&self, upstream: &Upstream, era: Era) -> Result<bool, SessionError> {
+        let Wire::Http(http) = &self.wire else {
+            return Ok(false);
+        };
+        http.set_modern(true);
+        let answer = self.ask("server/discover", json!({}), upstream.startup_timeout);
+        let serves = answer.as_ref().is_ok_and(|result| {
+            result
+                .get("supportedVersions")
+                .and_then(Value::as_array)
+                .is_some_and(|versions| versions.iter().any(|v| v == MODERN_VERSION))
+        });
+        match (answer, serves) {
+            (Ok(result), true) => {
+                *lock(&self.initialized) = json!({
+                    "protocolVersion": MODERN_VERSION,
+                    "capabilities": result.get("capabilities").cloned().unwrap_or_default(),
+                    "instructions": result.get("instructions").cloned().unwrap_or_default(),
+                    "serverInfo": result
+                        .pointer("/_meta/io.modelcontextprotocol~1serverInfo")
+                        .cloned()
+                        .unwrap_or_default(),
+                });
+                Ok(true)
+            }
+            (answer, _) if era == Era::Modern => {
+                self.close();
+                Err(match answer {
+                    Err(error) => error,
+                    Ok(_) => SessionError::Version("none of 2026-07-28".into()),
+                })
+            }
+            _ => {
+                http.set_modern(false);
+                Ok(false)
+            }
+        }
     }
 
     fn new(upstream: &Upstream, wire: Wire, notices: NoticeFn) -> Arc<Session> {
@@ -229,6 +277,13 @@ impl Session {
         lock(&self.initialized)
             .pointer("/capabilities/tasks/requests/tools/call")
             .is_some()
+    }
+
+    /// Whether the upstream is spoken to in the stateless revision (2026-07-28): no
+    /// session, no requests of its own (it asks by `input_required` results), tasks of
+    /// the Tasks extension.
+    pub fn is_modern(&self) -> bool {
+        matches!(&self.wire, Wire::Http(http) if http.is_modern())
     }
 
     pub fn is_closed(&self) -> bool {
@@ -291,13 +346,27 @@ impl Session {
         params: Value,
         events: Sender<Event>,
     ) -> Result<(), SessionError> {
+        self.send_request_with(id, method, params, events, Vec::new())
+    }
+
+    fn send_request_with(
+        &self,
+        id: u64,
+        method: &str,
+        mut params: Value,
+        events: Sender<Event>,
+        headers: Vec<(String, String)>,
+    ) -> Result<(), SessionError> {
+        if self.is_modern() {
+            with_request_meta(&mut params);
+        }
         // Pending before the closed check, and no check after the write: the reader
         // marks the session closed before it tells every pending request, so a request
         // is either refused here, unsent, or told `Closed` once sent (an upstream that
         // dies of this very request must not make it look unsent).
         lock(&self.pending).insert(id, events);
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        if self.is_closed() || self.send(&message).is_err() {
+        if self.is_closed() || self.send_with(&message, headers).is_err() {
             lock(&self.pending).remove(&id);
             return Err(SessionError::Closed);
         }
@@ -314,6 +383,7 @@ impl Session {
         method: &str,
         mut params: Map<String, Value>,
         token: Option<&str>,
+        headers: Vec<(String, String)>,
     ) -> Result<(u64, String, Receiver<Event>), SessionError> {
         let (events, receiver) = crossbeam_channel::unbounded();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -331,7 +401,7 @@ impl Session {
             }
         };
         lock(&self.calls).insert(token.clone(), events.clone());
-        match self.send_request(id, method, Value::Object(params), events) {
+        match self.send_request_with(id, method, Value::Object(params), events, headers) {
             Ok(()) => Ok((id, token, receiver)),
             Err(error) => {
                 lock(&self.calls).remove(&token);
@@ -413,6 +483,12 @@ impl Session {
     /// Sends one message. A request to an HTTP upstream is answered on a thread of its
     /// own; everything else is sent before this returns.
     fn send(&self, message: &Value) -> std::io::Result<()> {
+        self.send_with(message, Vec::new())
+    }
+
+    /// [`Session::send`], with HTTP headers for the request (a stateless `tools/call`'s
+    /// `Mcp-Param-*`; a program's wire has none).
+    fn send_with(&self, message: &Value, headers: Vec<(String, String)>) -> std::io::Result<()> {
         match &self.wire {
             Wire::Stdio { stdin, .. } => {
                 let mut line = message.to_string();
@@ -436,7 +512,7 @@ impl Session {
                 let request = message.get("method").is_some()
                     && message.get("id").is_some_and(|id| !id.is_null());
                 if !request {
-                    self.post(message);
+                    self.post(message, &headers);
                     return Ok(());
                 }
                 let Some(session) = self.this.upgrade() else {
@@ -445,14 +521,14 @@ impl Session {
                 let message = message.clone();
                 std::thread::Builder::new()
                     .name("upstream-post".into())
-                    .spawn(move || session.post(&message))
+                    .spawn(move || session.post(&message, &headers))
                     .map(|_| ())
             }
         }
     }
 
     /// POSTs a message to an HTTP upstream and routes what comes back.
-    fn post(&self, message: &Value) {
+    fn post(&self, message: &Value, headers: &[(String, String)]) {
         let Wire::Http(http) = &self.wire else {
             return;
         };
@@ -460,8 +536,13 @@ impl Session {
             .get("id")
             .filter(|id| !id.is_null() && message.get("method").is_some());
         let mut answered = false;
-        http.post(message, &mut |delivery| match delivery {
-            Delivery::Message(reply) => {
+        http.post(message, headers, &mut |delivery| match delivery {
+            Delivery::Message(mut reply) => {
+                // A refusal made before the body was read carries no id: it is this
+                // request's.
+                if let (Some(id), Some(Value::Null)) = (id, reply.get("id")) {
+                    reply["id"] = id.clone();
+                }
                 if id.is_some_and(|id| reply.get("id") == Some(id) && reply.get("method").is_none())
                 {
                     answered = true;
@@ -620,6 +701,32 @@ impl Session {
         }
     }
 }
+
+/// What every stateless request carries in its `_meta` (kept where the caller set a
+/// key already: a call's `clientCapabilities` are its caller's).
+fn with_request_meta(params: &mut Value) {
+    if !params.is_object() {
+        *params = json!({});
+    }
+    let Some(params) = params.as_object_mut() else {
+        return;
+    };
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(meta) = meta.as_object_mut() else {
+        return;
+    };
+    meta.entry("io.modelcontextprotocol/protocolVersion")
+        .or_insert_with(|| json!(MODERN_VERSION));
+    meta.entry("io.modelcontextprotocol/clientInfo")
+        .or_insert_with(|| json!({ "name": "mcp-taskd", "version": env!("CARGO_PKG_VERSION") }));
+    meta.entry("io.modelcontextprotocol/clientCapabilities")
+        .or_insert_with(|| json!({ "extensions": { TASKS_EXTENSION: {} } }));
+}
+
+/// The Tasks extension, which a stateless upstream may answer a call with.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// Keeps an HTTP session's GET stream open while the session lives, routing what comes
 /// on it: opened again after it ends (backing off from 1 s to 30 s while it keeps

@@ -384,12 +384,18 @@ impl Supervisor {
         (self.changed)();
     }
 
-    /// Health check of the kept sessions: a `ping` each; one that does not answer is
-    /// closed (the next call starts another). Idle `per_identity` sessions close.
+    /// Health check of the kept sessions: a `ping` each (`server/discover` for a
+    /// stateless upstream, which has no `ping`); one that does not answer is closed (the
+    /// next call starts another). Idle `per_identity` sessions close.
     pub fn check(&self) {
         let shared = lock(&self.shared).clone();
         if let Some(session) = shared.filter(|s| !s.is_closed()) {
-            if let Err(error) = session.ask("ping", json!({}), PING_TIMEOUT) {
+            let method = if session.is_modern() {
+                "server/discover"
+            } else {
+                "ping"
+            };
+            if let Err(error) = session.ask(method, json!({}), PING_TIMEOUT) {
                 log::warn!("upstream {}: health check: {error}", self.upstream.name);
                 session.close();
             }

@@ -41,10 +41,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, TryRecvError};
 use serde_json::{json, Map, Value};
 
-use super::session::{lock, Event, Session, SessionError};
+use super::session::{lock, Event, Session, SessionError, TASKS_EXTENSION};
 use super::supervisor::{InFlight, SessionUse, Supervisor};
 use crate::protocol::{code, ClientCapabilities, RpcError};
+use crate::tools::schema::HeaderParam;
 use crate::tools::{error_result, Invocation, InvocationHost, Outcome, Tool};
+use crate::transport::headers::param_headers;
 
 /// How often a waiting run looks at its cancellation and deadline.
 const TICK: Duration = Duration::from_millis(50);
@@ -54,9 +56,18 @@ const POLL_INTERVAL: Duration = Duration::from_secs(1);
 const POLL_BOUNDS: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
 /// Longest wait for the upstream's `tasks/get` when an upstream task is followed again.
 const REATTACH_TIMEOUT: Duration = Duration::from_secs(10);
-/// The tool-state keys: the parked call's handle, the upstream task's id.
+/// The tool-state keys: the parked call's handle, the upstream task's id (and, for a
+/// task of the Tasks extension, that it is one and whether our caller was asked its
+/// questions), a stateless call's input round (and whether its retry was sent).
 const PARKED_KEY: &str = "upstream_call";
 const TASK_KEY: &str = "upstream_task";
+const EXTENSION_KEY: &str = "extension";
+const ASKED_KEY: &str = "asked";
+const ROUND_KEY: &str = "upstream_round";
+const SENT_KEY: &str = "sent";
+/// Consecutive failed `tasks/get` of a followed Tasks-extension task before the run
+/// gives up on it.
+const POLL_FAILURES: u32 = 5;
 
 pub struct UpstreamTool {
     pub supervisor: Arc<Supervisor>,
@@ -67,6 +78,8 @@ pub struct UpstreamTool {
     pub timeout: Duration,
     /// The upstream serves the tool as a task (its `execution.taskSupport`).
     pub task_support: bool,
+    /// Its `x-mcp-header` arguments, mirrored into a stateless call's headers.
+    pub header_params: Vec<HeaderParam>,
 }
 
 /// A call waiting for its caller's answer to the upstream's request.
@@ -201,6 +214,29 @@ impl Tool for UpstreamTool {
                 .map(str::to_owned)
         };
         let (parked, task) = (saved(PARKED_KEY), saved(TASK_KEY));
+        let flag = |key: &str| {
+            call.state
+                .and_then(|state| state.get(key))
+                .and_then(Value::as_bool)
+                == Some(true)
+        };
+        if let (Some(task), true) = (&task, flag(EXTENSION_KEY)) {
+            return self.follow_extension_again(task, flag(ASKED_KEY), call);
+        }
+        let round = call.state.and_then(|state| state.get(ROUND_KEY)).cloned();
+        if let Some(round) = round {
+            if flag(SENT_KEY) && !self.idempotent {
+                return self.interrupted("its attempt ended before the upstream answered");
+            }
+            let mut sent = Map::new();
+            sent.insert(ROUND_KEY.into(), round.clone());
+            sent.insert(SENT_KEY.into(), json!(true));
+            call.host.save_state(&Value::Object(sent));
+            return match self.send(call, Some(&round)) {
+                Ok(flight) => self.wait(flight, call),
+                Err(why) => self.unavailable(why, call),
+            };
+        }
         let mut flight = parked
             .as_deref()
             .and_then(|handle| self.resume(handle, call));
@@ -229,7 +265,7 @@ impl Tool for UpstreamTool {
                 if let (Some(why), false) = (lost, self.idempotent) {
                     return self.interrupted(why);
                 }
-                match self.send(call) {
+                match self.send(call, None) {
                     Ok(flight) => flight,
                     Err(why) => return self.unavailable(why, call),
                 }
@@ -241,8 +277,9 @@ impl Tool for UpstreamTool {
 
 impl UpstreamTool {
     /// Sends a fresh `tools/call` (as a task when the upstream serves the tool as
-    /// one); the error says why the upstream could not take it.
-    fn send(&self, call: &mut Invocation<'_>) -> Result<Flight, String> {
+    /// one), or a stateless call's retry with the caller's answers for `round`; the
+    /// error says why the upstream could not take it.
+    fn send(&self, call: &mut Invocation<'_>, round: Option<&Value>) -> Result<Flight, String> {
         let deadline = Instant::now() + self.timeout;
         let place = self.place(deadline)?;
         let mut meta = Map::new();
@@ -263,12 +300,30 @@ impl UpstreamTool {
             let mut params = Map::new();
             params.insert("name".into(), json!(self.name));
             params.insert("arguments".into(), Value::Object(call.arguments.clone()));
-            params.insert("_meta".into(), Value::Object(meta.clone()));
-            if self.task_support && session.session.serves_tool_tasks() {
+            let mut meta = meta.clone();
+            let mut headers = Vec::new();
+            if session.session.is_modern() {
+                // What the upstream may ask: what our caller can answer.
+                meta.insert(
+                    "io.modelcontextprotocol/clientCapabilities".into(),
+                    askable(call.capabilities),
+                );
+                if let Some(round) = round {
+                    params.insert(
+                        "inputResponses".into(),
+                        Value::Object(call.input_responses.clone()),
+                    );
+                    if let Some(state) = round.get("requestState") {
+                        params.insert("requestState".into(), state.clone());
+                    }
+                }
+                headers = param_headers(&self.header_params, call.arguments);
+            } else if self.task_support && session.session.serves_tool_tasks() {
                 let ttl = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
                 params.insert("task".into(), json!({ "ttl": ttl }));
             }
-            match session.session.call("tools/call", params, None) {
+            params.insert("_meta".into(), Value::Object(meta));
+            match session.session.call("tools/call", params, None, headers) {
                 Ok((id, token, events)) => {
                     sent = Some((session, id, token, events));
                     break;
@@ -367,7 +422,7 @@ impl UpstreamTool {
         let place = self.place(deadline).ok()?;
         let (id, token, events) = session
             .session
-            .call("tasks/result", task_params(task_id), None)
+            .call("tasks/result", task_params(task_id), None, Vec::new())
             .ok()?;
         session.session.follow_task(task_id, &token);
         Some(Flight {
@@ -404,7 +459,12 @@ impl UpstreamTool {
         }
         let session = Arc::clone(&flight.session.session);
         session.follow_task(task_id, &flight.token);
-        match session.call("tasks/result", task_params(task_id), Some(&flight.token)) {
+        match session.call(
+            "tasks/result",
+            task_params(task_id),
+            Some(&flight.token),
+            Vec::new(),
+        ) {
             Ok((id, _, events)) => {
                 flight.id = id;
                 flight.events = events;
@@ -470,6 +530,40 @@ impl UpstreamTool {
                     }
                     return self.park(flight, call, id, method, without_upstream_task(params));
                 }
+                Event::Response(Ok(result)) if flight.session.session.is_modern() => {
+                    flight.leave();
+                    match result.get("resultType").and_then(Value::as_str) {
+                        Some("input_required") => return self.ask_caller(&result, call),
+                        Some("task") => {
+                            let Some(task_id) = result.get("taskId").and_then(Value::as_str) else {
+                                self.count_error();
+                                return Outcome::Error(RpcError::new(
+                                    code::INTERNAL_ERROR,
+                                    "the upstream answered with a task that has no taskId",
+                                ));
+                            };
+                            let task_id = task_id.to_owned();
+                            let mut state = Map::new();
+                            state.insert(TASK_KEY.into(), json!(task_id));
+                            state.insert(EXTENSION_KEY.into(), json!(true));
+                            if !call.host.save_state(&Value::Object(state))
+                                && call.host.task_attempt().is_some()
+                            {
+                                flight
+                                    .session
+                                    .session
+                                    .tell("tasks/cancel", json!({ "taskId": task_id }));
+                                return self.unfollowable(call);
+                            }
+                            return self.follow_extension(flight, &task_id, call);
+                        }
+                        _ => {
+                            self.answered(&flight);
+                            self.supervisor.succeeded();
+                            return Outcome::Complete(call_tool_result(result));
+                        }
+                    }
+                }
                 Event::Response(Ok(result)) => {
                     if flight.task.is_none() {
                         if let Some(task_id) = created_task(&result) {
@@ -523,6 +617,230 @@ impl UpstreamTool {
                     };
                 }
             }
+        }
+    }
+
+    /// A stateless upstream's questions for our caller (an `input_required` result):
+    /// our run asks them as its own, and its next round sends the answers back with the
+    /// upstream's `requestState`.
+    fn ask_caller(&self, result: &Value, call: &Invocation<'_>) -> Outcome {
+        let Some(requests) = result.get("inputRequests").and_then(Value::as_object) else {
+            self.count_error();
+            return Outcome::Error(RpcError::new(
+                code::INTERNAL_ERROR,
+                "the upstream asked for input without inputRequests",
+            ));
+        };
+        for request in requests.values() {
+            let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+            let params = request.get("params").cloned().unwrap_or_default();
+            if let Err(why) = answerable(method, &params, call.capabilities) {
+                self.count_error();
+                return Outcome::Complete(error_result(format!(
+                    "the upstream MCP server \"{}\" asked something the caller cannot answer: {why}",
+                    self.supervisor.upstream.name
+                )));
+            }
+        }
+        let mut round = Map::new();
+        if let Some(state) = result.get("requestState") {
+            round.insert("requestState".into(), state.clone());
+        }
+        let mut state = Map::new();
+        state.insert(ROUND_KEY.into(), Value::Object(round));
+        Outcome::InputRequired {
+            requests: requests.clone(),
+            state: Some(Value::Object(state)),
+        }
+    }
+
+    /// Follows a Tasks-extension task of the upstream's again (after an interruption,
+    /// or with our caller's answers to its questions when `asked`).
+    fn follow_extension_again(
+        &self,
+        task_id: &str,
+        asked: bool,
+        call: &mut Invocation<'_>,
+    ) -> Outcome {
+        let deadline = Instant::now() + self.timeout;
+        let session = match self.supervisor.session_for(call.caller) {
+            Ok(session) => session,
+            Err(why) => return self.unavailable(why.0, call),
+        };
+        if asked {
+            let update = with_caller_capabilities(
+                json!({ "taskId": task_id, "inputResponses": call.input_responses }),
+                call.capabilities,
+            );
+            if let Err(error) = session
+                .session
+                .ask("tasks/update", update, REATTACH_TIMEOUT)
+            {
+                log::warn!(
+                    "upstream {}: tasks/update failed: {error}",
+                    self.supervisor.upstream.name
+                );
+            }
+        }
+        let place = match self.place(deadline) {
+            Ok(place) => place,
+            Err(why) => return self.unavailable(why, call),
+        };
+        // No request is waited on: the task is polled.
+        let flight = Flight {
+            place,
+            session,
+            id: 0,
+            token: String::new(),
+            events: crossbeam_channel::never(),
+            deadline,
+            task: None,
+            timed_from: None,
+        };
+        self.follow_extension(flight, task_id, call)
+    }
+
+    /// Polls a Tasks-extension task of the upstream's (`tasks/get`, at its
+    /// `pollIntervalMs`) to its end: its status message becomes ours, its questions our
+    /// caller's (`input_required`, answered by `tasks/update` in the next round).
+    fn follow_extension(
+        &self,
+        flight: Flight,
+        task_id: &str,
+        call: &mut Invocation<'_>,
+    ) -> Outcome {
+        let session = &flight.session.session;
+        let mut interval = POLL_INTERVAL;
+        let mut next_poll = Instant::now();
+        let mut failures = 0;
+        let mut status: Option<String> = None;
+        let mut updates = 0.0;
+        loop {
+            if call.host.cancelled() {
+                if call.host.released() {
+                    return Outcome::Cancelled;
+                }
+                session.tell("tasks/cancel", json!({ "taskId": task_id }));
+                return if self.idempotent {
+                    Outcome::Cancelled
+                } else {
+                    self.interrupted(
+                        "it was stopped (cancelled, past its deadline, or the server is stopping)",
+                    )
+                };
+            }
+            if Instant::now() >= flight.deadline {
+                session.tell("tasks/cancel", json!({ "taskId": task_id }));
+                return if self.idempotent {
+                    Outcome::Retry(format!(
+                        "the upstream did not finish within {} ms",
+                        self.timeout.as_millis()
+                    ))
+                } else {
+                    self.interrupted("the upstream did not finish within the tool's timeout")
+                };
+            }
+            if Instant::now() < next_poll {
+                call.host.sleep(TICK.min(next_poll - Instant::now()));
+                continue;
+            }
+            let task = match session.ask(
+                "tasks/get",
+                with_caller_capabilities(json!({ "taskId": task_id }), call.capabilities),
+                REATTACH_TIMEOUT,
+            ) {
+                Ok(task) => task,
+                Err(SessionError::Refused { code, .. }) if code == code::INVALID_PARAMS => {
+                    return self.lost_task(call);
+                }
+                Err(error) => {
+                    failures += 1;
+                    if failures >= POLL_FAILURES {
+                        self.count_error();
+                        let why = format!("its status could not be read: {error}");
+                        return if self.idempotent && call.host.task_attempt().is_some() {
+                            Outcome::Retry(why)
+                        } else {
+                            self.interrupted(&why)
+                        };
+                    }
+                    next_poll = Instant::now() + interval;
+                    continue;
+                }
+            };
+            failures = 0;
+            if let Some(ms) = task.get("pollIntervalMs").and_then(Value::as_u64) {
+                interval = Duration::from_millis(ms).clamp(POLL_BOUNDS.0, POLL_BOUNDS.1);
+            }
+            next_poll = Instant::now() + interval;
+            let message = task.get("statusMessage").and_then(Value::as_str);
+            if message.is_some() && message != status.as_deref() {
+                updates += 1.0;
+                call.host.progress(updates, None, message);
+                status = message.map(str::to_owned);
+            }
+            match task.get("status").and_then(Value::as_str) {
+                Some("completed") => {
+                    self.answered(&flight);
+                    self.supervisor.succeeded();
+                    let result = task.get("result").cloned().unwrap_or_default();
+                    return Outcome::Complete(call_tool_result(result));
+                }
+                Some("failed") => {
+                    self.count_error();
+                    let error = task.get("error").cloned().unwrap_or_default();
+                    return Outcome::Error(RpcError::new(
+                        error
+                            .get("code")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(code::INTERNAL_ERROR),
+                        error
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("the upstream's task failed"),
+                    ));
+                }
+                Some("cancelled") => {
+                    self.count_error();
+                    return Outcome::Error(RpcError::new(
+                        code::INTERNAL_ERROR,
+                        format!(
+                            "the upstream MCP server \"{}\" cancelled the task the call became",
+                            self.supervisor.upstream.name
+                        ),
+                    ));
+                }
+                Some("input_required") => {
+                    let mut asking = task.clone();
+                    asking["resultType"] = json!("input_required");
+                    let outcome = self.ask_caller(&asking, call);
+                    let Outcome::InputRequired { requests, .. } = outcome else {
+                        return outcome;
+                    };
+                    let mut state = Map::new();
+                    state.insert(TASK_KEY.into(), json!(task_id));
+                    state.insert(EXTENSION_KEY.into(), json!(true));
+                    state.insert(ASKED_KEY.into(), json!(true));
+                    return Outcome::InputRequired {
+                        requests,
+                        state: Some(Value::Object(state)),
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The upstream no longer has the task a call became: an idempotent call runs
+    /// again (its state forgotten), any other is reported as interrupted.
+    fn lost_task(&self, call: &mut Invocation<'_>) -> Outcome {
+        self.count_error();
+        let why = "the upstream no longer has the task it became";
+        if self.idempotent && call.host.task_attempt().is_some() {
+            call.host.save_state(&json!({}));
+            Outcome::Retry(why.into())
+        } else {
+            self.interrupted(why)
         }
     }
 
@@ -635,6 +953,26 @@ fn without_upstream_task(mut params: Value) -> Value {
             }
         }
     }
+    params
+}
+
+/// The capabilities a stateless upstream is told of: what our caller can answer
+/// (elicitation, sampling), and the Tasks extension (we follow its tasks).
+fn askable(caller: &ClientCapabilities) -> Value {
+    let mut capabilities = Map::new();
+    for key in ["elicitation", "sampling"] {
+        if let Some(value) = caller.0.get(key) {
+            capabilities.insert(key.into(), value.clone());
+        }
+    }
+    capabilities.insert("extensions".into(), json!({ TASKS_EXTENSION: {} }));
+    Value::Object(capabilities)
+}
+
+/// `params` with the `_meta` saying what our caller can answer: a stateless upstream
+/// shows a task's questions only to a client that can.
+fn with_caller_capabilities(mut params: Value, caller: &ClientCapabilities) -> Value {
+    params["_meta"] = json!({ "io.modelcontextprotocol/clientCapabilities": askable(caller) });
     params
 }
 
