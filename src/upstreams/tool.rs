@@ -127,7 +127,17 @@ struct Flight {
     timed_from: Option<Instant>,
 }
 
-/// An upstream task a run follows.
+/// A Tasks-extension task a run polls: no request is waited on.
+struct Polling {
+    /// The call's place among the upstream's `max_concurrency`.
+    _place: Option<InFlight>,
+    session: SessionUse,
+    deadline: Instant,
+    /// As [`Flight::timed_from`].
+    timed_from: Option<Instant>,
+}
+
+/// An upstream task a run follows (2025-11-25: waiting on its `tasks/result`).
 struct FollowedTask {
     id: String,
     /// The `tasks/get` in flight, and when the next one is due.
@@ -555,10 +565,16 @@ impl UpstreamTool {
                                     .tell("tasks/cancel", json!({ "taskId": task_id }));
                                 return self.unfollowable(call);
                             }
-                            return self.follow_extension(flight, &task_id, call);
+                            let polling = Polling {
+                                _place: flight.place,
+                                session: flight.session,
+                                deadline: flight.deadline,
+                                timed_from: flight.timed_from,
+                            };
+                            return self.follow_extension(polling, &task_id, call);
                         }
                         _ => {
-                            self.answered(&flight);
+                            self.answered(flight.timed_from);
                             self.supervisor.succeeded();
                             return Outcome::Complete(call_tool_result(result));
                         }
@@ -579,13 +595,13 @@ impl UpstreamTool {
                         }
                     }
                     flight.leave();
-                    self.answered(&flight);
+                    self.answered(flight.timed_from);
                     self.supervisor.succeeded();
                     return Outcome::Complete(call_tool_result(result));
                 }
                 Event::Response(Err(error)) => {
                     flight.leave();
-                    self.answered(&flight);
+                    self.answered(flight.timed_from);
                     self.count_error();
                     let code = error
                         .get("code")
@@ -686,18 +702,13 @@ impl UpstreamTool {
             Ok(place) => place,
             Err(why) => return self.unavailable(why, call),
         };
-        // No request is waited on: the task is polled.
-        let flight = Flight {
-            place,
+        let polling = Polling {
+            _place: place,
             session,
-            id: 0,
-            token: String::new(),
-            events: crossbeam_channel::never(),
             deadline,
-            task: None,
             timed_from: None,
         };
-        self.follow_extension(flight, task_id, call)
+        self.follow_extension(polling, task_id, call)
     }
 
     /// Polls a Tasks-extension task of the upstream's (`tasks/get`, at its
@@ -705,11 +716,11 @@ impl UpstreamTool {
     /// caller's (`input_required`, answered by `tasks/update` in the next round).
     fn follow_extension(
         &self,
-        flight: Flight,
+        polling: Polling,
         task_id: &str,
         call: &mut Invocation<'_>,
     ) -> Outcome {
-        let session = &flight.session.session;
+        let session = &polling.session.session;
         let mut interval = POLL_INTERVAL;
         let mut next_poll = Instant::now();
         let mut failures = 0;
@@ -729,7 +740,7 @@ impl UpstreamTool {
                     )
                 };
             }
-            if Instant::now() >= flight.deadline {
+            if Instant::now() >= polling.deadline {
                 session.tell("tasks/cancel", json!({ "taskId": task_id }));
                 return if self.idempotent {
                     Outcome::Retry(format!(
@@ -781,7 +792,7 @@ impl UpstreamTool {
             }
             match task.get("status").and_then(Value::as_str) {
                 Some("completed") => {
-                    self.answered(&flight);
+                    self.answered(polling.timed_from);
                     self.supervisor.succeeded();
                     let result = task.get("result").cloned().unwrap_or_default();
                     return Outcome::Complete(call_tool_result(result));
@@ -893,9 +904,10 @@ impl UpstreamTool {
         }
     }
 
-    /// Records how long the upstream took, when the call's whole time was its own.
-    fn answered(&self, flight: &Flight) {
-        if let Some(sent) = flight.timed_from {
+    /// Records how long the upstream took, when the call's whole time was its own
+    /// (`timed_from`: when it was sent).
+    fn answered(&self, timed_from: Option<Instant>) {
+        if let Some(sent) = timed_from {
             self.supervisor.counters.latency.observe(sent.elapsed());
         }
     }
