@@ -836,3 +836,52 @@ fn a_2026_upstream_gets_its_x_mcp_header_arguments_as_headers() {
         );
     }
 }
+
+#[test]
+fn a_2026_upstreams_questions_reach_the_caller_by_mrtr_and_its_roots_too() {
+    // The upstream asks by input_required results (no requests of its own): our
+    // caller sees the same questions, and its answers go back with the upstream's
+    // requestState in the next round.
+    let (_temp, dir) = work_dir();
+    let (_inner, config) = task_serving_upstream(
+        &dir,
+        "\"test_input_required_result_list_roots\", \"test_input_required_result_request_state\"",
+        "",
+    );
+    let outer = Server::start(&config);
+    let caps = json!({"roots": {}, "elicitation": {}});
+    let round = |name: &str, responses: Value, state: Option<&str>| {
+        let mut params = json!({"name": name, "arguments": {}, "inputResponses": responses});
+        if let Some(state) = state {
+            params["requestState"] = json!(state);
+        }
+        outer.request("tools/call", params, caps.clone()).result()
+    };
+    let name = "remote_test_input_required_result_list_roots";
+    let first = round(name, json!({}), None);
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    assert_eq!(
+        first["inputRequests"]["roots_request"]["method"], "roots/list",
+        "{first}"
+    );
+    let state = first["requestState"].as_str().expect("requestState");
+    let roots = json!({"roots_request": {"roots": [{"uri": "file:///a"}, {"uri": "file:///b"}]}});
+    let second = round(name, roots, Some(state));
+    assert_eq!(second["content"][0]["text"], "Received 2 roots", "{second}");
+
+    // The upstream's own requestState survives the round trip through ours.
+    let name = "remote_test_input_required_result_request_state";
+    let first = round(name, json!({}), None);
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    let (key, _) = first["inputRequests"]
+        .as_object()
+        .and_then(|requests| requests.iter().next())
+        .expect("a question");
+    let state = first["requestState"].as_str().expect("requestState");
+    let answer = json!({ key.clone(): {"action": "accept", "content": {"ok": true}} });
+    let second = round(name, answer, Some(state));
+    assert_eq!(
+        second["content"][0]["text"], "state-ok (confirmed: true)",
+        "{second}"
+    );
+}

@@ -969,10 +969,11 @@ fn without_upstream_task(mut params: Value) -> Value {
 }
 
 /// The capabilities a stateless upstream is told of: what our caller can answer
-/// (elicitation, sampling), and the Tasks extension (we follow its tasks).
+/// (elicitation, sampling, roots: asked per call, so they are the caller's), and the
+/// Tasks extension (we follow its tasks).
 fn askable(caller: &ClientCapabilities) -> Value {
     let mut capabilities = Map::new();
-    for key in ["elicitation", "sampling"] {
+    for key in ["elicitation", "sampling", "roots"] {
         if let Some(value) = caller.0.get(key) {
             capabilities.insert(key.into(), value.clone());
         }
@@ -999,6 +1000,9 @@ fn answerable(method: &str, params: &Value, client: &ClientCapabilities) -> Resu
             }
         }
         "sampling/createMessage" => client.sampling(),
+        // Only a stateless upstream asks for roots (per call, by input_required): a
+        // session is never told of roots, which would be some caller's at start-up.
+        "roots/list" => client.roots(),
         _ => {
             return Err(format!(
                 "mcp-taskd does not pass {method} requests on to its callers"
