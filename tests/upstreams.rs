@@ -769,6 +769,16 @@ fn cancelling_a_task_the_upstream_serves_as_one_cancels_the_upstream_task() {
 #[test]
 fn a_remote_upstreams_changed_tool_list_comes_on_its_get_stream_and_changes_ours() {
     // Nothing is called: the upstream's list_changed can only come on the GET stream.
+    remote_list_change_heard("protocol_version = \"2025-11-25\"");
+}
+
+#[test]
+fn a_2026_upstreams_changed_tool_list_comes_on_its_subscription_and_changes_ours() {
+    // The same through subscriptions/listen.
+    remote_list_change_heard("");
+}
+
+fn remote_list_change_heard(era: &str) {
     let inner_config = format!(
         "[builtin]\nsets = [\"demo\"]\n{}",
         crate::fair_share::token("relay", "")
@@ -779,7 +789,7 @@ fn a_remote_upstreams_changed_tool_list_comes_on_its_get_stream_and_changes_ours
     let outer = Server::start(&format!(
         "[builtin]\nsets = []\n[tasks]\nbridge = false\n\n[[upstreams]]\nname = \"remote\"\n\
          url = \"http://{}/mcp\"\nbearer_token_file = \"{}\"\ninclude = [\"echo\", \"fresh\"]\n\
-         protocol_version = \"2025-11-25\"\n",
+         {era}\n",
         inner.addr,
         dir.join("upstream.token").display()
     ));

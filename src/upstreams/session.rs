@@ -12,7 +12,8 @@
 //!   the one call in flight; with none or several in flight it cannot be told whose it
 //!   is, and the upstream gets an error rather than another caller's attention (`ping`
 //!   is answered here);
-//! - `notifications/tools/list_changed` and the session's end go to the supervisor;
+//! - a list change (`notifications/{tools,prompts,resources}/list_changed`) and the
+//!   session's end go to the supervisor;
 //!
 //! an HTTP upstream's messages outside any request come on its GET stream, which a
 //! thread of the session keeps open ([`listen`]).
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Map, Value};
 
-use super::config::{Era, Transport, Upstream};
+use super::config::{Era, SessionScope, Transport, Upstream};
 use super::http::{self, Delivery, HttpWire, Listened, MODERN_VERSION};
 use crate::tools::command::daemon::Daemon;
 
@@ -65,11 +66,10 @@ pub enum Event {
 
 /// What the session tells its supervisor.
 pub enum Notice {
-    ToolsChanged,
+    /// Its tools, prompts or resources changed: list them again.
+    ListsChanged,
     /// The session ended; `expected` when it was closed on purpose.
-    Closed {
-        expected: bool,
-    },
+    Closed { expected: bool },
 }
 
 /// Why a session could not start or answer.
@@ -167,6 +167,7 @@ impl Session {
                     notices,
                 );
                 if *era != Era::Legacy && session.discover(upstream, *era)? {
+                    session.keep_listening(upstream);
                     return Ok(session);
                 }
                 session
@@ -205,13 +206,19 @@ impl Session {
         session
             .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .map_err(|_| SessionError::Closed)?;
-        if matches!(session.wire, Wire::Http(_)) && !session.is_modern() {
-            let listener = Arc::downgrade(&session);
+        session.keep_listening(upstream);
+        Ok(session)
+    }
+
+    /// Starts the thread that hears an HTTP upstream outside requests ([`listen`]), but
+    /// not for a `per_call` session, which lives for one call.
+    fn keep_listening(self: &Arc<Self>, upstream: &Upstream) {
+        if matches!(self.wire, Wire::Http(_)) && upstream.session != SessionScope::PerCall {
+            let listener = Arc::downgrade(self);
             spawn_thread(&format!("upstream-get-{}", upstream.name), move || {
                 listen(&listener)
             });
         }
-        Ok(session)
     }
 
     /// Asks an HTTP upstream with `server/discover` whether it serves the stateless
@@ -694,9 +701,14 @@ impl Session {
                     });
                 }
             }
-            (Some("notifications/tools/list_changed"), None) => {
-                (self.notices)(Notice::ToolsChanged)
-            }
+            (
+                Some(
+                    "notifications/tools/list_changed"
+                    | "notifications/prompts/list_changed"
+                    | "notifications/resources/list_changed",
+                ),
+                None,
+            ) => (self.notices)(Notice::ListsChanged),
             _ => {}
         }
     }
@@ -725,12 +737,18 @@ fn with_request_meta(params: &mut Value) {
         .or_insert_with(|| json!({ "extensions": { TASKS_EXTENSION: {} } }));
 }
 
+/// The id of a stateless session's `subscriptions/listen` (its notifications carry it
+/// as their subscription id; nothing else is sent with a string id).
+const LISTEN_ID: &str = "mcp-taskd-listen";
+
 /// The Tasks extension, which a stateless upstream may answer a call with.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
-/// Keeps an HTTP session's GET stream open while the session lives, routing what comes
-/// on it: opened again after it ends (backing off from 1 s to 30 s while it keeps
-/// failing), given up when the upstream serves none.
+/// Keeps an HTTP session's stream for messages outside requests open while the session
+/// lives, routing what comes on it: the GET stream of a 2025-11-25 session, a
+/// `subscriptions/listen` for the list changes of a stateless upstream. Opened again
+/// after it ends (backing off from 1 s to 30 s while it keeps failing), given up when
+/// the upstream serves none.
 fn listen(session: &Weak<Session>) {
     let mut backoff = Duration::from_secs(1);
     loop {
@@ -742,12 +760,41 @@ fn listen(session: &Weak<Session>) {
         };
         let opened = Instant::now();
         let mut heard = false;
-        let listened = http.listen(&mut |delivery| {
-            if let Delivery::Message(message) = delivery {
-                heard = true;
-                live.route(message);
+        let listened = if live.is_modern() {
+            let mut params = json!({ "notifications": {
+                "toolsListChanged": true,
+                "promptsListChanged": true,
+                "resourcesListChanged": true,
+            }});
+            with_request_meta(&mut params);
+            let request = json!({
+                "jsonrpc": "2.0", "id": LISTEN_ID, "method": "subscriptions/listen",
+                "params": params,
+            });
+            let mut refused = false;
+            http.post(&request, &[], &mut |delivery| {
+                if let Delivery::Message(message) = delivery {
+                    if message.get("error").is_some() {
+                        refused = true;
+                    } else {
+                        heard = true;
+                        live.route(message);
+                    }
+                }
+            });
+            if refused {
+                Listened::Unsupported
+            } else {
+                Listened::Ended
             }
-        });
+        } else {
+            http.listen(&mut |delivery| {
+                if let Delivery::Message(message) = delivery {
+                    heard = true;
+                    live.route(message);
+                }
+            })
+        };
         match listened {
             Listened::Unsupported => return,
             Listened::SessionGone => {

@@ -326,7 +326,7 @@ impl Supervisor {
 
     fn notice(&self, notice: Notice) {
         match notice {
-            Notice::ToolsChanged => {
+            Notice::ListsChanged => {
                 if let Some(this) = self.this.upgrade() {
                     let _ = std::thread::Builder::new()
                         .name("upstream-list".into())
