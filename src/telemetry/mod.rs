@@ -342,10 +342,10 @@ impl Span {
         let context = self.0.as_ref()?.span_context();
         let state = context.trace_state().header();
         TraceContext::from_ids(
-            &context.trace_id().to_string(),
-            &context.span_id().to_string(),
+            context.trace_id().to_bytes(),
+            context.span_id().to_bytes(),
             context.is_sampled(),
-            (!state.is_empty()).then_some(state),
+            Some(state.as_str()).filter(|state| !state.is_empty()),
         )
     }
 
