@@ -15,8 +15,10 @@ use serde_json::{json, Value};
 use crate::common::tasks::{self, wait_terminal};
 use crate::common::{poll_until, postgres, Server};
 
+/// The grace is long for a loaded box: a stop must release the running attempts (they
+/// end at once) before the commands below find them queued, not still leased.
 const CONFIG: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
-                      [workers]\nthreads = 2\nshutdown_grace_ms = 200\n";
+                      [workers]\nthreads = 2\nshutdown_grace_ms = 5000\n";
 
 /// Runs `mcp-taskd ARGS --config … --data-dir …` on the data of `dir` (a harness dir).
 fn run(dir: &Path, args: &[&str]) -> Output {
