@@ -210,10 +210,18 @@ impl Session {
         Ok(session)
     }
 
-    /// Starts the thread that hears an HTTP upstream outside requests ([`listen`]), but
-    /// not for a `per_call` session, which lives for one call.
+    /// Starts the thread that hears an HTTP upstream outside requests ([`listen`]): for
+    /// a 2025-11-25 session unless it is `per_call` (it lives for one call; closing a
+    /// session ends its GET stream), for a stateless upstream in its `shared` session
+    /// only (its subscription ends only when the upstream ends it, so sessions that come
+    /// and go would leave theirs open; the lists are the upstream's, not a caller's).
     fn keep_listening(self: &Arc<Self>, upstream: &Upstream) {
-        if matches!(self.wire, Wire::Http(_)) && upstream.session != SessionScope::PerCall {
+        let listens = if self.is_modern() {
+            upstream.session == SessionScope::Shared
+        } else {
+            upstream.session != SessionScope::PerCall
+        };
+        if matches!(self.wire, Wire::Http(_)) && listens {
             let listener = Arc::downgrade(self);
             spawn_thread(&format!("upstream-get-{}", upstream.name), move || {
                 listen(&listener)

@@ -85,6 +85,9 @@ impl Server {
         let mut buffer = [0u8; 16 * 1024];
         while Instant::now() < deadline {
             match stream.read(&mut buffer) {
+                // A signal to the test process (another test's child exiting) is not
+                // the server's doing: read again.
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
                 Ok(0) | Err(_) => break,
                 Ok(n) => raw.extend_from_slice(&buffer[..n]),
             }
@@ -108,6 +111,7 @@ impl Server {
         while !response_complete(&raw) {
             match stream.read(&mut buffer) {
                 Ok(0) => break,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(error) => {
                     ended = format!("reading failed: {error}");
                     break;
