@@ -144,9 +144,35 @@ struct FollowedTask {
     poll: Option<Receiver<Event>>,
     next_poll: Instant,
     interval: Duration,
-    /// The last status message passed on, and how many were.
-    status: Option<String>,
+    status: StatusRelay,
+}
+
+/// Passes an upstream task's status messages on as the run's progress (a task's
+/// `statusMessage`), each new one once.
+#[derive(Default)]
+struct StatusRelay {
+    /// The last message passed on, and how many were (the progress value).
+    last: Option<String>,
     updates: f64,
+}
+
+impl StatusRelay {
+    fn relay(&mut self, task: &Value, host: &mut dyn InvocationHost) {
+        let message = task.get("statusMessage").and_then(Value::as_str);
+        if message.is_some() && message != self.last.as_deref() {
+            self.updates += 1.0;
+            host.progress(self.updates, None, message);
+            self.last = message.map(str::to_owned);
+        }
+    }
+}
+
+/// How often to poll: the upstream's `key` (milliseconds) within [`POLL_BOUNDS`], else
+/// `current`.
+fn poll_interval(task: &Value, key: &str, current: Duration) -> Duration {
+    task.get(key).and_then(Value::as_u64).map_or(current, |ms| {
+        Duration::from_millis(ms).clamp(POLL_BOUNDS.0, POLL_BOUNDS.1)
+    })
 }
 
 impl FollowedTask {
@@ -156,8 +182,7 @@ impl FollowedTask {
             poll: None,
             next_poll: Instant::now() + POLL_INTERVAL,
             interval: POLL_INTERVAL,
-            status: None,
-            updates: 0.0,
+            status: StatusRelay::default(),
         }
     }
 
@@ -168,16 +193,8 @@ impl FollowedTask {
             match answer.try_recv() {
                 Ok(Event::Response(Ok(task))) => {
                     self.poll = None;
-                    if let Some(ms) = task.get("pollInterval").and_then(Value::as_u64) {
-                        self.interval =
-                            Duration::from_millis(ms).clamp(POLL_BOUNDS.0, POLL_BOUNDS.1);
-                    }
-                    let message = task.get("statusMessage").and_then(Value::as_str);
-                    if message.is_some() && message != self.status.as_deref() {
-                        self.updates += 1.0;
-                        host.progress(self.updates, None, message);
-                        self.status = message.map(str::to_owned);
-                    }
+                    self.interval = poll_interval(&task, "pollInterval", self.interval);
+                    self.status.relay(&task, host);
                 }
                 Ok(_) | Err(TryRecvError::Disconnected) => self.poll = None,
                 Err(TryRecvError::Empty) => return,
@@ -497,24 +514,11 @@ impl UpstreamTool {
                     return Outcome::Cancelled;
                 }
                 flight.cancel("cancelled by the caller");
-                return if self.idempotent {
-                    Outcome::Cancelled
-                } else {
-                    self.interrupted(
-                        "it was stopped (cancelled, past its deadline, or the server is stopping)",
-                    )
-                };
+                return self.stopped();
             }
             if Instant::now() >= flight.deadline {
                 flight.cancel("timed out");
-                return if self.idempotent {
-                    Outcome::Retry(format!(
-                        "the upstream did not answer within {} ms",
-                        self.timeout.as_millis()
-                    ))
-                } else {
-                    self.interrupted("the upstream did not answer within the tool's timeout")
-                };
+                return self.timed_out();
             }
             if let Some(task) = &mut flight.task {
                 task.poll(&flight.session.session, call.host);
@@ -724,32 +728,18 @@ impl UpstreamTool {
         let mut interval = POLL_INTERVAL;
         let mut next_poll = Instant::now();
         let mut failures = 0;
-        let mut status: Option<String> = None;
-        let mut updates = 0.0;
+        let mut status = StatusRelay::default();
         loop {
             if call.host.cancelled() {
                 if call.host.released() {
                     return Outcome::Cancelled;
                 }
                 session.tell("tasks/cancel", json!({ "taskId": task_id }));
-                return if self.idempotent {
-                    Outcome::Cancelled
-                } else {
-                    self.interrupted(
-                        "it was stopped (cancelled, past its deadline, or the server is stopping)",
-                    )
-                };
+                return self.stopped();
             }
             if Instant::now() >= polling.deadline {
                 session.tell("tasks/cancel", json!({ "taskId": task_id }));
-                return if self.idempotent {
-                    Outcome::Retry(format!(
-                        "the upstream did not finish within {} ms",
-                        self.timeout.as_millis()
-                    ))
-                } else {
-                    self.interrupted("the upstream did not finish within the tool's timeout")
-                };
+                return self.timed_out();
             }
             if Instant::now() < next_poll {
                 call.host.sleep(TICK.min(next_poll - Instant::now()));
@@ -780,16 +770,9 @@ impl UpstreamTool {
                 }
             };
             failures = 0;
-            if let Some(ms) = task.get("pollIntervalMs").and_then(Value::as_u64) {
-                interval = Duration::from_millis(ms).clamp(POLL_BOUNDS.0, POLL_BOUNDS.1);
-            }
+            interval = poll_interval(&task, "pollIntervalMs", interval);
             next_poll = Instant::now() + interval;
-            let message = task.get("statusMessage").and_then(Value::as_str);
-            if message.is_some() && message != status.as_deref() {
-                updates += 1.0;
-                call.host.progress(updates, None, message);
-                status = message.map(str::to_owned);
-            }
+            status.relay(&task, call.host);
             match task.get("status").and_then(Value::as_str) {
                 Some("completed") => {
                     self.answered(polling.timed_from);
@@ -917,6 +900,29 @@ impl UpstreamTool {
             .counters
             .errors
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What a call given up because its run was stopped ends as (the upstream was told).
+    fn stopped(&self) -> Outcome {
+        if self.idempotent {
+            Outcome::Cancelled
+        } else {
+            self.interrupted(
+                "it was stopped (cancelled, past its deadline, or the server is stopping)",
+            )
+        }
+    }
+
+    /// What a call given up at the tool's timeout ends as (the upstream was told).
+    fn timed_out(&self) -> Outcome {
+        if self.idempotent {
+            Outcome::Retry(format!(
+                "the upstream did not answer within {} ms",
+                self.timeout.as_millis()
+            ))
+        } else {
+            self.interrupted("the upstream did not answer within the tool's timeout")
+        }
     }
 
     /// The honest failure of a call that may or may not have had its effect.
