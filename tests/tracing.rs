@@ -312,17 +312,22 @@ fn sha256_hex(text: &str) -> String {
     String::from_utf8_lossy(&output.stdout)[..64].to_owned()
 }
 
-#[test]
-fn a_dead_collector_changes_nothing_for_clients() {
-    // A port nothing listens on: every export fails at once.
+/// A server with the demo tools whose collector is a port nothing listens on (every
+/// export fails at once); `extra` goes into its `[telemetry]`.
+fn with_dead_collector(work: &Path, extra: &str) -> Server {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let endpoint = format!("http://{}", closed.local_addr().expect("addr"));
     drop(closed);
-    let work = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(&format!(
+    Server::start(&format!(
         "{}\n[builtin]\nsets = [\"demo\"]\n",
-        config(&endpoint, work.path(), "").replace("[builtin]\nsets = []\n", "")
-    ));
+        config(&endpoint, work, extra).replace("[builtin]\nsets = []\n", "")
+    ))
+}
+
+#[test]
+fn a_dead_collector_changes_nothing_for_clients() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let server = with_dead_collector(work.path(), "");
     for _ in 0..20 {
         let echo = server
             .call_tool("echo", json!({"text": "hi"}), json!({}))
@@ -355,15 +360,8 @@ fn a_dead_collector_changes_nothing_for_clients() {
 
 #[test]
 fn spans_beyond_the_export_budget_are_dropped_and_counted_and_clients_see_nothing() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let endpoint = format!("http://{}", closed.local_addr().expect("addr"));
-    drop(closed);
     let work = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(&format!(
-        "{}\n[builtin]\nsets = [\"demo\"]\n",
-        config(&endpoint, work.path(), "max_spans_per_second = 2")
-            .replace("[builtin]\nsets = []\n", "")
-    ));
+    let server = with_dead_collector(work.path(), "max_spans_per_second = 2");
     // One span a request; two a second may go out, in a burst of a second's worth.
     for _ in 0..20 {
         let echo = server
