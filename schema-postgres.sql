@@ -25,7 +25,7 @@ CREATE FUNCTION taskd_after_ms(ms bigint) RETURNS bigint LANGUAGE sql STABLE AS
     $$ SELECT LEAST(taskd_now_ms()::numeric + ms, 9223372036854775807)::bigint $$;
 
 CREATE TABLE tasks (
-    id               text PRIMARY KEY,            -- ms time prefix + 128 CSPRNG bits
+    id               text PRIMARY KEY,            -- ms time prefix + 128 CSPRNG bits (src/tasks/ids.rs)
     -- Authorization binding: every lookup and mutation matches all three.
     endpoint         text NOT NULL,
     tenant           text NOT NULL,

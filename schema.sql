@@ -11,7 +11,7 @@
 
 -- migration 1
 CREATE TABLE tasks (
-    id               TEXT PRIMARY KEY,          -- ms time prefix + 128 CSPRNG bits (src/tasks/mod.rs)
+    id               TEXT PRIMARY KEY,          -- row key (or, before, ms time) + 128 CSPRNG bits (src/tasks/ids.rs)
     -- Authorization binding: every lookup and mutation matches all three.
     endpoint         TEXT NOT NULL,
     tenant           TEXT NOT NULL,

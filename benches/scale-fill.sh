@@ -17,9 +17,13 @@
 #   delivered ones). One in 1,009 `failed` instead (error, no result) and one in 101
 #   created by principal `alice`, so that sparse filters have something to find.
 #
+# Ids are row-keyed, as the server issues them (src/tasks/ids.rs: `1`, the rowid in 11
+# hex digits, 32 random hex digits); IDS=time fills time-ordered ids instead (12 hex
+# digits of creation ms, then the random part), as stores before row keys hold them.
+#
 # How it differs from creation through MCP: no HTTP, no group commit and one transaction
-# (journal_mode = DELETE during the fill, WAL again after), ids made by SQLite's
-# randomblob (same shape: 12 hex digits of creation ms + 32 random hex digits), tasks
+# (journal_mode = DELETE during the fill, WAL again after), the random part from SQLite's
+# randomblob rather than the OS, tasks
 # inserted already completed (the `working` row of task_counts stays absent rather than
 # at zero), and rows and index pages written in id order (packed b-tree pages; a store
 # filled through MCP at c = 64 inserts slightly out of order and splits more pages).
@@ -28,6 +32,11 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$REPO/target/release/mcp-taskd}
 DIR=$1 N=$2 LEASED=${3:-0} EXPIRED=${4:-0}
 STEP_MS=${STEP_MS:-5}
+case ${IDS:-row} in
+  row) prefix="printf('1%011x', i + 1)" ;;
+  time) prefix="printf('%012x', c)" ;;
+  *) echo "IDS is row or time" >&2; exit 2 ;;
+esac
 mkdir -p "$DIR"
 port=$((18000 + RANDOM % 2000))
 "$BIN" serve --config "$REPO/examples/bench.toml" --listen 127.0.0.1:$port --data-dir "$DIR" >/dev/null 2>&1 &
@@ -53,10 +62,10 @@ WITH RECURSIVE s(i) AS (VALUES (0) UNION ALL SELECT i + 1 FROM s WHERE i < $N - 
               CASE WHEN i >= $N - $LEASED THEN 'working'
                    WHEN i % 1009 = 0 THEN 'failed' ELSE 'completed' END
        FROM s)
-INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, created_at,
+INSERT INTO tasks (rowid, id, endpoint, tenant, principal, tool, origin, status, created_at,
        updated_at, ttl_ms, expires_at, poll_interval_ms, result, error, input_responses,
        version)
-SELECT printf('%012x', c) || lower(hex(randomblob(16))), '/mcp', '',
+SELECT i + 1, $prefix || lower(hex(randomblob(16))), '/mcp', '',
        CASE WHEN i % 101 = 0 THEN 'alice' ELSE 'anonymous' END, 'noop_task',
        CAST('$origin' AS BLOB), state, c,
        CASE WHEN state = 'working' THEN c ELSE c + 16 END, ttl, c + ttl, 1000,

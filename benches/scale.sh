@@ -5,7 +5,11 @@
 # one at a time on loopback with examples/bench.toml (synchronous = FULL):
 #
 #   get       tasks/get of random existing ids (taskload get, c=64 then c=8), 10M vs 10k,
-#             A B B A
+#             A B B A; with OLD_IDS=1 also a 10M store of time-ordered ids (`big-time`,
+#             as stores before row-keyed ids hold them: the lookup through the id index),
+#             A B C C B A
+#   preads    pread64 calls a tasks/get at c=8 (strace -c on the server), each store of
+#             `get`
 #   create    task creations/s (oha, noop_task, c=64), 10M vs 10k (a fresh copy each), A B B A
 #   startup   start to /healthz 200: 1M tasks of which 100k leased at kill -9, vs 10k;
 #             the recovery lines of its log
@@ -28,7 +32,8 @@
 # GET_S (8), GET_CONC ("64 8": the tasks/get concurrencies, each on the same server),
 # CREATE_S (5), ROUNDS (1: get and create run small big big small, ROUNDS times),
 # KEEP=1 keeps the stores, REUSE=1 reuses those of OUT (and appends to its
-# results), STEPS (a subset of "metrics get create startup expiry others"). Needs sqlite3, curl, python3, oha.
+# results), OLD_IDS=1 (see `get`), STEPS (a subset of "metrics get preads create startup
+# expiry others"). Needs sqlite3, curl, python3, oha, strace.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -43,7 +48,9 @@ PORT=${PORT:-8470}
 mkdir -p "$OUT"
 cargo bench --no-run --bench taskload >/dev/null 2>&1
 TASKLOAD=$(ls -t "$REPO"/target/release/deps/taskload-* | grep -v '\.d$' | head -1)
-STEPS=${STEPS:-metrics get create startup expiry others}
+STEPS=${STEPS:-metrics get preads create startup expiry others}
+GET_STORES="small big"
+[ "${OLD_IDS:-0}" = 1 ] && GET_STORES="small big big-time"
 RESULTS=$OUT/results.jsonl
 [ "${REUSE:-0}" = 1 ] || : > "$RESULTS"
 log() { echo "[$(date -u +%T)] $*" >&2; }
@@ -91,10 +98,10 @@ PY
 }
 
 # --- fill ------------------------------------------------------------------------
-fill() { # name n leased expired
+fill() { # name n leased expired [ids: row or time]
   if [ "${REUSE:-0}" = 1 ] && [ -f "$OUT/$1/tasks.db" ]; then return; fi
   local t0; t0=$(now_s)
-  BIN=$BIN "$REPO/benches/scale-fill.sh" "$OUT/$1" "$2" "${3:-0}" "${4:-0}" >/dev/null
+  IDS=${5:-row} BIN=$BIN "$REPO/benches/scale-fill.sh" "$OUT/$1" "$2" "${3:-0}" "${4:-0}" >/dev/null
   sqlite3 "$OUT/$1/tasks.db" "PRAGMA wal_checkpoint(TRUNCATE)" >/dev/null
   record "{\"step\":\"fill\",\"store\":\"$1\",\"tasks\":$2,\"leased\":${3:-0},\"expired\":${4:-0},\"s\":$(python3 -c "print(round($(now_s) - $t0, 1))"),\"bytes\":$(stat -c %s "$OUT/$1/tasks.db"),\"load\":$(load)}"
 }
@@ -105,6 +112,7 @@ fill big "$BIG"
 fill leased "$MID" $((MID / 10))
 fill expiring $((MID + SMALL)) 0 "$MID"
 ids_of small 20000; ids_of big 20000; ids_of expiring 20000
+if [ "${OLD_IDS:-0}" = 1 ]; then fill big-time "$BIG" 0 0 time; ids_of big-time 20000; fi
 
 # --- bytes per task ----------------------------------------------------------------
 for store in small big; do
@@ -138,7 +146,7 @@ done
 
 # --- tasks/get and creation, A B B A ---------------------------------------------------
 ROUNDS=${ROUNDS:-1}
-step get && for store in $(for _ in $(seq "$ROUNDS"); do echo small big big small; done); do
+step get && for store in $(for _ in $(seq "$ROUNDS"); do echo $GET_STORES; echo $GET_STORES | tr ' ' '\n' | tac; done); do
   log "get: $store"
   start "$OUT/$store"
   for conc in $GET_CONC; do
@@ -146,6 +154,21 @@ step get && for store in $(for _ in $(seq "$ROUNDS"); do echo small big big smal
     us=$(python3 -c "import json; print(round(($c1 - $c0) * $TICK_US / json.loads('$r')['requests'], 1))")
     record "{\"step\":\"get\",\"store\":\"$store\",\"load\":$l,\"result\":$r,\"cpu_us\":$us,\"hwm_kib\":$(hwm_kib)}"
   done
+  stop
+done
+# --- pread64 calls a tasks/get ----------------------------------------------------------
+step preads && for store in $GET_STORES; do
+  log "preads: $store"
+  start "$OUT/$store"
+  # Warm up as the get step does (its first round of pages), then count.
+  "$TASKLOAD" 127.0.0.1:$PORT get "$OUT/$store.ids" 2 8 >/dev/null
+  strace -f -c -e trace=pread64 -o "$OUT/preads-$store.txt" -p $SERVER 2>/dev/null &
+  tracer=$!
+  sleep 1 # strace attaches to every thread
+  r=$("$TASKLOAD" 127.0.0.1:$PORT get "$OUT/$store.ids" "$GET_S" 8)
+  kill -INT $tracer; wait $tracer 2>/dev/null || true
+  calls=$(awk '$NF == "pread64" {print $4}' "$OUT/preads-$store.txt")
+  record "{\"step\":\"preads\",\"store\":\"$store\",\"load\":$(load),\"calls\":${calls:-0},\"result\":$r}"
   stop
 done
 META='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
@@ -210,5 +233,5 @@ cat "$OUT/tables.md"
 if [ "${WRITE_README:-0}" = 1 ]; then
   python3 "$REPO/benches/scale_tables.py" --readme "$REPO/benches/README.md" "$OUT/tables.md"
 fi
-[ "${KEEP:-0}" = 1 ] || rm -rf "$OUT"/{small,small-copy,big,leased,expiring,empty}
+[ "${KEEP:-0}" = 1 ] || rm -rf "$OUT"/{small,small-copy,big,big-time,leased,expiring,empty}
 log "done: $OUT"

@@ -119,6 +119,13 @@ pub struct Finished {
 /// `renew_leases`, `set_status_message`, `set_tool_state`) are fenced by the claim's token: once a lease
 /// is taken over, the old holder's writes change nothing. Terminal tasks never change.
 pub trait TaskStore: Send + Sync {
+    /// The id of a task about to be created at `now_ms`, before [`TaskStore::create`]
+    /// stores it: a time-ordered one unless the store reads something else back from its
+    /// ids (see [`super::ids`]). Every id issued is new, whether its creation commits or
+    /// not.
+    fn new_task_id(&self, now_ms: i64) -> Result<String, getrandom::Error> {
+        super::ids::time_ordered(now_ms)
+    }
     /// Creates a task with its first job. With an idempotency key (per identity, across
     /// tools), the live task that already holds the key answers instead when it has the
     /// same tool and arguments digest, and a conflict when not (nothing is stored). The

@@ -35,6 +35,7 @@
 //!   cancels a task: [`workers`]. Nothing stays `working` forever: [`upkeep`].
 
 pub mod backend;
+pub mod ids;
 pub mod model;
 pub mod payload_gate;
 pub mod postgres;

@@ -490,12 +490,6 @@ pub struct IdentityJobs {
     pub waiting: u64,
 }
 
-/// The smallest task id created at or after `ms`: ids start with the creation time in
-/// 12 hex digits, so a time bound is a primary-key range.
-pub fn id_floor(ms: i64) -> String {
-    format!("{:012x}", (ms.max(0) as u64) & 0xffff_ffff_ffff)
-}
-
 /// What a `tasks/update` does to a task's round of input requests: the same on every
 /// store, which only reads the round and writes its outcome.
 pub struct InputRound {

@@ -301,7 +301,7 @@ impl TaskService {
         let poll_interval_ms = execution
             .poll_interval
             .map_or(defaults.poll_interval_ms, |poll| poll.as_millis() as u64);
-        let id = new_task_id(now_ms()).map_err(|error| {
+        let id = self.store.new_task_id(now_ms()).map_err(|error| {
             log::error!("the OS random source failed: {error}");
             RpcError::internal()
         })?;
@@ -680,22 +680,6 @@ impl TaskService {
     }
 }
 
-/// A fresh task id: 12 hex digits of the creation time in Unix milliseconds, then 128
-/// bits from the OS CSPRNG in 32 hex digits (44 characters).
-///
-/// The random part alone is what makes an id unguessable (more than the 122 bits a
-/// UUIDv4 carries). The time prefix is there for the store: ids of new tasks sort after
-/// older ones, so inserting a task appends to the right edge of the `tasks` and `jobs`
-/// primary-key B-trees instead of dirtying a random leaf page in each — which, once the
-/// tables outgrow the page cache, multiplied the pages every group commit wrote to the
-/// WAL and fsynced. The prefix reveals only what `createdAt` already tells the owner.
-fn new_task_id(now_ms: i64) -> Result<String, getrandom::Error> {
-    let mut random = [0u8; 16];
-    getrandom::fill(&mut random)?;
-    let millis = (now_ms.max(0) as u64) & 0xffff_ffff_ffff;
-    Ok(format!("{millis:012x}{:032x}", u128::from_be_bytes(random)))
-}
-
 /// Task ids are opaque to clients, but absurd ones are refused before any lookup (with
 /// the same neutral error as an unknown id).
 fn check_task_id(task_id: &str) -> Result<(), RpcError> {
@@ -719,21 +703,4 @@ fn task_fields(task: &TaskRow) -> Value {
         fields["statusMessage"] = json!(message);
     }
     fields
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn task_ids_are_random_and_sort_by_creation_time() {
-        let earlier = new_task_id(1_764_000_000_000).unwrap();
-        let later = new_task_id(1_764_000_000_001).unwrap();
-        let twin = new_task_id(1_764_000_000_001).unwrap();
-        assert_eq!(earlier.len(), 44);
-        assert!(earlier.chars().all(|c| c.is_ascii_hexdigit()));
-        assert!(earlier < later && earlier < twin);
-        assert_ne!(later, twin, "same millisecond, different random part");
-        assert_eq!(later[..12], twin[..12]);
-    }
 }

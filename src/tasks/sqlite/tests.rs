@@ -197,3 +197,95 @@ fn a_task_is_bound_to_its_issuer_too() {
     assert!(matches!(created, Created::Task(ref task) if task.id == "static"));
     assert_eq!(rows_in(&store, "tasks"), 2);
 }
+
+/// A store upgraded from time-ordered ids to row-keyed ones (`crate::tasks::ids`): the
+/// tasks made before are found by their ids as before, new ones by the rows their ids
+/// name, and a row key with a wrong random part, or another identity's id, finds
+/// nothing. Pages and time bounds see both kinds in creation order.
+#[test]
+fn old_ids_are_still_found_and_a_row_key_alone_finds_nothing() {
+    use crate::tasks::TaskStore;
+    let dir = tempfile::tempdir().unwrap();
+    let create = |store: &Store, task: NewTask| {
+        let (sender, created) = std::sync::mpsc::channel();
+        store.create(task).then(move |row| {
+            let _ = sender.send(row.map(|created| match created {
+                Created::Task(row) => row.id,
+                Created::KeyInUse(_) => unreachable!("no key"),
+            }));
+        });
+        created.recv().unwrap().unwrap()
+    };
+    let now = now_ms();
+    let old: Vec<String> = {
+        let store = Store::open(dir.path(), &StoreConfig::default())
+            .unwrap()
+            .store;
+        (0..3)
+            .map(|n| {
+                create(
+                    &store,
+                    task_at(
+                        &ids::time_ordered(now - 3_000 + n).unwrap(),
+                        now - 3_000 + n,
+                    ),
+                )
+            })
+            .collect()
+    };
+    let store = Store::open(dir.path(), &StoreConfig::default())
+        .unwrap()
+        .store;
+    let new: Vec<String> = (0..3)
+        .map(|n| {
+            let id = store.new_task_id(now + n).unwrap();
+            create(&store, task_at(&id, now + n))
+        })
+        .collect();
+    for (n, id) in new.iter().enumerate() {
+        assert_eq!(ids::row_key(id), Some(4 + n as i64), "after the 3 old rows");
+    }
+    for id in old.iter().chain(&new) {
+        let found = store.find_authorized(&identity(), id).unwrap();
+        assert_eq!(found.map(|task| task.id).as_ref(), Some(id));
+    }
+    let stranger = Identity {
+        principal: "someone else".into(),
+        ..identity()
+    };
+    let forged = format!("{}{}", &new[1][..12], &new[0][12..]);
+    for (who, id) in [
+        (&identity(), forged.as_str()),
+        (&identity(), "1000000000050123456789abcdef0123456789abcdef"),
+        (&stranger, new[0].as_str()),
+        (&stranger, old[0].as_str()),
+    ] {
+        assert!(store.find_authorized(who, id).unwrap().is_none(), "{id}");
+        let gate = PayloadGate::new(1 << 20);
+        let admitted = store.find_authorized_admitted(who, id, &gate).unwrap();
+        assert!(matches!(admitted, Admitted::Unknown), "{id}");
+    }
+    let listed: Vec<String> = store
+        .list_authorized(&identity(), "", 10)
+        .unwrap()
+        .into_iter()
+        .map(|task| task.id)
+        .collect();
+    assert_eq!(
+        listed,
+        [old.clone(), new.clone()].concat(),
+        "creation order"
+    );
+    let since = |ms: i64| {
+        let filter = TaskFilter {
+            created_since: Some(ms),
+            ..TaskFilter::default()
+        };
+        store.list_tasks(&filter, None, 10).unwrap().tasks.len()
+    };
+    assert_eq!(since(0), 6);
+    assert_eq!(since(now - 2_999), 5, "two old tasks and the new");
+    assert_eq!(since(now + 1), 2, "two new tasks");
+    assert_eq!(since(now + 3), 0);
+    assert_eq!(store.stats_detail().unwrap().created_last_minute, 6);
+}

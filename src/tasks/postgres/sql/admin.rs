@@ -39,7 +39,7 @@ pub fn list_tasks(
     before: Option<&str>,
     limit: usize,
 ) -> Result<Vec<TaskSummary>, Failure> {
-    let floor = filter.created_since.map(crate::tasks::model::id_floor);
+    let floor = filter.created_since.map(crate::tasks::ids::time_floor);
     let conditions: [(&str, Option<&str>); 5] = [
         ("id <", before),
         ("id >=", floor.as_deref()),
@@ -198,7 +198,7 @@ pub fn stats_detail(
         )?
         .try_get(0)?;
     let mut created_since = |ms: i64| -> Result<u64, Failure> {
-        let floor = crate::tasks::model::id_floor(now - ms);
+        let floor = crate::tasks::ids::time_floor(now - ms);
         let count: i64 = conn
             .query_one("SELECT COUNT(*) FROM tasks WHERE id >= $1", &[&floor])?
             .try_get(0)?;

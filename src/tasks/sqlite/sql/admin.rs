@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension};
 use super::status_column;
 use crate::auth::Identity;
 use crate::protocol::TaskStatus;
+use crate::tasks::ids;
 use crate::tasks::model::{
     AttemptRecord, CancelEffect, IdentityJobs, JobRecord, RerunSource, StatsDetail, TaskDetail,
     TaskFilter, TaskPage, TaskSummary, STATS_IDENTITIES,
@@ -34,7 +35,54 @@ fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskSummary> {
     })
 }
 
-pub use crate::tasks::model::id_floor;
+/// The smallest id of the tasks created at or after `ms`, as a bound on `id`; a bound
+/// above every id when there are none.
+///
+/// A time-ordered id starts with its creation time, a row-keyed one with its rowid
+/// (`crate::tasks::ids`). Rows are inserted in creation order (each id's row is handed
+/// out as the task is made, and before row keys SQLite gave each insert the next
+/// rowid), so `created_at` grows with `rowid`, give or take the few milliseconds
+/// between creations that were made together: a binary search over `rowid` (about 24
+/// seeks at 10M tasks) finds the first task created at or after `ms`. Its id is the
+/// bound when row-keyed; when time-ordered, the time floor is (exact for those ids,
+/// and below every row-keyed id, all issued after them).
+pub fn created_floor(conn: &Connection, ms: i64) -> rusqlite::Result<String> {
+    let mut first_from = conn.prepare_cached(
+        "SELECT rowid, created_at, id FROM tasks WHERE rowid >= ?1 ORDER BY rowid LIMIT 1",
+    )?;
+    let mut first_from = |rowid: i64| {
+        first_from
+            .query_row([rowid], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })
+            .optional()
+    };
+    let last: Option<i64> = conn.query_row("SELECT max(rowid) FROM tasks", [], |row| row.get(0))?;
+    let (Some(last), Some((mut low, ..))) = (last, first_from(i64::MIN)?) else {
+        return Ok(ABOVE_EVERY_ID.into());
+    };
+    // The first rowid from which the first row was created at or after `ms`.
+    let mut high = last.saturating_add(1);
+    while low < high {
+        let middle = low + (high - low) / 2;
+        match first_from(middle)? {
+            Some((_, created_at, _)) if created_at < ms => low = middle + 1,
+            _ => high = middle,
+        }
+    }
+    Ok(match first_from(low)? {
+        None => ABOVE_EVERY_ID.into(),
+        Some((_, _, id)) if ids::row_key(&id).is_some() => id,
+        Some(_) => ids::time_floor(ms),
+    })
+}
+
+/// Sorts after every id this store issues (all start with `0` or `1`).
+const ABOVE_EVERY_ID: &str = "2";
 
 /// Rows one page examines at most. A filter that matches few of millions of tasks would
 /// otherwise walk all of them for one page; past this many rows the page ends early
@@ -57,7 +105,10 @@ pub fn list_tasks(
     limit: usize,
     examine: usize,
 ) -> rusqlite::Result<TaskPage> {
-    let floor = filter.created_since.map(id_floor);
+    let floor = filter
+        .created_since
+        .map(|ms| created_floor(conn, ms))
+        .transpose()?;
     let live = matches!(
         filter.status,
         Some(TaskStatus::Working | TaskStatus::InputRequired)
@@ -235,7 +286,7 @@ pub fn stats_detail(conn: &Connection, now: i64) -> rusqlite::Result<StatsDetail
     let created_since = |ms: i64| -> rusqlite::Result<u64> {
         let count: i64 = conn.query_row(
             "SELECT COUNT(*) FROM tasks WHERE id >= ?1",
-            [id_floor(now - ms)],
+            [created_floor(conn, now - ms)?],
             |row| row.get(0),
         )?;
         Ok(count.max(0) as u64)
@@ -292,7 +343,7 @@ mod tests {
 
     /// Creates a task of `tool` created at `at` ms (its id says so) and returns its id.
     fn create(store: &crate::tasks::sqlite::Store, n: usize, at: i64, tool: &str) -> String {
-        let id = format!("{}{n:032x}", id_floor(at));
+        let id = format!("{}{n:032x}", ids::time_floor(at));
         let mut task = task_at(&id, at);
         task.tool = tool.into();
         let (sender, created) = std::sync::mpsc::channel();

@@ -6,6 +6,7 @@ use rusqlite::{params, params_from_iter, Connection, ToSql};
 use super::task_row_at;
 use super::turns::Turns;
 use crate::protocol::TraceContext;
+use crate::tasks::ids;
 use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origin, TaskRow};
 
 /// The columns of a new `tasks` row, and the values of one row ([`task_values`]).
@@ -13,11 +14,13 @@ use crate::tasks::model::{arguments_digest, Created, KeyConflict, NewTask, Origi
 /// the counting triggers, would otherwise get a statement journal (a copy of each page
 /// it changes, to undo that one statement); the writer's savepoint around every write
 /// undoes a failed one whole (see [`attempts`](super::attempts)).
-const TASK_INSERT: &str = "INSERT OR FAIL INTO tasks (id, endpoint, issuer, tenant, \
+/// A row-keyed id's task goes in the row its id names (`crate::tasks::ids`); any
+/// other id (`rowid` NULL) in the next free row.
+const TASK_INSERT: &str = "INSERT OR FAIL INTO tasks (rowid, id, endpoint, issuer, tenant, \
      principal, tool, origin, status, created_at, updated_at, ttl_ms, expires_at, \
      poll_interval_ms, input_responses, idempotency_key, arguments_digest, trace_context) \
      VALUES ";
-const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 /// The columns of a new `jobs` row, and the values of one row ([`job_values`]).
 const JOB_INSERT: &str = "INSERT OR FAIL INTO jobs (task_id, state, max_attempts, backoff_ms, \
      timeout_ms, run_after, tool, owner, priority, stride, turn) VALUES ";
@@ -27,10 +30,10 @@ const OUTBOX_ROW: &str = "(?, ?)";
 
 fn task_values<'t>(
     task: &'t NewTask,
-    expires_at: &'t Option<i64>,
-    trace: &'t Option<String>,
-) -> [&'t dyn ToSql; 16] {
+    (rowid, expires_at, trace): &'t (Option<i64>, Option<i64>, Option<String>),
+) -> [&'t dyn ToSql; 17] {
     [
+        rowid,
         &task.id,
         &task.identity.endpoint,
         &task.identity.issuer,
@@ -144,13 +147,20 @@ fn insert_chunk(
     chunk: &[NewTask],
     turns: &[(String, i64)],
 ) -> rusqlite::Result<()> {
-    let expires: Vec<Option<i64>> = chunk.iter().map(NewTask::expires_at).collect();
-    let traces: Vec<Option<String>> = chunk.iter().map(stored_trace).collect();
+    let derived: Vec<_> = chunk
+        .iter()
+        .map(|task| {
+            (
+                ids::row_key(&task.id),
+                task.expires_at(),
+                stored_trace(task),
+            )
+        })
+        .collect();
     let tasks = chunk
         .iter()
-        .zip(&expires)
-        .zip(&traces)
-        .flat_map(|((task, expires_at), trace)| task_values(task, expires_at, trace));
+        .zip(&derived)
+        .flat_map(|(task, derived)| task_values(task, derived));
     conn.prepare_cached(&sql[0])?
         .execute(params_from_iter(tasks))?;
     let jobs = chunk
