@@ -10,7 +10,8 @@
 #             A B C C B A
 #   preads    pread64 calls a tasks/get at c=8 (strace -c on the server), each store of
 #             `get`
-#   create    task creations/s (oha, noop_task, c=64), 10M vs 10k (a fresh copy each), A B B A
+#   create    task creations/s (taskload create: CREATE_N noop_task creations at c=64),
+#             10M vs 10k (a fresh copy each), A B B A
 #   startup   start to /healthz 200: 1M tasks of which 100k leased at kill -9, vs 10k;
 #             the recovery lines of its log
 #   expiry    tasks/get p99 while the janitor deletes 1M expired tasks, vs the same server
@@ -30,19 +31,18 @@
 # Environment: BIN (release binary; default target/release/mcp-taskd), OUT (results
 # folder, default /tmp/taskd-scale-STAMP), BIG (10000000), MID (1000000), SMALL (10000),
 # GET_S (8), GET_CONC ("64 8": the tasks/get concurrencies, each on the same server),
-# CREATE_S (5), ROUNDS (1: get and create run small big big small, ROUNDS times),
+# CREATE_N (40000), ROUNDS (1: get and create run small big big small, ROUNDS times),
 # KEEP=1 keeps the stores, REUSE=1 reuses those of OUT (and appends to its
 # results), OLD_IDS=1 (see `get`), STEPS (a subset of "metrics get preads create startup
-# expiry others"). Needs sqlite3, curl, python3, oha, strace.
+# expiry others"). Needs sqlite3, curl, python3, strace.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 BIN=${BIN:-$REPO/target/release/mcp-taskd}
 BIG=${BIG:-10000000} MID=${MID:-1000000} SMALL=${SMALL:-10000}
-GET_S=${GET_S:-8} GET_CONC=${GET_CONC:-64 8} CREATE_S=${CREATE_S:-5}
+GET_S=${GET_S:-8} GET_CONC=${GET_CONC:-64 8} CREATE_N=${CREATE_N:-40000}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-/tmp/taskd-scale-$STAMP}
-OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
 CONFIG=$REPO/examples/bench.toml
 PORT=${PORT:-8470}
 mkdir -p "$OUT"
@@ -68,6 +68,12 @@ start() { # data_dir [log]  -> sets SERVER, and STARTUP: seconds to /healthz 200
     sleep 0.005
   done
   STARTUP=$(python3 -c "print(round($(now_s) - $t0, 3))")
+}
+settle() { # until the server's workers have run every queued job (at most 5 min)
+  for _ in $(seq 1200); do
+    [ "$(curl -s http://127.0.0.1:$PORT/metrics | awk '/^mcp_taskd_jobs\{/ {n += $NF} END {print n + 0}')" = 0 ] && return
+    sleep 0.25
+  done
 }
 hwm_kib() { awk '/VmHWM/ {print $2}' /proc/$SERVER/status; }
 cpu_ticks() { awk '{print $14 + $15}' /proc/$SERVER/stat; } # user + system, in clock ticks
@@ -171,19 +177,17 @@ step preads && for store in $GET_STORES; do
   record "{\"step\":\"preads\",\"store\":\"$store\",\"load\":$(load),\"calls\":${calls:-0},\"result\":$r}"
   stop
 done
-META='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
-H=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28')
 step create && for store in $(for _ in $(seq "$ROUNDS"); do echo small big big small; done) empty; do
   log "create: $store"
   dir=$OUT/$store
   if [ $store = small ]; then rm -rf "$OUT/small-copy"; cp -r "$OUT/small" "$OUT/small-copy"; dir=$OUT/small-copy; fi
   if [ $store = empty ]; then rm -rf "$OUT/empty"; mkdir -p "$OUT/empty"; fi
   start "$dir"
+  settle # a backlog a previous round left (it would be drained meanwhile)
   l=$(load)
-  "$OHA" -z ${CREATE_S}s -c 64 --no-tui -m POST "${H[@]}" -H 'Mcp-Method: tools/call' -H 'Mcp-Name: noop_task' \
-    -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"noop_task","arguments":{},'"$META"'}}' \
-    http://127.0.0.1:$PORT/mcp --output-format json > "$OUT/create-$store.json" 2>/dev/null
-  rps=$(python3 -c "import json;print(round(json.load(open('$OUT/create-$store.json'))['summary']['requestsPerSec']))")
+  "$TASKLOAD" 127.0.0.1:$PORT create "$CREATE_N" 64 noop_task > "$OUT/create-$store.json"
+  settle # so the next round on this store starts without one, within the live-task quota
+  rps=$(python3 -c "import json;print(round(json.load(open('$OUT/create-$store.json'))['creations_per_s']))")
   record "{\"step\":\"create\",\"store\":\"$store\",\"load\":$l,\"rps\":$rps,\"hwm_kib\":$(hwm_kib)}"
   stop
 done

@@ -69,12 +69,13 @@ def main(results, out):
                               f"{cpuo:.1f} µs", f"{cpuo / cpus:.2f}×", "(before)", True))
     preads = {r["store"]: r["calls"] / max(r["result"]["requests"], 1) for r in by("preads")}
     if "small" in preads and "big" in preads:
-        if "big-time" in preads:
-            goal, met = f"≤ ½ of time-ordered ids' {preads['big-time']:.2f}", preads["big"] <= preads["big-time"] / 2
-        else:
-            goal, met = "≤ 2.1 (½ of 4.2 before)", preads["big"] <= 2.1
+        # Issue 35: at most half of the 4.2 a lookup measured at 10M before row keys.
         goals.append(("`pread64` calls a `tasks/get`, c=8 (strace -c)", f"{preads['small']:.2f}",
-                      f"{preads['big']:.2f}", "", goal, met))
+                      f"{preads['big']:.2f}", "", "≤ 2.1 (½ of 4.2)", preads["big"] <= 2.1))
+        if "big-time" in preads:
+            goals.append(("the same, 10M time-ordered ids", f"{preads['small']:.2f}",
+                          f"{preads['big-time']:.2f}", f"row keys: {preads['big'] / preads['big-time']:.2f}×",
+                          "(before)", True))
     cs, cb = mean([r["rps"] for r in by("create", store="small")]), mean([r["rps"] for r in by("create", store="big")])
     goals.append(("task creations/s, c=64", f"{cs:,.0f}", f"{cb:,.0f}", f"{cb / cs:.2f}×", "≥ 0.9×", cb / cs >= 0.9))
     st = {r["store"]: r for r in by("startup")}

@@ -17,8 +17,14 @@
 //!
 //! Either way ids sort by creation (rowids are handed out in order, and every row-keyed
 //! id sorts after every time-ordered one), so a new task's insert lands on the right
-//! edge of each b-tree keyed by id, and `tasks/list` pages in creation order. The prefix
-//! reveals only what `createdAt` and the order of a client's own tasks already tell it.
+//! edge of each b-tree keyed by id, and `tasks/list` pages in creation order.
+//!
+//! What a prefix tells a client: a time-ordered one, its task's `createdAt`; a row-keyed
+//! one, how many tasks the store had made before (rowids are handed out in sequence), so
+//! two of a client's own ids tell it how many tasks were made between them, by anyone.
+//! That is the price of finding a row by its id alone (rows in a random order would
+//! dirty a random leaf page on every insert, which the time prefix was there to stop).
+//! Never anything about another task's id: the random part is what finds a task.
 
 /// The largest rowid a row-keyed id can carry: beyond it, ids are time-ordered again.
 const MAX_ROW_KEY: i64 = (1 << 44) - 1;
