@@ -496,6 +496,12 @@ impl Metrics {
                  mcp_taskd_spans_dropped_total{{reason=\"export_failed\"}} {}",
                 spans.over_budget, spans.queue_full, spans.export_failed
             );
+            counter(
+                &mut out,
+                "mcp_taskd_traces_over_budget_total",
+                "Requests not traced at all (nor their tasks): telemetry.max_spans_per_second had no room for a trace when they began.",
+                spans.traces_over_budget,
+            );
         }
         for (name, help, histogram) in [
             (

@@ -13,10 +13,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use opentelemetry::Context;
+use opentelemetry::trace::{Link, SpanKind, TraceContextExt, TraceId};
+use opentelemetry::{Context, KeyValue};
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanData, SpanExporter, SpanProcessor};
+use opentelemetry_sdk::trace::{
+    BatchSpanProcessor, SamplingDecision, SamplingResult, ShouldSample, SpanData, SpanExporter,
+    SpanProcessor,
+};
 use opentelemetry_sdk::Resource;
 
 /// Largest collector answer read (an OTLP answer is a few bytes; a partial-success one
@@ -30,6 +34,9 @@ pub struct ExportCounts {
     pub exported: AtomicU64,
     /// Spans dropped at their end, beyond the export budget ([`SpanBudget`]).
     pub dropped_over_budget: AtomicU64,
+    /// Requests whose trace was not recorded at all: the budget had no room for one
+    /// when the request began ([`BudgetSampler`]).
+    pub traces_over_budget: AtomicU64,
     /// Spans dropped because the queue was full (the collector is slower than the
     /// spans come, or gone and every try waits for its timeout).
     pub dropped_queue_full: AtomicU64,
@@ -92,7 +99,7 @@ impl HttpClient for UreqClient {
 pub struct BoundedBatch {
     inner: BatchSpanProcessor,
     capacity: u64,
-    budget: Option<SpanBudget>,
+    budget: Option<Arc<SpanBudget>>,
     counts: Arc<ExportCounts>,
 }
 
@@ -100,7 +107,7 @@ impl BoundedBatch {
     pub fn new(
         inner: BatchSpanProcessor,
         capacity: usize,
-        budget: Option<SpanBudget>,
+        budget: Option<Arc<SpanBudget>>,
         counts: Arc<ExportCounts>,
     ) -> Self {
         BoundedBatch {
@@ -120,6 +127,9 @@ impl BoundedBatch {
 /// budget every span goes out; at saturation the exporter's share of the CPU stays
 /// bounded, and the spans beyond it are dropped before any of that work, counted, so
 /// that tracing costs the requests a bounded fraction (measured in benches/README.md).
+/// Most are never built: [`BudgetSampler`] leaves a request's whole trace unrecorded
+/// when the budget has no room for it; the rest (traces already under way) are dropped
+/// at their end.
 #[derive(Debug)]
 pub struct SpanBudget {
     started: Instant,
@@ -140,9 +150,22 @@ impl SpanBudget {
         })
     }
 
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether `spans` spans would be admitted now (at most a second's worth are ever
+    /// asked for); takes nothing.
+    fn has_room(&self, spans: u64) -> bool {
+        let now = self.now_ns();
+        let spans = spans.min(self.burst_ns / self.interval_ns).max(1);
+        let full_at = self.full_at.load(Ordering::Relaxed).max(now);
+        full_at + spans * self.interval_ns - now <= self.burst_ns
+    }
+
     /// Takes one span's room; `false` when there is none now.
     fn admit(&self) -> bool {
-        let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let now = self.now_ns();
         let mut full_at = self.full_at.load(Ordering::Relaxed);
         loop {
             let next = full_at.max(now) + self.interval_ns;
@@ -159,6 +182,67 @@ impl SpanBudget {
                 Err(seen) => full_at = seen,
             }
         }
+    }
+}
+
+/// The spans a request's trace is given room for before it starts: a task created and
+/// run at once makes five (the request, its creation, the queue wait, the attempt, the
+/// tool's run), with a margin for a retry or an input round.
+const TRACE_ROOM: u64 = 8;
+
+/// The configured sampler (`OTEL_TRACES_SAMPLER`, by default `parentbased_always_on`),
+/// with the export budget asked first where a request begins: a request's span
+/// (`SERVER`) is not recorded when the budget has no room for a whole trace
+/// ([`TRACE_ROOM`] spans), and counted. Its descendants then follow their parent's
+/// decision, down to the task's last attempt (the task stores the unsampled context),
+/// so a busy server records whole traces, fewer of them, rather than building every
+/// span and dropping most at their end, which cost a fifth of the task creations at
+/// saturation (benches/README.md, "What telemetry costs").
+#[derive(Debug, Clone)]
+pub struct BudgetSampler {
+    inner: Box<dyn ShouldSample>,
+    budget: Arc<SpanBudget>,
+    counts: Arc<ExportCounts>,
+}
+
+impl BudgetSampler {
+    pub fn new(
+        inner: Box<dyn ShouldSample>,
+        budget: Arc<SpanBudget>,
+        counts: Arc<ExportCounts>,
+    ) -> Self {
+        BudgetSampler {
+            inner,
+            budget,
+            counts,
+        }
+    }
+}
+
+impl ShouldSample for BudgetSampler {
+    fn should_sample(
+        &self,
+        parent_context: Option<&Context>,
+        trace_id: TraceId,
+        name: &str,
+        span_kind: &SpanKind,
+        attributes: &[KeyValue],
+        links: &[Link],
+    ) -> SamplingResult {
+        if *span_kind == SpanKind::Server && !self.budget.has_room(TRACE_ROOM) {
+            self.counts
+                .traces_over_budget
+                .fetch_add(1, Ordering::Relaxed);
+            return SamplingResult {
+                decision: SamplingDecision::Drop,
+                attributes: Vec::new(),
+                trace_state: parent_context
+                    .map(|parent| parent.span().span_context().trace_state().clone())
+                    .unwrap_or_default(),
+            };
+        }
+        self.inner
+            .should_sample(parent_context, trace_id, name, span_kind, attributes, links)
     }
 }
 
@@ -292,5 +376,18 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(100));
         let later = (0..1000).filter(|_| budget.admit()).count();
         assert!((9..=30).contains(&later), "{later}");
+    }
+
+    #[test]
+    fn room_is_asked_without_taking_it() {
+        let budget = SpanBudget::per_second(100).expect("a budget");
+        assert!(budget.has_room(8));
+        assert!(budget.has_room(1_000), "asks for a second's worth at most");
+        let taken = (0..95).filter(|_| budget.admit()).count();
+        assert_eq!(taken, 95, "asking took nothing");
+        assert!(budget.has_room(4));
+        assert!(!budget.has_room(8));
+        while budget.admit() {}
+        assert!(!budget.has_room(1));
     }
 }

@@ -44,7 +44,7 @@ use opentelemetry_sdk::Resource;
 
 use crate::config::TelemetryConfig;
 use crate::protocol::TraceContext;
-use export::{BoundedBatch, CountingExporter, ExportCounts, SpanBudget, UreqClient};
+use export::{BoundedBatch, BudgetSampler, CountingExporter, ExportCounts, SpanBudget, UreqClient};
 
 /// The attribute naming a task on every span of its life: the `taskId` of the Tasks
 /// extension (SEP-2663), which the OpenTelemetry conventions for MCP do not name yet.
@@ -162,16 +162,23 @@ pub fn start(config: &TelemetryConfig) -> Result<Option<String>, TelemetryError>
         .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
         .build();
     let spans_resource = resource.clone();
-    // The sampler is OTEL_TRACES_SAMPLER's (default: parentbased_always_on).
-    let provider = SdkTracerProvider::builder()
+    // The sampler is OTEL_TRACES_SAMPLER's (default: parentbased_always_on), asking the
+    // export budget first where a request begins.
+    let budget = SpanBudget::per_second(config.max_spans_per_second).map(Arc::new);
+    let mut provider = SdkTracerProvider::builder()
         .with_span_processor(BoundedBatch::new(
             batch,
             QUEUE_CAPACITY,
-            SpanBudget::per_second(config.max_spans_per_second),
+            budget.clone(),
             Arc::clone(&counts),
         ))
-        .with_resource(spans_resource)
-        .build();
+        .with_resource(spans_resource);
+    if let Some(budget) = budget {
+        let configured = opentelemetry_sdk::trace::Config::default().sampler;
+        provider =
+            provider.with_sampler(BudgetSampler::new(configured, budget, Arc::clone(&counts)));
+    }
+    let provider = provider.build();
     let tracer = provider.tracer("mcp-taskd");
     let interval = metrics_interval(config, |name| std::env::var(name).ok());
     let telemetry = Telemetry {
@@ -245,6 +252,7 @@ pub fn export_counts() -> Option<SpanCounts> {
     Some(SpanCounts {
         exported: counts.exported.load(Ordering::Relaxed),
         over_budget: counts.dropped_over_budget.load(Ordering::Relaxed),
+        traces_over_budget: counts.traces_over_budget.load(Ordering::Relaxed),
         queue_full: counts.dropped_queue_full.load(Ordering::Relaxed),
         export_failed: counts.dropped_export_failed.load(Ordering::Relaxed),
     })
@@ -253,8 +261,10 @@ pub fn export_counts() -> Option<SpanCounts> {
 /// Spans exported, and dropped by reason, since start.
 pub struct SpanCounts {
     pub exported: u64,
-    /// Beyond `telemetry.max_spans_per_second`.
+    /// Beyond `telemetry.max_spans_per_second`, at their end.
     pub over_budget: u64,
+    /// Requests not traced at all: the budget had no room for a trace when they began.
+    pub traces_over_budget: u64,
     /// The export queue was full.
     pub queue_full: u64,
     /// The collector did not take them.
