@@ -312,16 +312,22 @@ fn sha256_hex(text: &str) -> String {
     String::from_utf8_lossy(&output.stdout)[..64].to_owned()
 }
 
+/// A server with the demo tools exporting to `collector`; `extra` goes into its
+/// `[telemetry]`.
+fn with_demo_tools(collector: &str, work: &Path, extra: &str) -> Server {
+    Server::start(&format!(
+        "{}\n[builtin]\nsets = [\"demo\"]\n",
+        config(collector, work, extra).replace("[builtin]\nsets = []\n", "")
+    ))
+}
+
 /// A server with the demo tools whose collector is a port nothing listens on (every
 /// export fails at once); `extra` goes into its `[telemetry]`.
 fn with_dead_collector(work: &Path, extra: &str) -> Server {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let endpoint = format!("http://{}", closed.local_addr().expect("addr"));
     drop(closed);
-    Server::start(&format!(
-        "{}\n[builtin]\nsets = [\"demo\"]\n",
-        config(&endpoint, work, extra).replace("[builtin]\nsets = []\n", "")
-    ))
+    with_demo_tools(&endpoint, work, extra)
 }
 
 #[test]
@@ -370,13 +376,7 @@ fn spans_beyond_the_export_budget_are_dropped_and_counted_and_clients_see_nothin
         assert_eq!(echo["content"][0]["text"], "hi");
     }
     let page = server.get("/metrics").text();
-    let count = |series: &str| {
-        let prefix = format!("{series} ");
-        page.lines()
-            .find_map(|line| line.strip_prefix(prefix.as_str()))
-            .and_then(|count| count.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no {series} in {page}"))
-    };
+    let count = |series: &str| series_in(&page, series);
     // Most requests are not traced at all (no room for a trace when they began); a
     // span already under way when the room ran out is dropped at its end.
     let untraced = count("mcp_taskd_traces_over_budget_total");
@@ -388,9 +388,9 @@ fn spans_beyond_the_export_budget_are_dropped_and_counted_and_clients_see_nothin
     );
 }
 
-/// The value of the `/metrics` series `series` (a counter, without labels or with).
-fn series_value(server: &Server, series: &str) -> u64 {
-    let page = server.get("/metrics").text();
+/// The value of the series `series` (a counter, without labels or with) on the
+/// metrics page `page`.
+fn series_in(page: &str, series: &str) -> u64 {
     let prefix = format!("{series} ");
     page.lines()
         .find_map(|line| line.strip_prefix(prefix.as_str()))
@@ -405,16 +405,15 @@ fn a_request_begun_over_the_budget_is_not_traced_nor_is_its_task() {
     };
     let collector = Collector::start(&python);
     let work = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(&format!(
-        "{}\n[builtin]\nsets = [\"demo\"]\n",
-        config(
-            &collector.endpoint(),
-            work.path(),
-            "max_spans_per_second = 1"
-        )
-        .replace("[builtin]\nsets = []\n", "")
-    ));
-    let untraced = || series_value(&server, "mcp_taskd_traces_over_budget_total");
+    let server = with_demo_tools(
+        &collector.endpoint(),
+        work.path(),
+        "max_spans_per_second = 1",
+    );
+    let untraced = || {
+        let page = server.get("/metrics").text();
+        series_in(&page, "mcp_taskd_traces_over_budget_total")
+    };
     let create = || {
         let created = Rpc::tool("noop_task", json!({}))
             .caps(tasks_caps())
