@@ -31,8 +31,7 @@ const MAX_ROW_KEY: i64 = (1 << 44) - 1;
 
 /// A time-ordered id for a task created at `now_ms`.
 pub fn time_ordered(now_ms: i64) -> Result<String, getrandom::Error> {
-    let millis = (now_ms.max(0) as u64) & 0xffff_ffff_ffff;
-    Ok(format!("{millis:012x}{:032x}", random_part()?))
+    Ok(format!("{}{:032x}", time_floor(now_ms), random_part()?))
 }
 
 /// The smallest time-ordered id of a task created at or after `ms`: among time-ordered
