@@ -5,11 +5,12 @@
 //! # Durability guarantees (and what keeps them)
 //!
 //! - **An acknowledged write is committed.** Every operation is one transaction on a
-//!   pooled connection (concurrent creations share one: [`creations`]); its answer (a
-//!   task handle included) is given after `COMMIT` returned, with PostgreSQL's own
-//!   durability (`synchronous_commit`, `fsync`: the server's settings; the defaults
-//!   flush the WAL before a commit returns). Statements are prepared once per
-//!   connection ([`statements`]): each later run is one round trip.
+//!   pooled connection (concurrent creations share one, and so do workers' finishes
+//!   with their next claims: [`groups`]); its answer (a task handle included) is given
+//!   after `COMMIT` returned, with PostgreSQL's own durability (`synchronous_commit`,
+//!   `fsync`: the server's settings; the defaults flush the WAL before a commit
+//!   returns). Statements are prepared once per connection ([`statements`]): each
+//!   later run is one round trip.
 //! - **Every task change appends its outbox row in the same transaction**
 //!   (`taskd_append_outbox`, schema-postgres.sql); once it has committed, the node's
 //!   [`notifier`] sends `NOTIFY mcp_taskd_outbox` (one for all the changes committed
@@ -40,7 +41,8 @@
 //! server's own backups), and free space is the database server's concern.
 
 mod connection;
-mod creations;
+mod finishes;
+mod groups;
 mod leader;
 mod listener;
 mod migrations;
@@ -59,7 +61,8 @@ use serde_json::{Map, Value};
 
 use self::connection::{Manager, Pooled};
 pub use self::connection::{OpenError, PASSWORD_ENV};
-use self::creations::{shared_failure, Creations};
+use self::finishes::{Finishing, FINISHES_GROUP};
+use self::groups::{shared_failure, Groups};
 use self::leader::Leader;
 use self::listener::Listener;
 use self::notifier::Notifier;
@@ -213,7 +216,8 @@ pub struct Store {
     cancellations: Receiver<String>,
     jobs: Receiver<()>,
     leader: Leader,
-    creations: Creations,
+    creations: Groups<NewTask, Created>,
+    finishes: Groups<Finishing, Finished>,
     notifier: Notifier,
     /// Set when the store is dropped: the listener stops.
     stopping: Arc<AtomicBool>,
@@ -280,7 +284,8 @@ impl Store {
                 cancellations,
                 jobs,
                 leader: Leader::default(),
-                creations: Creations::default(),
+                creations: Groups::new(CREATIONS_GROUP),
+                finishes: Groups::new(FINISHES_GROUP),
                 notifier,
                 stopping,
             }),
@@ -454,6 +459,9 @@ impl Store {
     }
 }
 
+/// Most task creations in one transaction ([`groups`]).
+const CREATIONS_GROUP: usize = 256;
+
 impl Store {
     /// Writes a group of creations without keys in one transaction; the answer of
     /// each, in order.
@@ -579,7 +587,7 @@ impl TaskStore for Store {
         }
         Later::ready(
             self.creations
-                .create(task, |tasks| self.create_group(&tasks)),
+                .submit(task, |tasks| self.create_group(&tasks)),
         )
     }
 
@@ -645,14 +653,14 @@ impl TaskStore for Store {
         outcome: Finish,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError> {
-        self.once(Wake::Relays, move |tx| {
-            let applied = attempts::finish(tx, &lease.task_id, &lease.token, outcome)?;
-            let next = match then_claim {
-                Some(next) => claim(tx, &self.run, next)?,
-                None => Vec::new(),
-            };
-            Ok(Finished { applied, next })
-        })
+        // Concurrent finishes share a transaction, their next claims too (see
+        // [`groups`]).
+        let finishing = Finishing {
+            end: (lease, outcome),
+            then_claim,
+        };
+        self.finishes
+            .submit(finishing, |group| self.finish_group(group))
     }
 
     fn renew_leases(&self, leases: Vec<Lease>, lease_ms: i64) -> Result<Vec<bool>, StoreError> {

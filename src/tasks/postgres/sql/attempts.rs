@@ -3,16 +3,18 @@
 //! are on the database clock, so a node whose clock runs fast cannot find a live lease
 //! expired and steal it.
 
+use std::collections::HashMap;
+
 use postgres::{GenericClient, Row};
 
 use super::super::statements::{Db, Tx};
 use serde_json::{Map, Value};
 
-use super::{append_outbox, set_terminal, Failure};
+use super::{append_outbox, set_terminal, set_terminals, Ending, Failure};
 use crate::clock::now_ms;
 use crate::protocol::TaskStatus;
 use crate::tasks::backend::Claimant;
-use crate::tasks::model::{Claim, Finish};
+use crate::tasks::model::{Claim, Finish, Lease};
 
 /// Claims up to `$1` ready jobs in turn (`tasks::model::TURN`: the highest priority,
 /// then the smallest turn, then the oldest), of tools not in `$2`, in ONE statement:
@@ -159,78 +161,113 @@ struct Held {
     backoff_ms: i64,
 }
 
-/// The job still leased with `token`, locked, if it is.
-fn held(tx: &mut Tx<'_, '_>, task_id: &str, token: &str) -> Result<Option<Held>, Failure> {
-    let row = tx.query_opt(
-        "SELECT attempt, max_attempts, backoff_ms FROM jobs \
-         WHERE task_id = $1 AND lease_token = $2 AND state = 'running' FOR UPDATE",
-        &[&task_id, &token],
-    )?;
-    Ok(match row {
-        Some(row) => Some(Held {
-            attempt: row.try_get(0)?,
-            max_attempts: row.try_get(1)?,
-            backoff_ms: row.try_get(2)?,
-        }),
-        None => None,
-    })
+/// Ends attempts, each fenced by its lease: `false` (and nothing written) for one whose
+/// lease is no longer its worker's. A few statements for the whole group, however many
+/// attempts: the task rows are locked, then the job rows still leased with their
+/// tokens, and every terminal outcome is written by one [`set_terminals`]; the rarer
+/// ones (input requests, retries, releases) take their own statements.
+///
+/// Locks are taken in the order every writer takes them, task then job, and within a
+/// group in id order: no deadlock with a `tasks/cancel` or `tasks/update` of one of
+/// these tasks on another node, nor with another group.
+pub fn finish(tx: &mut Tx<'_, '_>, ends: &[(Lease, Finish)]) -> Result<Vec<bool>, Failure> {
+    let mut leases: Vec<&Lease> = ends.iter().map(|(lease, _)| lease).collect();
+    leases.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+    let ids: Vec<&str> = leases.iter().map(|lease| lease.task_id.as_str()).collect();
+    let tokens: Vec<&str> = leases.iter().map(|lease| lease.token.as_str()).collect();
+    let mut cancel_requested: HashMap<String, bool> = HashMap::new();
+    for task in tx.query(
+        "SELECT id, cancel_requested FROM tasks WHERE id = ANY($1) ORDER BY id \
+         FOR NO KEY UPDATE",
+        &[&ids],
+    )? {
+        cancel_requested.insert(task.try_get(0)?, task.try_get(1)?);
+    }
+    let mut held: HashMap<(String, String), Held> = HashMap::new();
+    for job in tx.query(
+        "SELECT jobs.task_id, jobs.lease_token, jobs.attempt, jobs.max_attempts, \
+         jobs.backoff_ms FROM jobs \
+         JOIN unnest($1::text[], $2::text[]) AS lease(task_id, token) \
+         ON jobs.task_id = lease.task_id AND jobs.lease_token = lease.token \
+         WHERE jobs.state = 'running' ORDER BY jobs.task_id FOR UPDATE OF jobs",
+        &[&ids, &tokens],
+    )? {
+        let job_held = Held {
+            attempt: job.try_get(2)?,
+            max_attempts: job.try_get(3)?,
+            backoff_ms: job.try_get(4)?,
+        };
+        held.insert((job.try_get(0)?, job.try_get(1)?), job_held);
+    }
+    // Each attempt still held, with what the store records instead of its reported
+    // outcome, if anything (a requested cancellation, the last retry).
+    let decided: Vec<Option<(&Held, Option<Finish>)>> = ends
+        .iter()
+        .map(|(lease, reported)| {
+            let cancel_requested = *cancel_requested.get(&lease.task_id)?;
+            let job = held.get(&(lease.task_id.clone(), lease.token.clone()))?;
+            let overridden = reported.overridden(job.attempt, job.max_attempts, cancel_requested);
+            Some((job, overridden))
+        })
+        .collect();
+    let now = now_ms();
+    let mut endings = Vec::new();
+    for ((lease, reported), decided) in ends.iter().zip(&decided) {
+        let Some((job, overridden)) = decided else {
+            continue;
+        };
+        let task_id = lease.task_id.as_str();
+        let outcome = overridden.as_ref().unwrap_or(reported);
+        let ending = |status, result, error| Ending {
+            task_id,
+            status,
+            result,
+            error,
+            attempt: Some(job.attempt),
+        };
+        match outcome {
+            Finish::Completed { result } => {
+                endings.push(ending(TaskStatus::Completed, Some(result.as_str()), None));
+            }
+            Finish::Failed { error } => {
+                endings.push(ending(TaskStatus::Failed, None, Some(error.as_str())));
+            }
+            Finish::Cancelled => endings.push(ending(TaskStatus::Cancelled, None, None)),
+            Finish::InputRequired { requests, state } => {
+                end_attempt(tx, task_id, job, outcome)?;
+                ask_for_input(tx, task_id, requests, state.as_deref(), now)?;
+            }
+            Finish::Retry { reason } => {
+                end_attempt(tx, task_id, job, outcome)?;
+                schedule_retry(tx, task_id, job, reason, now)?;
+            }
+            Finish::Release => {
+                end_attempt(tx, task_id, job, outcome)?;
+                release(tx, task_id)?;
+            }
+        }
+    }
+    if !endings.is_empty() {
+        set_terminals(tx, &endings, now)?;
+    }
+    let applied = decided.iter().map(Option::is_some).collect();
+    Ok(applied)
 }
 
-/// The fenced end of an attempt. Returns `false` (and writes nothing) when the lease is
-/// no longer this worker's.
-pub fn finish(
+/// Ends a running attempt whose task goes on (a terminal outcome ends it in
+/// [`set_terminals`]' own statement).
+fn end_attempt(
     tx: &mut Tx<'_, '_>,
     task_id: &str,
-    token: &str,
-    outcome: Finish,
-) -> Result<bool, Failure> {
-    // Locks in the order every writer takes them, task then job: no deadlock with a
-    // `tasks/cancel` or `tasks/update` of the same task on another node.
-    let Some(task) = tx.query_opt(
-        "SELECT cancel_requested FROM tasks WHERE id = $1 FOR NO KEY UPDATE",
-        &[&task_id],
-    )?
-    else {
-        return Ok(false);
-    };
-    let cancel_requested: bool = task.try_get(0)?;
-    let Some(job) = held(tx, task_id, token)? else {
-        return Ok(false);
-    };
-    let outcome = outcome.resolve(job.attempt, job.max_attempts, cancel_requested);
-    // A terminal outcome ends the attempt in `set_terminal`'s own statement.
-    let terminal = matches!(
-        outcome,
-        Finish::Completed { .. } | Finish::Failed { .. } | Finish::Cancelled
-    );
-    if !terminal {
-        tx.execute(
-            "UPDATE attempts SET ended_at = taskd_now_ms(), outcome = $3 \
-             WHERE task_id = $1 AND attempt = $2",
-            &[&task_id, &job.attempt, &outcome.label()],
-        )?;
-    }
-    let now = now_ms();
-    let attempt = Some(job.attempt);
-    match outcome {
-        Finish::Completed { result } => {
-            let status = TaskStatus::Completed;
-            set_terminal(tx, task_id, status, Some(&result), None, now, attempt)?;
-        }
-        Finish::Failed { error } => {
-            let status = TaskStatus::Failed;
-            set_terminal(tx, task_id, status, None, Some(&error), now, attempt)?;
-        }
-        Finish::Cancelled => {
-            set_terminal(tx, task_id, TaskStatus::Cancelled, None, None, now, attempt)?;
-        }
-        Finish::InputRequired { requests, state } => {
-            ask_for_input(tx, task_id, requests, state, now)?;
-        }
-        Finish::Retry { reason } => schedule_retry(tx, task_id, &job, &reason, now)?,
-        Finish::Release => release(tx, task_id)?,
-    }
-    Ok(true)
+    job: &Held,
+    outcome: &Finish,
+) -> Result<(), Failure> {
+    tx.execute(
+        "UPDATE attempts SET ended_at = taskd_now_ms(), outcome = $3 \
+         WHERE task_id = $1 AND attempt = $2",
+        &[&task_id, &job.attempt, &outcome.label()],
+    )?;
+    Ok(())
 }
 
 /// Parks the task until the client answers `requests`. A key the tool used before in
@@ -238,8 +275,8 @@ pub fn finish(
 fn ask_for_input(
     tx: &mut Tx<'_, '_>,
     task_id: &str,
-    requests: Map<String, Value>,
-    state: Option<String>,
+    requests: &Map<String, Value>,
+    state: Option<&str>,
     now: i64,
 ) -> Result<(), Failure> {
     for key in requests.keys() {
@@ -249,15 +286,14 @@ fn ask_for_input(
         )?;
         if fresh == 0 {
             let error = Finish::reused_input_key_error();
-            set_terminal(
-                tx,
+            let ending = Ending {
                 task_id,
-                TaskStatus::Failed,
-                None,
-                Some(&error),
-                now,
-                None,
-            )?;
+                status: TaskStatus::Failed,
+                result: None,
+                error: Some(&error),
+                attempt: None,
+            };
+            set_terminal(tx, ending, now)?;
             return Ok(());
         }
     }
@@ -267,7 +303,12 @@ fn ask_for_input(
              updated_at = $4, version = version + 1 WHERE id = $1 AND ",
             live!()
         ),
-        &[&task_id, &Value::Object(requests).to_string(), &state, &now],
+        &[
+            &task_id,
+            &Value::Object(requests.clone()).to_string(),
+            &state,
+            &now,
+        ],
     )?;
     tx.execute(
         "UPDATE jobs SET state = 'waiting', lease_token = NULL, lease_expires = NULL, \
@@ -357,7 +398,9 @@ pub fn set_tool_state(
 }
 
 /// Extends the leases still held with their tokens to `lease_ms` from the database's
-/// now, in one statement; `true` for each one still held, in order.
+/// now, in one statement; `true` for each one still held, in order. The jobs are locked
+/// in id order, as [`finish`] locks a group's: a renewal and a group of finishes never
+/// wait on each other in a cycle.
 pub fn renew_leases(
     conn: &mut Db<'_, impl GenericClient>,
     leases: &[(String, String)],
@@ -366,9 +409,11 @@ pub fn renew_leases(
     let (ids, tokens): (Vec<String>, Vec<String>) = leases.iter().cloned().unzip();
     let renewed = conn.query(
         "UPDATE jobs SET lease_expires = taskd_after_ms($3) \
-         FROM unnest($1::text[], $2::text[]) AS held(id, token) \
-         WHERE jobs.task_id = held.id AND jobs.lease_token = held.token \
-         AND jobs.state = 'running' RETURNING jobs.task_id",
+         FROM (SELECT jobs.task_id FROM jobs \
+           JOIN unnest($1::text[], $2::text[]) AS held(id, token) \
+           ON jobs.task_id = held.id AND jobs.lease_token = held.token \
+           WHERE jobs.state = 'running' ORDER BY jobs.task_id FOR UPDATE OF jobs) AS renewed \
+         WHERE jobs.task_id = renewed.task_id RETURNING jobs.task_id",
         &[&ids, &tokens, &lease_ms],
     )?;
     let renewed: Vec<String> = renewed

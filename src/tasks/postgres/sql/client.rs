@@ -7,7 +7,7 @@ use postgres::GenericClient;
 use super::super::statements::{Db, Tx};
 use serde_json::{Map, Value};
 
-use super::{append_outbox, set_terminal, task_row, Failure};
+use super::{append_outbox, set_terminal, task_row, Ending, Failure};
 use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::protocol::TaskStatus;
@@ -187,15 +187,14 @@ pub(super) fn cancel_found(
         tx.execute("SELECT pg_notify('mcp_taskd_cancel', $1)", &[&task_id])?;
         return Ok(CancelEffect::SignalRunning);
     }
-    set_terminal(
-        tx,
+    let ending = Ending {
         task_id,
-        TaskStatus::Cancelled,
-        None,
-        None,
-        now_ms(),
-        None,
-    )?;
+        status: TaskStatus::Cancelled,
+        result: None,
+        error: None,
+        attempt: None,
+    };
+    set_terminal(tx, ending, now_ms())?;
     Ok(CancelEffect::Done)
 }
 

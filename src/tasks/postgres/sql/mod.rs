@@ -81,39 +81,65 @@ fn append_outbox(tx: &mut Db<'_, impl GenericClient>, task_id: &str) -> Result<(
     Ok(())
 }
 
-/// Moves a live task to a terminal status, drops its job, ends its `attempt` (when
-/// its worker ends it so) with the status as outcome, and appends the outbox row (the
-/// insert `taskd_append_outbox` makes) if the task changed: one statement, one round
-/// trip. A completed task keeps its last status message; a failed or cancelled one
-/// drops it. Every caller has locked the task row, then the job row, already: the
-/// statement takes no lock out of that order.
-fn set_terminal(
+/// A live task's move to a terminal status, for [`set_terminals`].
+pub(crate) struct Ending<'a> {
+    pub task_id: &'a str,
+    pub status: TaskStatus,
+    pub result: Option<&'a str>,
+    pub error: Option<&'a str>,
+    /// The attempt that ends with it, if one is running (its worker ends it so).
+    pub attempt: Option<i64>,
+}
+
+/// Moves live tasks to their terminal statuses, drops their jobs, ends their running
+/// attempts with the status as outcome, and appends an outbox row for each task that
+/// changed: one statement, one round trip, however many tasks. A completed task keeps
+/// its last status message; a failed or cancelled one drops it. Every caller has locked
+/// the task rows, then the job rows, already: the statement takes no lock out of that
+/// order. Returns how many tasks changed.
+fn set_terminals(
     tx: &mut Db<'_, impl GenericClient>,
-    task_id: &str,
-    status: TaskStatus,
-    result: Option<&str>,
-    error: Option<&str>,
+    endings: &[Ending<'_>],
     now: i64,
-    attempt: Option<i64>,
-) -> Result<bool, Failure> {
+) -> Result<i64, Failure> {
+    let ids: Vec<&str> = endings.iter().map(|e| e.task_id).collect();
+    let statuses: Vec<&str> = endings.iter().map(|e| e.status.as_str()).collect();
+    let results: Vec<Option<&str>> = endings.iter().map(|e| e.result).collect();
+    let errors: Vec<Option<&str>> = endings.iter().map(|e| e.error).collect();
+    let attempts: Vec<Option<i64>> = endings.iter().map(|e| e.attempt).collect();
     let changed: i64 = tx
         .query_one(
             concat!(
-                "WITH attempt_ended AS (UPDATE attempts SET ended_at = taskd_now_ms(), \
-                 outcome = $2 WHERE task_id = $1 AND attempt = $6), \
-                 ended AS (UPDATE tasks SET status = $2, result = $3, error = $4, \
-                 input_requests = NULL, \
-                 status_message = CASE WHEN $2 = 'completed' THEN status_message END, \
-                 updated_at = $5, version = version + 1 WHERE id = $1 AND ",
+                "WITH ending AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], \
+                 $4::text[], $5::bigint[]) AS e(task_id, new_status, new_result, new_error, \
+                 attempt)), \
+                 attempt_ended AS (UPDATE attempts SET ended_at = taskd_now_ms(), \
+                 outcome = ending.new_status FROM ending \
+                 WHERE attempts.task_id = ending.task_id AND attempts.attempt = ending.attempt), \
+                 ended AS (UPDATE tasks SET status = ending.new_status, \
+                 result = ending.new_result, error = ending.new_error, input_requests = NULL, \
+                 status_message = CASE WHEN ending.new_status = 'completed' \
+                 THEN tasks.status_message END, \
+                 updated_at = $6, version = version + 1 FROM ending \
+                 WHERE tasks.id = ending.task_id AND ",
                 live!(),
-                " RETURNING id), \
-                 dropped AS (DELETE FROM jobs WHERE task_id = $1), \
+                " RETURNING tasks.id), \
+                 dropped AS (DELETE FROM jobs USING ending WHERE jobs.task_id = ending.task_id), \
                  appended AS (INSERT INTO outbox (task_id, created_at) \
                    SELECT id, taskd_now_ms() FROM ended) \
                  SELECT COUNT(*) FROM ended"
             ),
-            &[&task_id, &status.as_str(), &result, &error, &now, &attempt],
+            &[&ids, &statuses, &results, &errors, &attempts, &now],
         )?
         .try_get(0)?;
-    Ok(changed > 0)
+    Ok(changed)
+}
+
+/// [`set_terminals`] for one task: whether it changed.
+fn set_terminal(
+    tx: &mut Db<'_, impl GenericClient>,
+    ending: Ending<'_>,
+    now: i64,
+) -> Result<bool, Failure> {
+    Ok(set_terminals(tx, &[ending], now)? > 0)
 }

@@ -11,7 +11,7 @@ use super::super::statements::{Db, Tx};
 use super::attempts::finish;
 use super::Failure;
 use crate::protocol::TaskStatus;
-use crate::tasks::model::{Finish, Stats, ToolTotals};
+use crate::tasks::model::{Finish, Lease, Stats, ToolTotals};
 
 /// Every state a job can be in (the CHECK of `jobs.state`).
 const JOB_STATES: [&str; 3] = ["queued", "running", "waiting"];
@@ -21,7 +21,7 @@ const JOB_STATES: [&str; 3] = ["queued", "running", "waiting"];
 const CURSOR_LIFETIME_MS: i64 = 30_000;
 
 /// Ends up to `limit` attempts whose lease expired by the database clock, as retries;
-/// returns how many. Each goes through the fenced [`finish`], which locks task then job
+/// returns how many. They go through the fenced [`finish`], which locks task then job
 /// like every writer: an attempt its holder is finishing right now keeps its outcome.
 ///
 /// With `earlier_runs` (a node id and its current run), the leases that node's earlier
@@ -42,17 +42,21 @@ pub fn reclaim_expired(
          ORDER BY lease_expires LIMIT $1",
         &[&i64::try_from(limit).unwrap_or(i64::MAX), &node, &run],
     )?;
-    let mut reclaimed = 0;
-    for lease in &leases {
-        let (task_id, token): (String, String) = (lease.try_get(0)?, lease.try_get(1)?);
-        let retry = Finish::Retry {
-            reason: reason.to_owned(),
-        };
-        if finish(tx, &task_id, &token, retry)? {
-            reclaimed += 1;
-        }
-    }
-    Ok(reclaimed)
+    let retries = leases
+        .iter()
+        .map(|lease| {
+            let lease = Lease {
+                task_id: lease.try_get(0)?,
+                token: lease.try_get(1)?,
+            };
+            let retry = Finish::Retry {
+                reason: reason.to_owned(),
+            };
+            Ok((lease, retry))
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
+    let applied = finish(tx, &retries)?;
+    Ok(applied.into_iter().filter(|applied| *applied).count())
 }
 
 /// Deletes up to `limit` tasks past their TTL; returns their ids.
