@@ -310,3 +310,100 @@ CREATE TABLE sessions (
     last_used     bigint NOT NULL
 );
 CREATE INDEX sessions_last_used ON sessions (last_used);
+
+-- migration 8
+-- The counting triggers once a statement instead of once a row (issue 35): a group of
+-- finishes or creations changes many rows in one statement, and each row's trigger
+-- call and its own delta inserts cost PostgreSQL more than the rows' change itself.
+-- Each statement now appends its deltas already summed, from its transition tables
+-- (which hold every row of one kind of change of the statement, its data-modifying
+-- CTEs' and its cascades' included). Same deltas, same folding (taskd_fold_counts).
+-- Transition tables take no column list: the UPDATE triggers run for every UPDATE
+-- statement, and count the rows whose status (state) changed.
+DROP TRIGGER tasks_counted ON tasks;
+DROP TRIGGER jobs_counted ON jobs;
+DROP FUNCTION taskd_count_tasks();
+DROP FUNCTION taskd_count_jobs();
+
+CREATE FUNCTION taskd_count_inserted_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO task_count_deltas
+        SELECT tool, status, COUNT(*) FROM inserted GROUP BY tool, status;
+    INSERT INTO task_total_deltas
+        SELECT tool, COUNT(*), COUNT(*) FILTER (WHERE status = 'completed'),
+            COUNT(*) FILTER (WHERE status = 'failed'),
+            COUNT(*) FILTER (WHERE status = 'cancelled')
+        FROM inserted GROUP BY tool;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER tasks_counted_inserts AFTER INSERT ON tasks
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION taskd_count_inserted_tasks();
+
+CREATE FUNCTION taskd_count_updated_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    WITH moved AS (
+        SELECT new_rows.tool, old_rows.status AS old_status, new_rows.status AS new_status
+        FROM old_rows JOIN new_rows ON new_rows.id = old_rows.id
+        WHERE new_rows.status <> old_rows.status),
+    counted AS (
+        INSERT INTO task_count_deltas
+            SELECT tool, status, SUM(n) FROM (
+                SELECT tool, old_status AS status, -1 AS n FROM moved
+                UNION ALL SELECT tool, new_status, 1 FROM moved) AS d
+            GROUP BY tool, status)
+    INSERT INTO task_total_deltas
+        SELECT tool, 0, COUNT(*) FILTER (WHERE new_status = 'completed'),
+            COUNT(*) FILTER (WHERE new_status = 'failed'),
+            COUNT(*) FILTER (WHERE new_status = 'cancelled')
+        FROM moved WHERE new_status IN ('completed', 'failed', 'cancelled')
+        GROUP BY tool;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER tasks_counted_updates AFTER UPDATE ON tasks
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION taskd_count_updated_tasks();
+
+CREATE FUNCTION taskd_count_deleted_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO task_count_deltas
+        SELECT tool, status, -COUNT(*) FROM deleted GROUP BY tool, status;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER tasks_counted_deletes AFTER DELETE ON tasks
+    REFERENCING OLD TABLE AS deleted
+    FOR EACH STATEMENT EXECUTE FUNCTION taskd_count_deleted_tasks();
+
+CREATE FUNCTION taskd_count_inserted_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO job_count_deltas SELECT state, COUNT(*) FROM inserted GROUP BY state;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_counted_inserts AFTER INSERT ON jobs
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION taskd_count_inserted_jobs();
+
+CREATE FUNCTION taskd_count_updated_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO job_count_deltas
+        SELECT state, SUM(n) FROM (
+            SELECT old_rows.state, -1 AS n FROM old_rows JOIN new_rows USING (task_id)
+            WHERE new_rows.state <> old_rows.state
+            UNION ALL
+            SELECT new_rows.state, 1 FROM old_rows JOIN new_rows USING (task_id)
+            WHERE new_rows.state <> old_rows.state) AS d
+        GROUP BY state;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_counted_updates AFTER UPDATE ON jobs
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION taskd_count_updated_jobs();
+
+CREATE FUNCTION taskd_count_deleted_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO job_count_deltas SELECT state, -COUNT(*) FROM deleted GROUP BY state;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_counted_deletes AFTER DELETE ON jobs
+    REFERENCING OLD TABLE AS deleted
+    FOR EACH STATEMENT EXECUTE FUNCTION taskd_count_deleted_jobs();
