@@ -30,6 +30,14 @@ const SESSION_OPTIONS: &str =
     "-c statement_timeout=30000 -c idle_in_transaction_session_timeout=60000";
 /// Longest wait for the database to accept a new connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a ping on a dedicated connection (the listener's, the upkeep leader's) may
+/// wait for its answer before the database is taken as lost. A database that closes
+/// the connection or refuses it is noticed at once; this bounds only one that stops
+/// answering. A PostgreSQL whose CPUs are full answers a ping late but answers: taking
+/// it as lost after half a second turned every request into a 503 and reopened every
+/// pooled connection, which made it slower still (`benches/postgres.sh` on a 2-core
+/// box, 2026-12-04: end to end fell to a quarter for the round).
+pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why the PostgreSQL store could not open.
 #[derive(Debug, thiserror::Error)]

@@ -9,11 +9,10 @@
 //! has not noticed dead yet) change nothing twice.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use postgres::Client;
 
-use super::connection::connect;
+use super::connection::{connect, PING_TIMEOUT};
 
 const TRY_LOCK: &str = "SELECT pg_try_advisory_lock(1952542059, 3)";
 
@@ -28,7 +27,7 @@ impl Leader {
     pub fn lead(&self, settings: &postgres::Config) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((client, holding)) = state.as_mut() {
-            if client.is_valid(Duration::from_secs(1)).is_err() {
+            if client.is_valid(PING_TIMEOUT).is_err() {
                 *state = None;
             } else if *holding {
                 return true;

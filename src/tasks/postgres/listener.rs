@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use postgres::fallible_iterator::FallibleIterator;
 
-use super::connection::connect;
+use super::connection::{connect, PING_TIMEOUT};
 use super::Health;
 
 /// How often the connection is checked while no notification arrives, and how often a
@@ -115,7 +115,7 @@ impl Listener {
             } else if echoing {
                 let _ = self.commits.try_send(());
             } else {
-                client.is_valid(RETRY)?;
+                client.is_valid(PING_TIMEOUT)?;
                 // Reachable: a failure a request noted (see `Store::failed`) is over.
                 self.health.set(None);
             }
