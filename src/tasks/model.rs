@@ -266,6 +266,27 @@ pub struct Claim {
     pub trace: Option<TraceContext>,
 }
 
+#[cfg(test)]
+impl Claim {
+    /// A first attempt of `task_id`'s job of `tool`, leased with `<task_id>-token`, as
+    /// a claimant sees it in unit tests.
+    pub fn of(task_id: &str, tool: &str) -> Claim {
+        Claim {
+            task_id: task_id.into(),
+            token: format!("{task_id}-token"),
+            attempt: 1,
+            deadline: i64::MAX,
+            queue_wait_ms: 0,
+            tool: tool.into(),
+            owner: String::new(),
+            origin: Vec::new(),
+            input_responses: "{}".into(),
+            tool_state: None,
+            trace: None,
+        }
+    }
+}
+
 /// A job's lease: whose attempt it is (the claim's fencing token).
 #[derive(Debug, Clone)]
 pub struct Lease {

@@ -11,7 +11,7 @@
 //! outcome was applied (its lease was still its own) and which jobs it claimed, after
 //! the commit.
 
-use super::groups::shared_failure;
+use super::groups::failed_together;
 use super::sql::attempts;
 use super::statements::Tx;
 use super::{Failure, Store, Wake};
@@ -64,14 +64,7 @@ impl Store {
                     })
                     .collect()
             }
-            Err(error) => {
-                let others: Vec<_> = ends
-                    .iter()
-                    .skip(1)
-                    .map(|_| Err(shared_failure(&error)))
-                    .collect();
-                std::iter::once(Err(error)).chain(others).collect()
-            }
+            Err(error) => failed_together(error, ends.len()),
         }
     }
 }
@@ -207,22 +200,6 @@ mod tests {
         }
     }
 
-    fn job(task_id: &str, tool: &str) -> Claim {
-        Claim {
-            task_id: task_id.into(),
-            token: String::new(),
-            attempt: 1,
-            deadline: i64::MAX,
-            queue_wait_ms: 0,
-            tool: tool.into(),
-            owner: String::new(),
-            origin: Vec::new(),
-            input_responses: "{}".into(),
-            tool_state: None,
-            trace: None,
-        }
-    }
-
     #[test]
     fn a_groups_jobs_go_to_its_workers_in_turn_each_up_to_what_it_asked() {
         let (mut first, mut second) = (Recording::default(), Recording::default());
@@ -244,14 +221,17 @@ mod tests {
             taken_by: Vec::new(),
         };
         assert_eq!(group.saturated(), vec!["slow".to_owned()]);
-        assert!(group.take(&job("a", "fast")));
-        assert!(group.take(&job("b", "fast")));
+        assert!(group.take(&Claim::of("a", "fast")));
+        assert!(group.take(&Claim::of("b", "fast")));
         assert!(
-            !group.take(&job("c", "slow")),
+            !group.take(&Claim::of("c", "slow")),
             "the worker with room refuses"
         );
-        assert!(group.take(&job("d", "fast")));
-        assert!(!group.take(&job("e", "fast")), "no room left in the group");
+        assert!(group.take(&Claim::of("d", "fast")));
+        assert!(
+            !group.take(&Claim::of("e", "fast")),
+            "no room left in the group"
+        );
         assert_eq!(group.taken_by, vec![0, 2, 2]);
 
         // Rolled back: every worker lets go of its jobs, and has its room again.

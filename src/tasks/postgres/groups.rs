@@ -126,9 +126,16 @@ impl<T, R> Drop for Turn<'_, T, R> {
     }
 }
 
+/// The answers of a group of `writes` whose transaction failed with `error`: the first
+/// gets it, each other one the same failure.
+pub(super) fn failed_together<R>(error: StoreError, writes: usize) -> Vec<Result<R, StoreError>> {
+    let others: Vec<_> = (1..writes).map(|_| Err(shared_failure(&error))).collect();
+    std::iter::once(Err(error)).chain(others).collect()
+}
+
 /// The same failure for another write of a failed group (a [`StoreError`] is not
 /// `Clone`: the variant is kept, the cause becomes its message).
-pub(super) fn shared_failure(error: &StoreError) -> StoreError {
+fn shared_failure(error: &StoreError) -> StoreError {
     match error {
         StoreError::Full(cause) => StoreError::Full(cause.to_string().into()),
         StoreError::ReadOnly(cause) => StoreError::ReadOnly(cause.to_string().into()),

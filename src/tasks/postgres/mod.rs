@@ -62,7 +62,7 @@ use serde_json::{Map, Value};
 use self::connection::{Manager, Pooled};
 pub use self::connection::{OpenError, PASSWORD_ENV};
 use self::finishes::{Finishing, FINISHES_GROUP};
-use self::groups::{shared_failure, Groups};
+use self::groups::{failed_together, Groups};
 use self::leader::Leader;
 use self::listener::Listener;
 use self::notifier::Notifier;
@@ -479,14 +479,7 @@ impl Store {
                         .map(|()| created(task))
                 })
                 .collect(),
-            Err(error) => {
-                let others: Vec<_> = tasks
-                    .iter()
-                    .skip(1)
-                    .map(|_| Err(shared_failure(&error)))
-                    .collect();
-                std::iter::once(Err(error)).chain(others).collect()
-            }
+            Err(error) => failed_together(error, tasks.len()),
         }
     }
 }

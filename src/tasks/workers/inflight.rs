@@ -245,22 +245,6 @@ mod tests {
     use super::*;
     use crate::tools::{Outcome, ToolSpec};
 
-    fn claim_of(task_id: &str, tool: &str) -> Claim {
-        Claim {
-            task_id: task_id.into(),
-            token: format!("{task_id}-token"),
-            attempt: 1,
-            deadline: i64::MAX,
-            queue_wait_ms: 0,
-            tool: tool.into(),
-            owner: String::new(),
-            origin: Vec::new(),
-            input_responses: "{}".into(),
-            tool_state: None,
-            trace: None,
-        }
-    }
-
     #[test]
     fn a_claimed_jobs_slot_is_freed_when_its_run_ends_or_its_claim_does_not_commit() {
         let mut tools = Registry::default();
@@ -276,12 +260,15 @@ mod tests {
 
         let (mut request, registered) = registering(&inflight, &tools, 4, 1000);
         assert!(request.claimant.saturated().is_empty());
-        assert!(request.claimant.take(&claim_of("a", "limited")));
+        assert!(request.claimant.take(&Claim::of("a", "limited")));
         assert_eq!(request.claimant.saturated(), vec!["limited".to_owned()]);
-        assert!(!request.claimant.take(&claim_of("b", "limited")), "no slot");
-        assert!(request.claimant.take(&claim_of("c", "free")));
         assert!(
-            request.claimant.take(&claim_of("d", "gone")),
+            !request.claimant.take(&Claim::of("b", "limited")),
+            "no slot"
+        );
+        assert!(request.claimant.take(&Claim::of("c", "free")));
+        assert!(
+            request.claimant.take(&Claim::of("d", "gone")),
             "no longer served"
         );
         assert_eq!(inflight.len(), 3);
@@ -292,7 +279,7 @@ mod tests {
 
         // A run that ends frees its slot, even while its control is still held.
         let (mut request, _) = registering(&inflight, &tools, 1, 1000);
-        assert!(request.claimant.take(&claim_of("e", "limited")));
+        assert!(request.claimant.take(&Claim::of("e", "limited")));
         let control = inflight.get("e", "e-token").unwrap();
         assert_eq!(tools.saturated(), vec!["limited".to_owned()]);
         assert!(control.release_slot());
