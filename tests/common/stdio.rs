@@ -197,10 +197,18 @@ impl Stdio {
 
     /// Sends `signal` (a `kill` name such as `TERM`).
     pub fn signal(&self, signal: &str) {
-        let _ = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.child.id().to_string())
-            .status();
+        // kill(2) itself, not the kill command: a fork under the suite's load could
+        // fail, and the signal would silently never be sent.
+        let number = match signal {
+            "TERM" => libc::SIGTERM,
+            "INT" => libc::SIGINT,
+            "HUP" => libc::SIGHUP,
+            other => panic!("no such signal in these tests: {other}"),
+        };
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid");
+        // SAFETY: kill(2) with the pid of our own child, which we have not reaped.
+        let sent = unsafe { libc::kill(pid, number) };
+        assert_eq!(sent, 0, "SIG{signal}: {}", std::io::Error::last_os_error());
     }
 
     /// SIGKILL: no chance to clean up.
