@@ -466,3 +466,29 @@ CREATE TRIGGER identity_queue_turn AFTER UPDATE OF turn ON jobs
         WHERE owner = NEW.owner AND priority = NEW.priority;
 END;
 DROP INDEX jobs_by_owner;
+
+-- migration 13
+-- identity_queue's triggers (migration 12) written as migration 5 wrote the counting
+-- triggers: every step OR FAIL, and the upsert as an INSERT ... DO NOTHING and an
+-- UPDATE. With ABORT steps, every statement that fires them (each job's insert, its
+-- delete at the task's end, a retry's turn) got a statement journal of its own.
+DROP TRIGGER identity_queue_job_in;
+DROP TRIGGER identity_queue_job_out;
+DROP TRIGGER identity_queue_turn;
+CREATE TRIGGER identity_queue_job_in AFTER INSERT ON jobs BEGIN
+    INSERT OR FAIL INTO identity_queue (owner, priority, jobs, last_turn)
+        VALUES (NEW.owner, NEW.priority, 0, NEW.turn)
+        ON CONFLICT (owner, priority) DO NOTHING;
+    UPDATE OR FAIL identity_queue SET jobs = jobs + 1,
+        last_turn = max(coalesce(last_turn, NEW.turn), coalesce(NEW.turn, last_turn))
+        WHERE owner = NEW.owner AND priority = NEW.priority;
+END;
+CREATE TRIGGER identity_queue_job_out AFTER DELETE ON jobs BEGIN
+    UPDATE OR FAIL identity_queue SET jobs = jobs - 1
+        WHERE owner = OLD.owner AND priority = OLD.priority;
+END;
+CREATE TRIGGER identity_queue_turn AFTER UPDATE OF turn ON jobs
+    WHEN NEW.turn IS NOT NULL BEGIN
+    UPDATE OR FAIL identity_queue SET last_turn = max(coalesce(last_turn, NEW.turn), NEW.turn)
+        WHERE owner = NEW.owner AND priority = NEW.priority;
+END;

@@ -109,7 +109,7 @@ mod tests {
     use crate::protocol::TaskStatus;
     use crate::tasks::sqlite::sql;
 
-    const LATEST: u32 = 12;
+    const LATEST: u32 = 13;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -537,6 +537,40 @@ mod tests {
             sql::upkeep::live_tasks(&conn, &key, 1).unwrap(),
             1.min(jobs)
         );
+    }
+
+    /// Migrations 5 and 13: no statement that fires a trigger may ABORT halfway, so
+    /// none gets a statement journal (a copy of every page it changes, taken and freed
+    /// per statement, on top of the writer's savepoint). A trigger step's ABORT
+    /// constraint check (`HaltIfNull` or `Halt` with P2 = 2, OE_Abort) makes its
+    /// firing statement one that may; `EXPLAIN` lists the trigger programs' opcodes.
+    #[test]
+    fn no_trigger_firing_write_needs_a_statement_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = version_1_database(&dir.path().join("tasks.db"));
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        const OE_ABORT: i64 = 2;
+        for sql in [
+            "INSERT OR FAIL INTO jobs (task_id, state, max_attempts, backoff_ms, timeout_ms, \
+             run_after, owner, turn) VALUES ('x', 'queued', 1, 1, 1, 1, 'o', 1)",
+            "UPDATE OR FAIL jobs SET state = 'running' WHERE task_id = 'x'",
+            "UPDATE OR FAIL jobs SET turn = 5 WHERE task_id = 'x'",
+            "DELETE FROM jobs WHERE task_id = 'x'",
+            "UPDATE OR FAIL tasks SET status = 'completed' WHERE id = 'x'",
+            "DELETE FROM tasks WHERE id = 'x'",
+        ] {
+            let aborting: Vec<String> = conn
+                .prepare(&format!("EXPLAIN {sql}"))
+                .unwrap()
+                .query_map([], |r| Ok((r.get::<_, String>(1)?, r.get::<_, i64>(3)?)))
+                .unwrap()
+                .filter_map(|op| match op.unwrap() {
+                    (code, OE_ABORT) if code == "Halt" || code == "HaltIfNull" => Some(code),
+                    _ => None,
+                })
+                .collect();
+            assert!(aborting.is_empty(), "{sql}: {aborting:?}");
+        }
     }
 
     #[test]
