@@ -13,7 +13,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::admin::{ask, Admin, Request, SOCKET_NAME};
+use super::admin::{ask, Admin, Request, MAX_LIST, SOCKET_NAME};
 use super::backup::{move_into_place, restore, return_store_files, server_running};
 use crate::clock::now_ms;
 use crate::config::Config;
@@ -54,7 +54,7 @@ pub enum TasksCommand {
         /// Only tasks created within this long (e.g. 90s, 15m, 2h, 7d).
         #[arg(long, value_name = "DURATION")]
         since: Option<String>,
-        /// At most this many tasks.
+        /// At most this many tasks, newest first (asked for 10,000 at a time).
         #[arg(long, value_name = "N", default_value_t = 50)]
         limit: usize,
         /// Only tasks older than this task id (the next page: the last id listed).
@@ -132,19 +132,37 @@ pub fn tasks(command: TasksCommand) -> Outcome {
                 principal,
                 created_since,
             };
-            let request = Request::List {
-                filter,
-                before,
-                limit,
-            };
-            let rows = perform(&at, request, "")?;
-            let rows = rows.as_array().cloned().unwrap_or_default();
-            if json {
-                for row in &rows {
-                    println!("{row}");
+            // One answer holds at most MAX_LIST tasks (it is one line on the admin
+            // socket); a longer list is asked for page by page, each page after the
+            // last id of the one before. JSON lines are printed as they come; the
+            // table needs every row for its column widths.
+            let mut table = Vec::new();
+            let mut before = before;
+            let mut left = limit;
+            while left > 0 {
+                let asked = left.min(MAX_LIST);
+                let request = Request::List {
+                    filter: filter.clone(),
+                    before: before.take(),
+                    limit: asked,
+                };
+                let page = perform(&at, request, "")?;
+                let page = page.as_array().cloned().unwrap_or_default();
+                left -= page.len().min(left);
+                if json {
+                    for row in &page {
+                        println!("{row}");
+                    }
+                } else {
+                    table.extend_from_slice(&page);
                 }
-            } else {
-                print_table(&rows);
+                match page.last().and_then(|row| row["id"].as_str()) {
+                    Some(last) if page.len() == asked => before = Some(last.to_owned()),
+                    _ => break,
+                }
+            }
+            if !json {
+                print_table(&table);
             }
             Ok(())
         }
