@@ -68,7 +68,7 @@ fn every_id(dir: &Path, data_dir: &Path) -> Vec<String> {
     let listed = run_on(
         dir,
         data_dir,
-        &["tasks", "list", "--json", "--limit", "10000"],
+        &["tasks", "list", "--json", "--limit", "1000000"],
     );
     assert!(
         listed.status.success(),
@@ -176,6 +176,52 @@ fn list_show_cancel_rerun_and_stats_through_a_running_server() {
     assert_eq!(copy["tool"], "slow_compute");
     wait_until_running(&server, &rerun); // visible to the original identity
     assert_eq!(tasks::get(&server, &running)["status"], "cancelled");
+}
+
+/// One answer holds at most 10,000 tasks; `--limit` beyond that is asked for page by
+/// page, with no task twice or left out, newest first throughout. The store is filled
+/// with copies of one real task (new ids, every other column the same) while no
+/// server runs: 10,000 creations through the server would load the whole suite.
+#[test]
+fn a_list_longer_than_one_answer_comes_page_by_page() {
+    if postgres::sqlite_only("the store is filled through SQLite") {
+        return;
+    }
+    const COPIES: usize = 10_050;
+    let mut server = Server::start(CONFIG);
+    let dir = server.dir.clone();
+    let done = tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
+    wait_terminal(&server, &done, Duration::from_secs(10));
+    assert!(
+        server.terminate(Duration::from_secs(10)),
+        "the server stops"
+    );
+    let mut conn = rusqlite::Connection::open(dir.join("data/tasks.db")).unwrap();
+    let fill = conn.transaction().unwrap();
+    fill.execute_batch("CREATE TEMP TABLE copy AS SELECT * FROM tasks")
+        .unwrap();
+    for n in 0..COPIES {
+        // Ids sort after the real one's, as a later row key's would.
+        let id = format!("1{:011x}{n:032x}", 0x10_0000 + n);
+        fill.execute("UPDATE temp.copy SET id = ?1", [&id]).unwrap();
+        fill.execute("INSERT INTO tasks SELECT * FROM temp.copy", [])
+            .unwrap();
+    }
+    fill.commit().unwrap();
+    drop(conn);
+
+    let all = listed_ids(&dir, &["--limit", "1000000"]);
+    assert_eq!(all.len(), COPIES + 1, "every task, once");
+    assert_eq!(all.iter().collect::<HashSet<_>>().len(), all.len());
+    assert_eq!(all.last(), Some(&done), "the oldest last");
+    let mut newest_first = all.clone();
+    newest_first.sort_by(|a, b| b.cmp(a));
+    assert_eq!(all, newest_first, "newest first across the pages");
+    assert_eq!(listed_ids(&dir, &["--limit", "10003"]), all[..10_003]);
+    assert_eq!(
+        listed_ids(&dir, &["--limit", "10001", "--before", &all[10]]),
+        all[11..10_012]
+    );
 }
 
 #[test]
