@@ -7,8 +7,10 @@ kill -9 (no checkpoint on close), and prints, as one JSON line:
   copy of the database with the WAL applied), and in how many commits each b-tree
   was written.
 
-Usage: python3 wal_frames.py DATA_DIR TASKS  (TASKS: tasks created in the run, for the
-per-task figures). The WAL's own format: a 32-byte header, then frames of a 24-byte
+Usage: python3 wal_frames.py DATA_DIR TASKS [PAGES_FROM]  (TASKS: tasks in the run, for
+the per-task figures). PAGES_FROM: a copy of the data dir taken before the run, whose
+b-trees name the pages first (a drain empties `jobs` and its indexes, whose pages then
+show as freelist in DATA_DIR); pages it does not know fall back to DATA_DIR's names. The WAL's own format: a 32-byte header, then frames of a 24-byte
 header (page number, database size after commit or 0, salts, checksums) and one page;
 frames whose salts differ from the header's are left over from before a restart."""
 
@@ -44,7 +46,8 @@ def owners(data_dir):
     scratch = tempfile.mkdtemp()
     try:
         for name in ("tasks.db", "tasks.db-wal"):
-            shutil.copy(os.path.join(data_dir, name), os.path.join(scratch, name))
+            if os.path.exists(os.path.join(data_dir, name)):  # a clean stop leaves no WAL
+                shutil.copy(os.path.join(data_dir, name), os.path.join(scratch, name))
         db = sqlite3.connect(os.path.join(scratch, "tasks.db"))
         return dict(db.execute("SELECT pageno, name FROM dbstat"))
     finally:
@@ -55,6 +58,8 @@ def main():
     data_dir, tasks = sys.argv[1], int(sys.argv[2])
     wal_path = os.path.join(data_dir, "tasks.db-wal")
     pages = owners(data_dir)
+    if len(sys.argv) > 3:
+        pages.update(owners(sys.argv[3]))
     commits = []
     current = []
     page_size = None
