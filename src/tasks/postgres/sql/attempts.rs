@@ -156,6 +156,9 @@ fn claimed_job(row: &Row) -> Result<((std::cmp::Reverse<i64>, i64), Claim), Fail
 
 /// The job as its lease holder left it, for [`finish`].
 struct Held {
+    /// The lease's fencing token: a group may hold a stale worker's end beside the
+    /// current holder's for the same task, and only the holder's counts.
+    token: String,
     attempt: i64,
     max_attempts: i64,
     backoff_ms: i64,
@@ -183,7 +186,7 @@ pub fn finish(tx: &mut Tx<'_, '_>, ends: &[(Lease, Finish)]) -> Result<Vec<bool>
     )? {
         cancel_requested.insert(task.try_get(0)?, task.try_get(1)?);
     }
-    let mut held: HashMap<(String, String), Held> = HashMap::new();
+    let mut held: HashMap<String, Held> = HashMap::new();
     for job in tx.query(
         "SELECT jobs.task_id, jobs.lease_token, jobs.attempt, jobs.max_attempts, \
          jobs.backoff_ms FROM jobs \
@@ -193,11 +196,12 @@ pub fn finish(tx: &mut Tx<'_, '_>, ends: &[(Lease, Finish)]) -> Result<Vec<bool>
         &[&ids, &tokens],
     )? {
         let job_held = Held {
+            token: job.try_get(1)?,
             attempt: job.try_get(2)?,
             max_attempts: job.try_get(3)?,
             backoff_ms: job.try_get(4)?,
         };
-        held.insert((job.try_get(0)?, job.try_get(1)?), job_held);
+        held.insert(job.try_get(0)?, job_held);
     }
     // Each attempt still held, with what the store records instead of its reported
     // outcome, if anything (a requested cancellation, the last retry).
@@ -205,7 +209,9 @@ pub fn finish(tx: &mut Tx<'_, '_>, ends: &[(Lease, Finish)]) -> Result<Vec<bool>
         .iter()
         .map(|(lease, reported)| {
             let cancel_requested = *cancel_requested.get(&lease.task_id)?;
-            let job = held.get(&(lease.task_id.clone(), lease.token.clone()))?;
+            let job = held
+                .get(lease.task_id.as_str())
+                .filter(|job| job.token == lease.token)?;
             let overridden = reported.overridden(job.attempt, job.max_attempts, cancel_requested);
             Some((job, overridden))
         })
@@ -297,18 +303,15 @@ fn ask_for_input(
             return Ok(());
         }
     }
+    let requests =
+        serde_json::to_string(requests).map_err(|error| Failure::Data(error.to_string()))?;
     tx.execute(
         concat!(
             "UPDATE tasks SET status = 'input_required', input_requests = $2, tool_state = $3, \
              updated_at = $4, version = version + 1 WHERE id = $1 AND ",
             live!()
         ),
-        &[
-            &task_id,
-            &Value::Object(requests.clone()).to_string(),
-            &state,
-            &now,
-        ],
+        &[&task_id, &requests, &state, &now],
     )?;
     tx.execute(
         "UPDATE jobs SET state = 'waiting', lease_token = NULL, lease_expires = NULL, \
