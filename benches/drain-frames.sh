@@ -34,24 +34,7 @@ mkdir -p "$OUT"
 TASKLOAD=$(bench_bin taskload)
 TICKS=$(getconf CLK_TCK)
 
-cat >"$OUT/fill.toml" <<TOML
-[server]
-listen = "127.0.0.1:$PORT"
-endpoint = "/mcp"
-
-[builtin]
-sets = []
-
-[workers]
-shutdown_grace_ms = 100
-
-[[tools]]
-name = "noop_task"
-description = "placeholder"
-task_policy = "required"
-command = ["/bin/sleep", "3600"]
-max_concurrency = 1
-TOML
+fill_config "$PORT" >"$OUT/fill.toml"
 cat >"$OUT/drain.toml" <<TOML
 [server]
 listen = "127.0.0.1:$PORT"
@@ -64,17 +47,6 @@ TOML
 
 SERVER=""
 trap '[ -z "$SERVER" ] || kill -9 "$SERVER" 2>/dev/null || true' EXIT INT TERM
-start_server() { # binary config data log
-  "$1" serve --config "$2" --data-dir "$3" >"$4.out" 2>"$4.log" &
-  SERVER=$!
-  for _ in $(seq 300); do grep -q 'listening on' "$4.out" 2>/dev/null && break; sleep 0.05; done
-  grep -q 'listening on' "$4.out" || { echo "server did not start: $(cat "$4.log")" >&2; exit 1; }
-}
-busy() {
-  curl -sS "http://127.0.0.1:$PORT/metrics" | python3 -c 'import sys
-print(sum(int(float(l.split()[-1])) for l in sys.stdin
-          if l.startswith("mcp_taskd_jobs{") and ("queued" in l or "running" in l)))'
-}
 
 for r in $(seq "$ROUNDS"); do
   for build in "$@"; do
@@ -85,7 +57,7 @@ for r in $(seq "$ROUNDS"); do
     cp -r "$run.data" "$run.before"
     start=$(date +%s%3N)
     start_server "$bin" "$OUT/drain.toml" "$run.data" "$run.drain"
-    while [ "$(busy)" != 0 ]; do sleep 0.2; done
+    while [ "$(jobs_in_flight "$PORT")" != 0 ]; do sleep 0.2; done
     ticks=$(awk '{print $14 + $15}' "/proc/$SERVER/stat")
     kill -9 "$SERVER"; wait "$SERVER" 2>/dev/null || true
     SERVER=""

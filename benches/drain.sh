@@ -78,26 +78,7 @@ PY
 fi
 cp "$BIN" "$OUT/taskd-drain"
 
-cat >"$OUT/fill.toml" <<EOF
-# Fill: noop_task is a placeholder that runs one attempt at a time and never ends, so
-# the rest of the backlog stays queued.
-[server]
-listen = "127.0.0.1:$PORT"
-endpoint = "/mcp"
-
-[builtin]
-sets = []
-
-[workers]
-shutdown_grace_ms = 100
-
-[[tools]]
-name = "noop_task"
-description = "placeholder"
-task_policy = "required"
-command = ["/bin/sleep", "3600"]
-max_concurrency = 1
-EOF
+fill_config "$PORT" >"$OUT/fill.toml"
 cat >"$OUT/drain.toml" <<EOF
 [server]
 listen = "127.0.0.1:$PORT"
@@ -126,27 +107,16 @@ stop_server() {
   SERVER=""
 }
 trap stop_server EXIT INT TERM
-start_server() { # config data log
-  "$OUT/taskd-drain" serve --config "$1" --data-dir "$2" >"$3.out" 2>"$3.log" &
-  SERVER=$!
-  for _ in $(seq 300); do grep -q 'listening on' "$3.out" 2>/dev/null && break; sleep 0.05; done
-  grep -q 'listening on' "$3.out" || { echo "server did not start: $(cat "$3.log")" >&2; exit 1; }
-}
-queued() {
-  curl -sS "http://127.0.0.1:$PORT/metrics" | python3 -c 'import sys
-print(sum(int(float(l.split()[-1])) for l in sys.stdin
-          if l.startswith("mcp_taskd_jobs{") and ("queued" in l or "running" in l)))'
-}
 
 ours() { # file config
   local data="$1.data" start
-  start_server "$OUT/fill.toml" "$data" "$1.fill"
+  start_server "$OUT/taskd-drain" "$OUT/fill.toml" "$data" "$1.fill"
   "$TASKLOAD" "127.0.0.1:$PORT" create "$N" "$CONC" noop_task >"$1.create"
   stop_server
   uptime | sed 's/.*load average: //' >"$1.load"
   start=$(date +%s%3N)
-  start_server "$2" "$data" "$1.drain"
-  while [ "$(queued)" != 0 ]; do sleep 0.2; done
+  start_server "$OUT/taskd-drain" "$2" "$data" "$1.drain"
+  while [ "$(jobs_in_flight "$PORT")" != 0 ]; do sleep 0.2; done
   stop_server
   python3 - "$data/tasks.db" "$start" "$N" >"$1.json" <<'PY'
 import json, sqlite3, sys

@@ -68,27 +68,7 @@ with open(sys.argv[1], "w") as f:
         digest = hashlib.sha256(f"t{i}".encode()).hexdigest()
         f.write(f'[[auth.tokens]]\nprincipal = "p{i}"\nsha256 = "{digest}"\n\n')
 PY
-cat - "$OUT/tokens.toml" >"$OUT/fill.toml" <<EOF
-# Fill: noop_task is a placeholder that runs one attempt at a time and never ends, so
-# the rest of the backlog stays queued.
-[server]
-listen = "127.0.0.1:$PORT"
-endpoint = "/mcp"
-
-[builtin]
-sets = []
-
-[workers]
-shutdown_grace_ms = 100
-
-[[tools]]
-name = "noop_task"
-description = "placeholder"
-task_policy = "required"
-command = ["/bin/sleep", "3600"]
-max_concurrency = 1
-
-EOF
+{ fill_config "$PORT"; echo; cat "$OUT/tokens.toml"; } >"$OUT/fill.toml"
 # The drain: the default configuration (8 workers), the demo set's in-process no-op.
 cat >"$OUT/drain.toml" <<EOF
 [server]
@@ -131,17 +111,6 @@ stop_server() {
   SERVER=""
 }
 trap stop_server EXIT INT TERM
-start_server() { # binary config data log
-  "$1" serve --config "$2" --data-dir "$3" >"$4.out" 2>"$4.log" &
-  SERVER=$!
-  for _ in $(seq 300); do grep -q 'listening on' "$4.out" 2>/dev/null && break; sleep 0.05; done
-  grep -q 'listening on' "$4.out" || { echo "server did not start: $(cat "$4.log")" >&2; exit 1; }
-}
-queued() {
-  curl -sS "http://127.0.0.1:$PORT/metrics" | python3 -c 'import sys
-print(sum(int(float(l.split()[-1])) for l in sys.stdin
-          if l.startswith("mcp_taskd_jobs{") and ("queued" in l or "running" in l)))'
-}
 load() { uptime | sed 's/.*load average: //; s/,.*//'; }
 
 # fill BINARY DATA LOG COUNT IDENTITIES: COUNT queued no-op tasks, spread over IDENTITIES.
@@ -157,7 +126,7 @@ drain() { # file binary identities
   load >"$1.load"
   start=$(date +%s%3N)
   start_server "$2" "$OUT/drain.toml" "$data" "$1.drain"
-  while [ "$(queued)" != 0 ]; do sleep 0.2; done
+  while [ "$(jobs_in_flight "$PORT")" != 0 ]; do sleep 0.2; done
   stop_server
   python3 - "$data/tasks.db" "$start" "$N" >"$1.json" <<'PY'
 import json, sqlite3, sys
@@ -185,9 +154,9 @@ latency() { # file binary k_behind k_idle
   load >"$1.load"
   start_server "$2" "$OUT/latency.toml" "$data" "$1.run"
   "$TASKLOAD" "127.0.0.1:$PORT" latency "$3" t1 >"$1.behind"
-  left=$(queued)
+  left=$(jobs_in_flight "$PORT")
   if [ "$4" -gt 0 ]; then
-    while [ "$(queued)" != 0 ]; do sleep 0.2; done
+    while [ "$(jobs_in_flight "$PORT")" != 0 ]; do sleep 0.2; done
     "$TASKLOAD" "127.0.0.1:$PORT" latency "$4" t1 >"$1.idle"
   else
     echo '{"latency_ms": []}' >"$1.idle"

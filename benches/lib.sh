@@ -43,3 +43,45 @@ pg_stop() {
   "${PG_AS_OWNER[@]}" "$PG_CLUSTER_BIN/pg_ctl" -D "$PG_CLUSTER_DIR/data" -m fast -w stop \
     >/dev/null 2>&1 || true
 }
+
+# fill_config PORT: prints the configuration of a server that takes a backlog through
+# MCP and keeps it queued (benches/drain.sh, fair.sh, drain-frames.sh): `noop_task` is a
+# placeholder command tool that runs one attempt at a time and never ends.
+fill_config() {
+  cat <<EOF
+# Fill: noop_task is a placeholder that runs one attempt at a time and never ends, so
+# the rest of the backlog stays queued.
+[server]
+listen = "127.0.0.1:$1"
+endpoint = "/mcp"
+
+[builtin]
+sets = []
+
+[workers]
+shutdown_grace_ms = 100
+
+[[tools]]
+name = "noop_task"
+description = "placeholder"
+task_policy = "required"
+command = ["/bin/sleep", "3600"]
+max_concurrency = 1
+EOF
+}
+
+# start_server BINARY CONFIG DATA LOG: starts `BINARY serve` in the background, its pid
+# in SERVER, its stdout and stderr in LOG.out and LOG.log, and waits until it listens.
+start_server() {
+  "$1" serve --config "$2" --data-dir "$3" >"$4.out" 2>"$4.log" &
+  SERVER=$!
+  for _ in $(seq 300); do grep -q 'listening on' "$4.out" 2>/dev/null && break; sleep 0.05; done
+  grep -q 'listening on' "$4.out" || { echo "server did not start: $(cat "$4.log")" >&2; exit 1; }
+}
+
+# jobs_in_flight PORT: the jobs queued or running on the server at PORT (its /metrics).
+jobs_in_flight() {
+  curl -sS "http://127.0.0.1:$1/metrics" | python3 -c 'import sys
+print(sum(int(float(l.split()[-1])) for l in sys.stdin
+          if l.startswith("mcp_taskd_jobs{") and ("queued" in l or "running" in l)))'
+}
