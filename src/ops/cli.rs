@@ -146,19 +146,25 @@ pub fn tasks(command: TasksCommand) -> Outcome {
                     before: before.take(),
                     limit: asked,
                 };
-                let page = perform(&at, request, "")?;
-                let page = page.as_array().cloned().unwrap_or_default();
-                left -= page.len().min(left);
+                let page = match perform(&at, request, "")? {
+                    Value::Array(rows) => rows,
+                    _ => Vec::new(),
+                };
+                left = left.saturating_sub(page.len());
+                let full = page.len() == asked;
+                before = page
+                    .last()
+                    .and_then(|row| row["id"].as_str())
+                    .map(str::to_owned);
                 if json {
                     for row in &page {
                         println!("{row}");
                     }
                 } else {
-                    table.extend_from_slice(&page);
+                    table.extend(page);
                 }
-                match page.last().and_then(|row| row["id"].as_str()) {
-                    Some(last) if page.len() == asked => before = Some(last.to_owned()),
-                    _ => break,
+                if !full || before.is_none() {
+                    break;
                 }
             }
             if !json {
