@@ -1,6 +1,6 @@
-"""Checks the links of the book's pages (docs/*.md) and of README.md, as written: every
-relative link names a file of the repository, and a #fragment names a heading (or an
-explicit id) of the page it points to; every docs/*.md page is in docs/SUMMARY.md.
+"""Checks the links of the book's pages (docs/*.md, docs/*/*.md, ...) and of README.md, as
+written: every relative link names a file of the repository, and a #fragment names a
+heading (or an explicit id) of the page it points to; every such page is in docs/SUMMARY.md.
 Prints each broken link as FILE:LINE: LINK (why) and exits 1 if there is any.
 Usage: python3 .ci/links.py (from anywhere; .ci/book.sh runs it)."""
 
@@ -69,14 +69,19 @@ def check(page, problems):
 
 def main():
     docs = os.path.join(ROOT, "docs")
-    pages = sorted(os.path.join(docs, name) for name in os.listdir(docs) if name.endswith(".md"))
+    pages = sorted(
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(docs)
+        for name in names
+        if name.endswith(".md")
+    )
     problems = []
     for page in pages + [os.path.join(ROOT, "README.md")]:
         check(page, problems)
     summary = open(os.path.join(docs, "SUMMARY.md"), encoding="utf-8").read()
     listed = set(re.findall(r"\]\(([^)#]+\.md)\)", summary))
     for page in pages:
-        name = os.path.basename(page)
+        name = os.path.relpath(page, docs).replace(os.sep, "/")
         if name != "SUMMARY.md" and name not in listed:
             problems.append(f"docs/{name}: not in docs/SUMMARY.md (the book would leave it out)")
     for problem in problems:

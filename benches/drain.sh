@@ -26,7 +26,7 @@
 # queue opens it: what the corrected pragma does); both with effectum's
 # synchronous = NORMAL. The three runs alternate their order round by round.
 #
-# Prints a markdown table and refreshes the "Drain" section of benches/README.md.
+# Prints a markdown table and refreshes the latest run on docs/benchmarks/drain.md.
 # Environment: N (100000), ROUNDS (2), CONC (32, creation connections), PORT (8106),
 # EFFECTUM (an effectum-bench binary; built from ../shared/bench/effectum-bench into
 # ${TMPDIR:-/tmp}/taskd-effectum-bench when unset), OUT, README (README=- leaves it
@@ -42,7 +42,7 @@ N=${N:-100000}
 ROUNDS=${ROUNDS:-2}
 CONC=${CONC:-32}
 PORT=${PORT:-8106}
-README=${README:-$HERE/README.md}
+README=${README:-$REPO/docs/benchmarks/drain.md}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-"${TMPDIR:-/tmp}/taskd-drain-$STAMP"}
 mkdir -p "$OUT"
@@ -204,8 +204,6 @@ summary = "; ".join(
                                          statistics.median(v))
     for (mine, it), v in ratios.items() if v)
 section = f"""<!-- drain.sh begin -->
-## Drain of a queued backlog (`benches/drain.sh`)
-
 Run of {os.path.basename(out)} at commit `{commit}`: {n:,} no-op tasks queued first, then
 drained by workers started after the fill. Ours: created through MCP while `noop_task`
 was a placeholder that keeps all but one queued; then a server with the built-in no-op

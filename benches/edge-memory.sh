@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Resident memory, idle and under load, defaults beside examples/edge.toml
-# (benches/README.md, "An edge box's memory"): builds the release server and the
+# (docs/benchmarks/edge.md, "An edge box's memory"): builds the release server and the
 # taskload client, then runs benches/edge_memory.py.
 #
 #   benches/edge-memory.sh                       # 3 rounds, 20000 tasks at c=64

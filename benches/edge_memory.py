@@ -1,5 +1,5 @@
 """Resident memory of the release server, idle and under load, with the defaults and with
-examples/edge.toml (benches/README.md, "An edge box's memory").
+examples/edge.toml (docs/benchmarks/edge.md, "An edge box's memory").
 
 Per round and per profile, on a fresh data dir: start the server, wait SETTLE_S, read
 VmRSS (idle); then CONC taskload clients create N no-op tasks that the workers run

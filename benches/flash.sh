@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bytes written to disk per task (benches/README.md, "Bytes written per task"): builds the
+# Bytes written to disk per task (docs/benchmarks/flash.md): builds the
 # release server and the taskload client, then runs benches/flash.py on a data dir on
 # disk (not tmpfs: tmpfs writes nothing to count).
 #

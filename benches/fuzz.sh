@@ -13,7 +13,7 @@
 #
 # Environment: FUZZ_CASES (20000), FUZZ_HTTP_CASES (5000), FUZZ_SEED (random),
 # CARGO_TARGET_DIR. A failure prints the minimal failing input and the seed; the script
-# exits non-zero. The figure of the last recorded run is in benches/README.md.
+# exits non-zero. The figure of the last recorded run is in docs/benchmarks/fuzz.md.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)

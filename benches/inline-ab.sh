@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Inline `tools/call echo` at c=64 on several release binaries, one after another, so
-# that builds can be compared within one run (benches/README.md, "The layout step and
-# this stop's changes"). Each target starts on a fresh data dir with
+# that builds can be compared within one run (docs/benchmarks/inline.md, "The layout step
+# and this stop's changes"). Each target starts on a fresh data dir with
 # examples/bench.toml, gets `oha -z DUR s -c 64`, and stops. Reverse the order between
 # groups yourself (run it twice with the arguments swapped) to cancel drift.
 #

@@ -34,8 +34,8 @@
 #   benches/queues.sh                  # N=4000 ROUNDS=2
 #   SYSTEMS="taskd graphile" N=2000 ROUNDS=1 README=- benches/queues.sh
 #
-# Prints a markdown table and refreshes the "Job queues on PostgreSQL" section of
-# benches/README.md (README=- leaves it alone).
+# Prints a markdown table and refreshes the latest run on docs/benchmarks/queues.md
+# (README=- leaves it alone).
 # Environment: N (4000), ROUNDS (2), PRODUCERS (64), WORKERS (8), POLL_MS (50), PORT
 # (8120; uses PORT and PORT+1), SYSTEMS, CACHE (${XDG_CACHE_HOME:-~/.cache}/mcp-taskd-bench),
 # OUT (results folder), README, CARGO_TARGET_DIR, MCP_TASKD_PG_BIN (else .ci/postgres.sh
@@ -55,7 +55,7 @@ POLL_MS=${POLL_MS:-50}
 PORT=${PORT:-8120}
 SYSTEMS=${SYSTEMS:-taskd graphile pgboss procrastinate}
 CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcp-taskd-bench}
-README=${README:-$HERE/README.md}
+README=${README:-$REPO/docs/benchmarks/queues.md}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-"${TMPDIR:-/tmp}/taskd-queues-$STAMP"}
 mkdir -p "$OUT"
@@ -318,8 +318,6 @@ for rnd in sorted(runs):
         rounds.append("| %d | %s | %s | %s | %s |" % (rnd, who, " | ".join(fmt(result[s]) for s in steps),
                                                      " | ".join(fmt(result["cpu_us"][s]) for s in steps), load))
 section = f"""<!-- queues.sh begin -->
-## Job queues on PostgreSQL (`benches/queues.sh`)
-
 Run of {os.path.basename(out)} at commit `{commit}`: one PostgreSQL 15 cluster (durable
 defaults), a fresh database for each system in each round, {n:,} no-op jobs a step,
 {producers} concurrent producers, {workers} jobs in flight at most. Medians over {len(runs)}

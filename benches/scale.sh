@@ -24,7 +24,7 @@
 # Load average is recorded with every step (the VM is shared). Then, when they exist,
 # benches/spawn.sh and benches/drain.sh (issue 19's command-tool and drain rows) run
 # and their output is appended. The tables go to OUT/tables.md, and with
-# WRITE_README=1 replace the "Scale" section of benches/README.md.
+# WRITE_README=1 replace the latest run on docs/benchmarks/store-scale.md.
 #
 #   BIN=target/release/mcp-taskd benches/scale.sh          # ~20 min, ~13 GB in OUT
 #
@@ -235,7 +235,7 @@ done
 python3 "$REPO/benches/scale_tables.py" "$RESULTS" "$OUT" > "$OUT/tables.md"
 cat "$OUT/tables.md"
 if [ "${WRITE_README:-0}" = 1 ]; then
-  python3 "$REPO/benches/scale_tables.py" --readme "$REPO/benches/README.md" "$OUT/tables.md"
+  python3 "$REPO/benches/scale_tables.py" --readme "$REPO/docs/benchmarks/store-scale.md" "$OUT/tables.md"
 fi
 [ "${KEEP:-0}" = 1 ] || rm -rf "$OUT"/{small,small-copy,big,big-time,leased,expiring,empty}
 log "done: $OUT"

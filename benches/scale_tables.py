@@ -1,10 +1,10 @@
 """Tables for benches/scale.sh: reads its results.jsonl, prints Markdown.
 
     python3 benches/scale_tables.py RESULTS.jsonl OUT_DIR > tables.md
-    python3 benches/scale_tables.py --readme benches/README.md tables.md
+    python3 benches/scale_tables.py --readme docs/benchmarks/store-scale.md tables.md
 
 The second form replaces what lies between the `<!-- scale:begin -->` and
-`<!-- scale:end -->` markers of the README with the tables.
+`<!-- scale:end -->` markers of that page with the tables.
 """
 import json
 import os
@@ -157,14 +157,14 @@ def main(results, out):
             for line in st[name]["log"]:
                 print(f"    {line}")
             print()
-    # spawn.sh and drain.sh refresh their own sections of the README; their output
+    # spawn.sh and drain.sh refresh their own pages (docs/benchmarks/); their output
     # stays in the results folder rather than being copied in here, where their
     # section markers would appear a second time.
     ran = [o for o in ("spawn", "drain") if os.path.exists(os.path.join(out, f"{o}.txt"))]
     if ran:
         names = " and ".join(f"`benches/{o}.sh`" for o in ran)
-        print(f"{names} ran after these steps; their tables are in their own sections "
-              f"below, their output in the results folder ({', '.join(o + '.txt' for o in ran)}).\n")
+        print(f"{names} ran after these steps; their tables are on their own pages "
+              f"(docs/benchmarks/command-tools.md, drain.md), their output in the results folder ({', '.join(o + '.txt' for o in ran)}).\n")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@
 # compiled program with each way of starting it, with as much touched heap as the
 # server's resident set (fork copies page tables; posix_spawn does not).
 #
-# Prints a markdown table and refreshes the "Command tools" section of
-# benches/README.md. Environment: N (5000), CONC (64), ROUNDS (3), POLL_MS (100),
-# SPAWNS (2000), PORT (8105), OUT (results folder), CARGO_TARGET_DIR, README (the file
+# Prints a markdown table and refreshes the latest run on
+# docs/benchmarks/command-tools.md. Environment: N (5000), CONC (64), ROUNDS (3), POLL_MS (100),
+# SPAWNS (2000), PORT (8105), OUT (results folder), CARGO_TARGET_DIR, README (the page
 # to refresh; README=- leaves it alone), PERF_STAT (0: no perf stat). Needs cc, python3.
 set -euo pipefail
 
@@ -35,11 +35,11 @@ ROUNDS=${ROUNDS:-3}
 # The client's pause between two polls of a task still working. The server asks for
 # 1,000 ms (`tasks.poll_interval_ms`); 100 ms is ten times as eager, about 1.5
 # `tasks/get` a task here. At 20 ms (about 4.3 a task) the polls cost the server more
-# CPU than the runs (benches/README.md, "Command tools").
+# CPU than the runs (docs/benchmarks/command-tools.md).
 POLL_MS=${POLL_MS:-100}
 SPAWNS=${SPAWNS:-2000}
 PORT=${PORT:-8105}
-README=${README:-$HERE/README.md}
+README=${README:-$REPO/docs/benchmarks/command-tools.md}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-"${TMPDIR:-/tmp}/taskd-spawn-$STAMP"}
 mkdir -p "$OUT"
@@ -204,8 +204,6 @@ for kind in ("bin", "sh"):
             m["wall_us"], m["cpu_self_us"], m["cpu_children_us"]))
 spawn_load = open(os.path.join(out, "spawncost.load")).read().split(",")[0].strip()
 section = f"""<!-- spawn.sh begin -->
-## Command tools (`benches/spawn.sh`)
-
 Run of {os.path.basename(out)} at commit `{commit}`: no-op task tools (a C program that
 returns 0, a `#!/bin/sh` script that exits 0, and on x86-64 `noop_raw`, a static
 program without libc whose `_start` exits), created through MCP by

@@ -15,7 +15,7 @@
 #                  its HTTP path, no upstream
 #
 # The upstream is @modelcontextprotocol/server-everything's `echo` {"message": "hello"}
-# (benches/README.md says why not tests/scripts/upstream.py). Every target gets
+# (docs/benchmarks/upstreams.md says why not tests/scripts/upstream.py). Every target gets
 # `load` (benches/upstreams/load.rs, built with rustc): WARMUP s of calls, then DURATION
 # s counted, at each concurrency of CONC. At c > 1 the upstream is one process with c
 # calls in flight everywhere: `direct` pipelines c requests on one stdio pipe, the
