@@ -23,7 +23,7 @@
 //!   draining stdout and stderr on two threads and writing stdin on a third;
 //! - `Command piped, no hook`: what a run did until 2026-12-01: the same without the
 //!   hook and the threads (std uses `posix_spawn`), pipes served on this thread;
-//! - `as configured`: what a run does now (`mcp_taskd::tools::command::spawn`: our
+//! - `as configured`: what a run does now (`taskd_tools::command::spawn`: our
 //!   own `clone(CLONE_VM | CLONE_VFORK)` on a reused stack, C strings built once),
 //!   pipes served the same way. Built with `--features portable`, the portable start
 //!   instead (the system's `posix_spawn`, C strings built once).
@@ -39,7 +39,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use mcp_taskd::tools::command::spawn::{start, Launch, RunEnv};
+use taskd_tools::command::spawn::{start, Launch, RunEnv};
 
 fn main() {
     let mut args = std::env::args().skip(1);

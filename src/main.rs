@@ -7,11 +7,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use mcp_taskd::config::{Config, LogFormat};
-use mcp_taskd::notifications::Hub;
-use mcp_taskd::ops::cli::{self, Location, TasksCommand};
-use mcp_taskd::ops::reload::ConfigSource;
-use mcp_taskd::telemetry::logs;
+use taskd_notifications::Hub;
+use taskd_server::config::{self, Config};
+use taskd_server::ops::cli::{self, Location, TasksCommand};
+use taskd_server::ops::reload::ConfigSource;
+use taskd_server::registration;
+use taskd_telemetry::logs;
+use taskd_telemetry::LogFormat;
 
 /// `mcp-taskd --version`: the release, and the commit it was built from (`build.rs`).
 const VERSION: &str = concat!(
@@ -125,7 +127,7 @@ enum Command {
 fn main() -> ExitCode {
     // The run guard, which kills command tools' programs if the server dies, is this
     // binary in a hidden mode.
-    mcp_taskd::tools::command::guard::run_if_guard();
+    taskd_tools::command::guard::run_if_guard();
     // For packages: `mcp-taskd package-files DIR`, outside the definition above so that
     // the pages and completions it writes do not list it.
     if let Some(dir) = package_files_dir() {
@@ -138,7 +140,7 @@ fn main() -> ExitCode {
         };
     }
     // Before any thread starts, so that every thread inherits it.
-    mcp_taskd::tools::command::block_child_exit_signal();
+    taskd_tools::command::block_child_exit_signal();
     let cli = Cli::parse();
     // The operator commands print their answers, and a host shows stdio's stderr as
     // its log: only warnings go to the log.
@@ -150,7 +152,7 @@ fn main() -> ExitCode {
         logs::init("warn", LogFormat::Text);
     }
     // A tool that panics is logged as one line where it is caught, not as a backtrace.
-    mcp_taskd::tools::panics::install_hook();
+    taskd_tools::panics::install_hook();
     let result = match cli.command {
         Command::Serve {
             config,
@@ -164,12 +166,12 @@ fn main() -> ExitCode {
             token_file,
         } => match connect {
             Some(url) => {
-                mcp_taskd::stdio::relay::run(&url, token_file.as_deref()).map_err(Into::into)
+                taskd_server::stdio::relay::run(&url, token_file.as_deref()).map_err(Into::into)
             }
             None => stdio(config.as_deref(), data_dir),
         },
         Command::CopyStore { from, to_config } => {
-            mcp_taskd::ops::copy_store::run(&from, &to_config)
+            taskd_server::ops::copy_store::run(&from, &to_config)
                 .map(|copied| println!("{copied}"))
                 .map_err(Into::into)
         }
@@ -206,7 +208,7 @@ fn serve(
     };
     let config = source.load()?;
     logs::init("info", config.log.format);
-    Ok(mcp_taskd::server::run(config, source)?)
+    Ok(taskd_server::server::run(config, source)?)
 }
 
 fn stdio(path: Option<&Path>, data_dir: Option<PathBuf>) -> Result<(), Box<dyn Error>> {
@@ -216,18 +218,22 @@ fn stdio(path: Option<&Path>, data_dir: Option<PathBuf>) -> Result<(), Box<dyn E
         config.server.data_dir = data_dir;
     }
     config.check()?;
-    Ok(mcp_taskd::stdio::local::serve(config)?)
+    Ok(taskd_server::stdio::local::serve(config)?)
 }
 
-/// Loads the configuration (which builds its command tools) and registers every tool,
-/// as `serve` would, without opening the store or listening.
+/// Loads the configuration, builds its command tools and upstreams and registers every
+/// tool, as `serve` would, without opening the store or listening.
 fn check_config(path: Option<&Path>) -> Result<(), Box<dyn Error>> {
     let config = Config::load(path)?;
+    let in_file = |error| config::in_file(path, error);
+    let commands = registration::command_tools(&config).map_err(in_file)?;
+    registration::upstreams(&config).map_err(in_file)?;
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    mcp_taskd::registration::build_catalog(
+    registration::build_catalog(
         &config,
+        &commands,
         &hub,
-        &mcp_taskd::upstreams::Upstreams::none(),
+        &taskd_upstreams::Upstreams::none(),
     )?;
     println!("configuration is valid");
     Ok(())

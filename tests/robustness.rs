@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crate::common::{
     self, assert_mrtr_round_trip, postgres, HttpResponse, Listen, Rpc, Server, ALL_SETS,
 };
-use mcp_taskd::protocol::METHODS;
 use serde_json::{json, Value};
+use taskd_protocol::METHODS;
 
 /// xorshift64: a tiny deterministic PRNG (fixed seed, so every run sends the same bytes).
 struct XorShift(u64);

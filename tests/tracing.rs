@@ -530,7 +530,7 @@ fn json_logs_name_the_task_and_its_trace() {
     .expect("the failed attempt is logged");
     let line: Value = serde_json::from_str(&line).expect("a JSON object a line");
     assert_eq!(line["level"], "WARN", "{line}");
-    assert_eq!(line["target"], "mcp_taskd::tasks::workers::attempt");
+    assert_eq!(line["target"], "taskd_engine::workers::attempt");
     assert_eq!(line["task_id"], task.as_str(), "{line}");
     assert_eq!(line["trace_id"], TRACE_ID, "{line}");
     assert!(line["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')));

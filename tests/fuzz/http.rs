@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 use crate::common::{Server, VERSION};
-use mcp_taskd::protocol::METHODS;
+use taskd_protocol::METHODS;
 
 /// The bearer token whose SHA-256 the server is configured with.
 const TOKEN: &str = "hello";

@@ -1,0 +1,51 @@
+//! The task engine: durable tasks from `tools/call` to their outcome — the service the
+//! handlers call, the store behind a narrow interface, the workers that run attempts,
+//! and the upkeep beside them.
+//!
+//! ```text
+//! service    TaskService: create / get / update / cancel, authorized, rendered as JSON
+//!   │            (and tells a running attempt it was cancelled, through workers::Inflight)
+//!   │            (payload_gate: room for large payloads before `tasks/get` reads them)
+//!   └─ backend   TaskStore: the narrow interface (model: its records; StoreError)
+//!        ├─ sqlite   the SQLite store: connection, migrations, writer, checkpoint, sql/
+//!        └─ postgres the PostgreSQL store (several nodes, one database): connection,
+//!                    migrations, listener (LISTEN/NOTIFY, health), leader, sql/
+//! workers    claim jobs (lease + fencing token), run tools, commit outcomes (via TaskStore)
+//! upkeep     outbox relay → notifications; janitor (leases, TTL, outbox, log); recovery
+//! ```
+//!
+//! Dependencies point one way: `model` ← `backend` ← `sqlite` / `postgres`; `service`,
+//! `workers` and `upkeep` use the trait only (`server.rs` alone opens a store, and the
+//! offline operator commands of `ops::cli`).
+//!
+//! # Durability guarantees, and where each is kept
+//!
+//! - An acknowledged write is on disk; writes commit in groups; no client ever sees
+//!   "database is locked"; pragmas are verified; one server per data dir:
+//!   [`sqlite`] (its module docs), [`sqlite`]'s `writer` and `connection`.
+//! - The WAL stays bounded and checkpoints stay off the commit path: [`sqlite`]'s
+//!   `checkpoint`, and the janitor ([`upkeep`]).
+//! - Every task mutation appends to the outbox in its transaction, and worker writes are
+//!   fenced by the claim's token: [`TaskStore`], kept in [`sqlite`]'s `sql/` and
+//!   [`postgres`]'s `sql/`.
+//! - On PostgreSQL, several nodes share one database: outbox `seq` in commit order and
+//!   `LISTEN/NOTIFY` to every node, leases on the database clock, one upkeep leader at a
+//!   time, bounded waits when the database is gone: [`postgres`] (its module docs).
+//! - At-least-once execution, prompt cancellation, and a shutdown that never fails or
+//!   cancels a task: [`workers`]. Nothing stays `working` forever: [`upkeep`].
+
+pub mod backend;
+pub mod config;
+pub mod ids;
+pub mod model;
+pub mod payload_gate;
+mod service;
+pub mod settings;
+pub mod shares;
+pub mod upkeep;
+pub mod workers;
+
+pub use backend::{StoreError, TaskStore};
+pub use model::{Origin, Stats};
+pub use service::{RerunError, Submission, TaskService};
+pub use settings::{EngineSettings, QuotaCounter, SettingsSource};

@@ -1,0 +1,536 @@
+//! The operator interface: what `mcp-taskd tasks …`, `stats` and `backup` ask for
+//! ([`Request`]), answered the same way by a running server through its admin socket
+//! ([`AdminSocket`]) and by the CLI itself on the database when no server runs
+//! ([`Admin::handle`] in both cases).
+//!
+//! # The socket protocol
+//!
+//! `data_dir/admin.sock`, a Unix stream socket of mode 0600 owned by the server's user.
+//! One request per connection: a JSON object on one line (at most [`MAX_REQUEST`]
+//! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "stats" | "backup" | "reload",
+//! …}`. The
+//! answer is zero or more `{"progress": [done, total]}` lines, then exactly one line
+//! `{"result": …}` or `{"error": "…"}`; then the server closes the connection.
+//!
+//! The socket is as trusted as its file mode: whoever can connect is an operator (no
+//! identity binding). The server also refuses peers whose user is neither its own nor
+//! root (as the kernel recorded it at `connect`, see [`peer_user`]), which covers the
+//! moment between `bind` and `chmod`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::reload::Reloader;
+use crate::metrics::Metrics;
+use taskd_base::clock::rfc3339;
+use taskd_engine::model::{CancelEffect, Origin, StatsDetail, TaskDetail, TaskFilter, TaskSummary};
+use taskd_engine::{TaskService, TaskStore};
+use taskd_protocol::TaskStatus;
+
+mod peer_user;
+
+/// The socket's file name in the data dir.
+pub const SOCKET_NAME: &str = "admin.sock";
+/// Longest request line accepted.
+pub const MAX_REQUEST: usize = 64 * 1024;
+/// Longest page `tasks list` returns.
+pub const MAX_LIST: usize = 10_000;
+/// Connections served at once; more wait in the listen backlog.
+const MAX_CONNECTIONS: usize = 4;
+/// A client has this long to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One operator request.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    List {
+        #[serde(default)]
+        filter: TaskFilter,
+        before: Option<String>,
+        limit: usize,
+    },
+    Show {
+        id: String,
+        #[serde(default)]
+        payload: bool,
+    },
+    Cancel {
+        ids: Vec<String>,
+    },
+    Rerun {
+        id: String,
+    },
+    Stats,
+    /// Copies the store into a new file in the data dir (the staging file); the answer
+    /// names it. The CLI moves it where the operator asked: the server's user may not
+    /// be allowed to write there (systemd sandboxing), the operator is.
+    Backup,
+    /// Re-reads the server's configuration file (see [`super::reload`]); answered once
+    /// the reload is applied or refused.
+    Reload,
+}
+
+impl Request {
+    /// The operation's name, the only thing about a request that is logged.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::List { .. } => "list",
+            Request::Show { .. } => "show",
+            Request::Cancel { .. } => "cancel",
+            Request::Rerun { .. } => "rerun",
+            Request::Stats => "stats",
+            Request::Backup => "backup",
+            Request::Reload => "reload",
+        }
+    }
+}
+
+/// What answers operator requests: the engine, and where its data lives.
+pub struct Admin {
+    pub store: Arc<dyn TaskStore>,
+    pub tasks: Arc<TaskService>,
+    /// Quota refusals by identity, for `stats`.
+    pub metrics: Arc<Metrics>,
+    pub data_dir: PathBuf,
+    /// Worker threads, when this process runs workers (a server); `None` offline.
+    pub worker_threads: Option<usize>,
+    /// What applies reloads, once the server serves; unset offline and while starting.
+    pub reloader: OnceLock<Arc<Reloader>>,
+}
+
+impl Admin {
+    /// Answers one request. Errors are operator-facing sentences.
+    pub(crate) fn handle(
+        &self,
+        request: Request,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Value, String> {
+        let store_error = |e: taskd_engine::StoreError| e.to_string();
+        match request {
+            Request::List {
+                filter,
+                before,
+                limit,
+            } => {
+                // A full page, however far a sparse filter must walk for it: the
+                // store's pages stop early (see `TaskStore::list_tasks`) so that the
+                // dashboard's stay quick; an operator's command goes on.
+                let limit = limit.clamp(1, MAX_LIST);
+                let mut rows = Vec::new();
+                let mut before = before;
+                loop {
+                    let page = self
+                        .store
+                        .list_tasks(&filter, before.as_deref(), limit - rows.len())
+                        .map_err(store_error)?;
+                    rows.extend(page.tasks);
+                    match page.resume {
+                        Some(resume) if rows.len() < limit => before = Some(resume),
+                        _ => break,
+                    }
+                }
+                Ok(Value::Array(rows.iter().map(summary_json).collect()))
+            }
+            Request::Show { id, payload } => {
+                let detail = self.store.task_detail(&id).map_err(store_error)?;
+                let detail = detail.ok_or_else(|| format!("no task {id}"))?;
+                Ok(detail_json(&detail, payload))
+            }
+            Request::Cancel { ids } => {
+                let mut outcomes = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let outcome = match self.tasks.admin_cancel(&id).map_err(store_error)? {
+                        CancelEffect::NotFound => "not_found".to_owned(),
+                        CancelEffect::SignalRunning => "cancel_requested".to_owned(),
+                        CancelEffect::Done => self
+                            .store
+                            .task_detail(&id)
+                            .map_err(store_error)?
+                            .map_or("not_found".to_owned(), |task| {
+                                task.summary.status.as_str().to_owned()
+                            }),
+                    };
+                    outcomes.push(json!({"id": id, "outcome": outcome}));
+                }
+                Ok(Value::Array(outcomes))
+            }
+            Request::Rerun { id } => {
+                let new = self.tasks.rerun(&id).map_err(|e| e.to_string())?;
+                Ok(json!({"id": new, "rerunOf": id}))
+            }
+            Request::Stats => {
+                let stats = self.store.stats_detail().map_err(store_error)?;
+                let workers = self.worker_threads.map(
+                    |threads| json!({"threads": threads, "busy": self.tasks.running_attempts()}),
+                );
+                let refusals = self.metrics.refusals_by_identity();
+                Ok(stats_json(&stats, workers, &refusals))
+            }
+            Request::Reload => match self.reloader.get() {
+                Some(reloader) => reloader
+                    .reload("mcp-taskd reload")
+                    .map(|report| report.to_json()),
+                None if self.worker_threads.is_none() => {
+                    Err("no server is running: there is nothing to reload".into())
+                }
+                None => Err("the server is still starting; try again in a moment".into()),
+            },
+            Request::Backup => {
+                let staged = super::backup::staging_file(&self.data_dir)
+                    .map_err(|e| format!("creating the backup file: {e}"))?;
+                match self.store.backup_to(&staged, progress) {
+                    Ok(()) => {
+                        let bytes = std::fs::metadata(&staged).map_or(0, |m| m.len());
+                        Ok(json!({"staged": staged, "bytes": bytes}))
+                    }
+                    Err(error) => {
+                        let _ = std::fs::remove_file(&staged);
+                        Err(format!("backup failed: {error}"))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A listed task as operators and scripts see it (no contents).
+pub(crate) fn summary_json(task: &TaskSummary) -> Value {
+    json!({
+        "id": task.id,
+        "status": task.status,
+        "tool": task.tool,
+        "endpoint": task.endpoint,
+        "tenant": task.tenant,
+        "principal": task.principal,
+        "createdAt": rfc3339(task.created_at),
+        "updatedAt": rfc3339(task.updated_at),
+        "statusMessage": task.status_message,
+    })
+}
+
+/// A stored JSON text as JSON (a damaged one as its text).
+fn stored_json(text: Option<&str>) -> Value {
+    text.map_or(Value::Null, |text| {
+        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+    })
+}
+
+/// `tasks show`: everything but the contents, which come only with `payload`.
+fn detail_json(task: &TaskDetail, payload: bool) -> Value {
+    let origin: Option<Origin> = serde_json::from_slice(&task.origin).ok();
+    let mut detail = summary_json(&task.summary);
+    detail["ttlMs"] = json!(task.ttl_ms);
+    detail["expiresAt"] = json!(task.expires_at.map(rfc3339));
+    detail["cancelRequested"] = json!(task.cancel_requested);
+    // An id, not content: the trace the task's spans (and its programs') belong to.
+    detail["traceId"] = json!(task.trace.as_ref().map(|trace| trace.trace_id()));
+    detail["job"] = task.job.as_ref().map_or(Value::Null, |job| {
+        json!({
+            "state": job.state,
+            "attempt": job.attempt,
+            "maxAttempts": job.max_attempts,
+            "runAfter": rfc3339(job.run_after),
+            "leaseExpires": job.lease_expires.map(rfc3339),
+            "lastError": job.last_error,
+        })
+    });
+    detail["attempts"] = task
+        .attempts
+        .iter()
+        .map(|attempt| {
+            json!({
+                "attempt": attempt.attempt,
+                "startedAt": rfc3339(attempt.started_at),
+                "endedAt": attempt.ended_at.map(rfc3339),
+                "outcome": attempt.outcome,
+            })
+        })
+        .collect();
+    detail["error"] = stored_json(task.error.as_deref());
+    detail["inputRequests"] = stored_json(task.input_requests.as_deref());
+    detail["origin"] = origin.as_ref().map_or(Value::Null, |origin| {
+        json!({
+            "protocolVersion": origin.protocol_version,
+            "clientCapabilities": origin.capabilities,
+        })
+    });
+    if payload {
+        detail["arguments"] = origin.map_or(Value::Null, |origin| Value::Object(origin.arguments));
+        detail["result"] = stored_json(task.result.as_deref());
+        detail["inputResponses"] = stored_json(Some(&task.input_responses));
+    }
+    detail
+}
+
+/// Each identity with jobs (the most first, as the store lists them) or with refusals
+/// since start-up: its fields, its jobs by state and its refusals by quota. For the
+/// operator, over the admin socket: identities never leave the box otherwise.
+fn identities_json(stats: &StatsDetail, refusals: &[(String, Vec<(&'static str, u64)>)]) -> Value {
+    let refusals_of = |owner: &str| -> Value {
+        let counts = refusals
+            .iter()
+            .find(|(key, _)| key == owner)
+            .map(|(_, counts)| counts.clone())
+            .unwrap_or_else(|| {
+                let quotas = taskd_engine::shares::Quota::ALL.iter();
+                quotas.map(|quota| (quota.name(), 0)).collect()
+            });
+        counts
+            .into_iter()
+            .map(|(quota, count)| (quota.to_owned(), json!(count)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let entry = |owner: &str, jobs: [u64; 3]| -> Value {
+        let identity = taskd_protocol::Identity::from_key(owner);
+        json!({
+            "endpoint": identity.as_ref().map(|i| i.endpoint.clone()),
+            "issuer": identity.as_ref().map(|i| i.issuer.clone()),
+            "tenant": identity.as_ref().map(|i| i.tenant.clone()),
+            "principal": identity.as_ref().map(|i| i.principal.clone()),
+            "queued": jobs[0],
+            "running": jobs[1],
+            "waiting": jobs[2],
+            "refusals": refusals_of(owner),
+        })
+    };
+    let mut list: Vec<Value> = stats
+        .by_identity
+        .iter()
+        .map(|row| entry(&row.owner, [row.queued, row.running, row.waiting]))
+        .collect();
+    for (owner, _) in refusals {
+        if !stats.by_identity.iter().any(|row| &row.owner == owner) {
+            list.push(entry(owner, [0; 3]));
+        }
+    }
+    Value::Array(list)
+}
+
+fn stats_json(
+    stats: &StatsDetail,
+    workers: Option<Value>,
+    refusals: &[(String, Vec<(&'static str, u64)>)],
+) -> Value {
+    let counts = |pairs: &[(String, u64)]| -> Value {
+        pairs
+            .iter()
+            .map(|(name, count)| (name.clone(), json!(count)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    // Every status, zero included, so scripts need not guess.
+    let mut by_status: serde_json::Map<String, Value> = TaskStatus::ALL
+        .iter()
+        .map(|status| (status.as_str().to_owned(), json!(0)))
+        .collect();
+    let mut by_tool = serde_json::Map::new();
+    for (tool, status, count) in &stats.by_tool_status {
+        let total = by_status.entry(status.as_str()).or_insert(json!(0));
+        *total = json!(total.as_u64().unwrap_or(0) + count);
+        let per_tool = by_tool.entry(tool.clone()).or_insert(json!({}));
+        per_tool[status.as_str()] = json!(count);
+    }
+    json!({
+        "tasksByStatus": by_status,
+        "tasksByTool": by_tool,
+        "jobs": counts(&stats.jobs),
+        "oldestReadyAgeSeconds": stats.oldest_ready_age_ms as f64 / 1000.0,
+        "identities": identities_json(stats, refusals),
+        "workers": workers,
+        "created": {"lastMinute": stats.created_last_minute, "lastHour": stats.created_last_hour},
+        "attemptsEnded": {
+            "lastMinute": counts(&stats.ended_last_minute),
+            "lastHour": counts(&stats.ended_last_hour),
+        },
+    })
+}
+
+/// The server's end of the admin socket.
+pub struct AdminSocket {
+    path: PathBuf,
+    stopping: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl AdminSocket {
+    /// Listens on `data_dir/admin.sock` (mode 0600). The caller holds the data-dir lock,
+    /// so a socket file already there is a leftover of a server that died: replaced.
+    pub fn start(admin: Arc<Admin>) -> std::io::Result<AdminSocket> {
+        let path = admin.data_dir.join(SOCKET_NAME);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        super::backup::remove_leftover_staging_files(&admin.data_dir);
+        let listener = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&stopping);
+        let thread = std::thread::Builder::new()
+            .name("admin-socket".into())
+            .spawn(move || accept_loop(&listener, &admin, &stop))?;
+        Ok(AdminSocket {
+            path,
+            stopping,
+            thread,
+        })
+    }
+
+    /// Stops accepting (requests being answered finish on their own) and removes the
+    /// socket file.
+    pub fn stop(self) {
+        self.stopping.store(true, Ordering::Release);
+        // Wakes the blocking accept. When the socket file is gone (the data dir was
+        // removed under a running server) nothing can: the thread is left to end with
+        // the process rather than holding the shutdown up for ever.
+        if UnixStream::connect(&self.path).is_ok() {
+            let _ = self.thread.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn accept_loop(listener: &UnixListener, admin: &Arc<Admin>, stopping: &AtomicBool) {
+    let serving = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        if stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        if !peer_is_trusted(&stream) {
+            log::warn!("admin socket: refused a peer of another user");
+            continue;
+        }
+        if serving.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            serving.fetch_sub(1, Ordering::AcqRel);
+            let _ = answer(
+                &stream,
+                &json!({"error": "the server is busy with other admin requests"}),
+            );
+            continue;
+        }
+        let (admin, serving) = (Arc::clone(admin), Arc::clone(&serving));
+        let spawned = std::thread::Builder::new()
+            .name("admin-request".into())
+            .spawn(move || {
+                serve_one(stream, &admin);
+                serving.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            log::error!("admin socket: cannot start a thread for a request");
+        }
+    }
+}
+
+/// The peer runs as this process's user or as root.
+fn peer_is_trusted(stream: &UnixStream) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let own = unsafe { libc::geteuid() };
+    peer_user::peer_uid(stream).is_ok_and(|uid| uid == own || uid == 0)
+}
+
+fn answer(mut stream: &UnixStream, line: &Value) -> std::io::Result<()> {
+    let mut text = line.to_string();
+    text.push('\n');
+    stream.write_all(text.as_bytes())
+}
+
+fn serve_one(stream: UnixStream, admin: &Admin) {
+    let request = read_request(&stream);
+    let request = match request {
+        Ok(request) => request,
+        Err(why) => {
+            let _ = answer(&stream, &json!({"error": why}));
+            return;
+        }
+    };
+    let op = request.name();
+    log::info!("admin request: {op}");
+    let mut report = |done: u64, total: u64| {
+        // A client that went away does not stop the operation; it just is not told.
+        let _ = answer(&stream, &json!({"progress": [done, total]}));
+    };
+    let reply = match admin.handle(request, &mut report) {
+        Ok(result) => json!({"result": result}),
+        Err(why) => {
+            // Most refusals are the operator's (an unknown id); a failed backup is not,
+            // and a refused reload has logged its reason already.
+            match op {
+                "reload" => {}
+                "backup" => log::warn!("admin request {op} failed"),
+                _ => log::info!("admin request {op} refused"),
+            }
+            json!({"error": why})
+        }
+    };
+    if answer(&stream, &reply).is_err() {
+        // Nobody will move a backup whose client went away.
+        if let Some(staged) = reply["result"]["staged"].as_str() {
+            let _ = std::fs::remove_file(staged);
+        }
+    }
+}
+
+fn read_request(stream: &UnixStream) -> Result<Request, String> {
+    stream
+        .set_read_timeout(Some(REQUEST_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let mut line = Vec::new();
+    BufReader::new(stream.take(MAX_REQUEST as u64 + 1))
+        .read_until(b'\n', &mut line)
+        .map_err(|e| format!("reading the request: {e}"))?;
+    if line.len() > MAX_REQUEST {
+        return Err(format!("the request is longer than {MAX_REQUEST} bytes"));
+    }
+    serde_json::from_slice(&line).map_err(|e| format!("not a valid request: {e}"))
+}
+
+/// The client's end: sends `request` to the server on `socket` and returns its result,
+/// passing progress lines to `progress`.
+pub(crate) fn ask(
+    socket: &Path,
+    request: &Request,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Value, String> {
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot connect to the server's admin socket {}: {e} (run this command as the \
+             server's user or as root)",
+            socket.display()
+        )
+    })?;
+    let mut text = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    text.push('\n');
+    stream
+        .write_all(text.as_bytes())
+        .map_err(|e| format!("sending the request: {e}"))?;
+    for line in BufReader::new(&stream).lines() {
+        let line = line.map_err(|e| format!("reading the answer: {e}"))?;
+        let mut message: Value =
+            serde_json::from_str(&line).map_err(|e| format!("a garbled answer: {e}"))?;
+        if let Some([done, total]) = message
+            .get("progress")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+        {
+            progress(done.as_u64().unwrap_or(0), total.as_u64().unwrap_or(0));
+            continue;
+        }
+        if let Some(why) = message.get("error").and_then(Value::as_str) {
+            return Err(why.to_owned());
+        }
+        return Ok(message["result"].take());
+    }
+    Err("the server closed the admin connection without an answer".into())
+}

@@ -1,0 +1,725 @@
+//! The operator commands on the client side: `tasks list|show|cancel|rerun`, `stats`,
+//! `backup` and `restore`. Each one asks the running server through its admin socket,
+//! or, when the data-dir lock says no server runs, opens the database itself and
+//! answers the same request the same way ([`super::admin::Admin::handle`]).
+//!
+//! Output: a readable table or layout by default, JSON (lines, for lists) with
+//! `--json`. Task contents are printed only by `tasks show --payload`.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::admin::{ask, Admin, Request, MAX_LIST, SOCKET_NAME};
+use super::backup::{move_into_place, restore, return_store_files, server_running};
+use crate::config::Config;
+use crate::live::{Live, Settings};
+use crate::metrics::Metrics;
+use taskd_base::clock::now_ms;
+use taskd_engine::model::TaskFilter;
+use taskd_engine::workers::Inflight;
+use taskd_engine::{TaskService, TaskStore};
+use taskd_notifications::Hub;
+use taskd_protocol::TaskStatus;
+use taskd_sqlite::{OpenError, Opened, Store};
+
+/// Where the data is: the same options as `serve`.
+#[derive(Args, Debug, Clone)]
+pub struct Location {
+    /// TOML configuration file; without it the embedded default is used.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory, overriding server.data_dir.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TasksCommand {
+    /// List tasks, newest first.
+    List {
+        #[command(flatten)]
+        at: Location,
+        /// Only tasks in this status (working, input_required, completed, failed, cancelled).
+        #[arg(long, value_name = "S")]
+        status: Option<String>,
+        /// Only tasks of this tool.
+        #[arg(long, value_name = "T")]
+        tool: Option<String>,
+        /// Only tasks bound to this principal.
+        #[arg(long, value_name = "P")]
+        principal: Option<String>,
+        /// Only tasks created within this long (e.g. 90s, 15m, 2h, 7d).
+        #[arg(long, value_name = "DURATION")]
+        since: Option<String>,
+        /// At most this many tasks, newest first (asked for 10,000 at a time).
+        #[arg(long, value_name = "N", default_value_t = 50)]
+        limit: usize,
+        /// Only tasks older than this task id (the next page: the last id listed).
+        #[arg(long, value_name = "ID")]
+        before: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a task: status, attempts, error, input requests, origin.
+    Show {
+        #[command(flatten)]
+        at: Location,
+        id: String,
+        /// Also show the task's contents: arguments, result and input responses.
+        #[arg(long)]
+        payload: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel tasks, as tasks/cancel does, whatever their binding.
+    Cancel {
+        #[command(flatten)]
+        at: Location,
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+    },
+    /// Start a new task with the same tool, arguments and binding as ID.
+    Rerun {
+        #[command(flatten)]
+        at: Location,
+        id: String,
+    },
+}
+
+/// How an operator command ends: `Err` carries one sentence for the operator, which
+/// `main` prints after `mcp-taskd: `.
+type Outcome = Result<(), CommandFailed>;
+
+/// Why an operator command failed, as the operator reads it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CommandFailed(String);
+
+impl From<String> for CommandFailed {
+    fn from(sentence: String) -> CommandFailed {
+        CommandFailed(sentence)
+    }
+}
+
+/// `mcp-taskd tasks …`
+pub fn tasks(command: TasksCommand) -> Outcome {
+    match command {
+        TasksCommand::List {
+            at,
+            status,
+            tool,
+            principal,
+            since,
+            limit,
+            before,
+            json,
+        } => {
+            let status = status
+                .map(|name| {
+                    TaskStatus::parse(&name).ok_or_else(|| format!("unknown status {name:?}"))
+                })
+                .transpose()?;
+            let created_since = since
+                .map(|text| parse_duration(&text).map(|ms| now_ms() - ms))
+                .transpose()?;
+            let filter = TaskFilter {
+                status,
+                tool,
+                principal,
+                created_since,
+            };
+            // One answer holds at most MAX_LIST tasks (it is one line on the admin
+            // socket); a longer list is asked for page by page, each page after the
+            // last id of the one before. JSON lines are printed as they come; the
+            // table needs every row for its column widths.
+            let mut table = Vec::new();
+            let mut before = before;
+            let mut left = limit;
+            while left > 0 {
+                let asked = left.min(MAX_LIST);
+                let request = Request::List {
+                    filter: filter.clone(),
+                    before: before.take(),
+                    limit: asked,
+                };
+                let page = match perform(&at, request, "")? {
+                    Value::Array(rows) => rows,
+                    _ => Vec::new(),
+                };
+                left = left.saturating_sub(page.len());
+                let full = page.len() == asked;
+                before = page
+                    .last()
+                    .and_then(|row| row["id"].as_str())
+                    .map(str::to_owned);
+                if json {
+                    for row in &page {
+                        println!("{row}");
+                    }
+                } else {
+                    table.extend(page);
+                }
+                if !full || before.is_none() {
+                    break;
+                }
+            }
+            if !json {
+                print_table(&table);
+            }
+            Ok(())
+        }
+        TasksCommand::Show {
+            at,
+            id,
+            payload,
+            json,
+        } => {
+            let task = perform(&at, Request::Show { id, payload }, "")?;
+            if json {
+                println!("{task}");
+            } else {
+                print_task(&task);
+            }
+            Ok(())
+        }
+        TasksCommand::Cancel { at, ids } => {
+            let outcomes = perform(&at, Request::Cancel { ids }, "")?;
+            let mut missing = 0;
+            for outcome in outcomes.as_array().into_iter().flatten() {
+                let id = text(&outcome["id"]);
+                let said = match outcome["outcome"].as_str() {
+                    Some("not_found") => {
+                        missing += 1;
+                        "not found".to_owned()
+                    }
+                    Some("cancel_requested") => {
+                        "cancellation requested (an attempt is running)".to_owned()
+                    }
+                    Some(status) if TaskStatus::parse(status) == Some(TaskStatus::Cancelled) => {
+                        status.to_owned()
+                    }
+                    Some(status) => format!("already {status}"),
+                    None => "?".to_owned(),
+                };
+                println!("{id}  {said}");
+            }
+            if missing > 0 {
+                return Err(format!("{missing} task(s) not found").into());
+            }
+            Ok(())
+        }
+        TasksCommand::Rerun { at, id } => {
+            let created = perform(&at, Request::Rerun { id }, "")?;
+            println!("{}", text(&created["id"]));
+            Ok(())
+        }
+    }
+}
+
+/// `mcp-taskd stats`
+pub fn stats(at: &Location, json: bool) -> Outcome {
+    let stats = perform(at, Request::Stats, "")?;
+    if json {
+        println!("{stats}");
+        return Ok(());
+    }
+    println!("tasks by status:");
+    for status in TaskStatus::ALL {
+        let count = stats["tasksByStatus"][status.as_str()]
+            .as_u64()
+            .unwrap_or(0);
+        println!("  {:<16}{count}", status.as_str());
+    }
+    println!("tasks by tool:");
+    for (tool, counts) in stats["tasksByTool"].as_object().into_iter().flatten() {
+        let parts: Vec<String> = counts
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(status, count)| format!("{status} {count}"))
+            .collect();
+        println!("  {tool:<24}{}", parts.join(", "));
+    }
+    let jobs = &stats["jobs"];
+    println!(
+        "queue:            {} queued, {} running, {} waiting for input; oldest ready {}s",
+        jobs["queued"], jobs["running"], jobs["waiting"], stats["oldestReadyAgeSeconds"]
+    );
+    match stats["workers"].as_object() {
+        Some(workers) => println!(
+            "workers:          {} busy of {}",
+            workers["busy"], workers["threads"]
+        ),
+        None => println!("workers:          none (no server running)"),
+    }
+    println!(
+        "created:          {} in the last minute, {} in the last hour",
+        stats["created"]["lastMinute"], stats["created"]["lastHour"]
+    );
+    for (window, key) in [("minute", "lastMinute"), ("hour", "lastHour")] {
+        let ended: Vec<String> = stats["attemptsEnded"][key]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(outcome, count)| format!("{outcome} {count}"))
+            .collect();
+        let ended = if ended.is_empty() {
+            "none".to_owned()
+        } else {
+            ended.join(", ")
+        };
+        println!("attempts ended in the last {window}: {ended}");
+    }
+    let identities = stats["identities"].as_array().cloned().unwrap_or_default();
+    if !identities.is_empty() {
+        println!("identities (most unfinished tasks first; refusals since the server started):");
+    }
+    for identity in &identities {
+        let text = |field: &str| identity[field].as_str().unwrap_or("?").to_owned();
+        let mut name = text("principal");
+        if !text("tenant").is_empty() {
+            name = format!("{}/{name}", text("tenant"));
+        }
+        if !text("issuer").is_empty() {
+            name = format!("{name} ({})", text("issuer"));
+        }
+        let refusals: Vec<String> = identity["refusals"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, count)| count.as_u64().unwrap_or(0) > 0)
+            .map(|(quota, count)| format!("{quota} {count}"))
+            .collect();
+        let refusals = if refusals.is_empty() {
+            "none".to_owned()
+        } else {
+            refusals.join(", ")
+        };
+        println!(
+            "  {name:<24}{} queued, {} running, {} waiting for input; refused: {refusals}",
+            identity["queued"], identity["running"], identity["waiting"]
+        );
+    }
+    Ok(())
+}
+
+/// `mcp-taskd reload`: asks the running server to re-read its configuration file, and
+/// prints what changed; fails with the server's reason when it refused the file.
+pub fn reload(at: &Location) -> Outcome {
+    let data_dir = reload_data_dir(at)?;
+    if !server_running(&data_dir).map_err(|e| e.to_string())? {
+        return Err(format!(
+            "no server is running on {}: there is nothing to reload",
+            data_dir.display()
+        )
+        .into());
+    }
+    let report = ask(
+        &data_dir.join(SOCKET_NAME),
+        &Request::Reload,
+        &mut |_, _| {},
+    )?;
+    println!("reloaded {}", text(&report["file"]));
+    for (change, label) in [
+        ("added", "tools added"),
+        ("removed", "tools removed"),
+        ("changed", "tools changed"),
+    ] {
+        let names = names(&report["tools"][change]);
+        if !names.is_empty() {
+            println!("{label}: {names}");
+        }
+    }
+    let tokens = &report["tokens"];
+    if tokens["added"].as_u64().unwrap_or(0) + tokens["removed"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "tokens: {} added, {} removed; ended {} listen stream(s) and {} session(s) of \
+             revoked tokens",
+            tokens["added"],
+            tokens["removed"],
+            report["ended"]["listenStreams"],
+            report["ended"]["sessions"]
+        );
+    }
+    let restart = names(&report["restartNeeded"]);
+    if !restart.is_empty() {
+        println!("needs a restart to take effect (running values kept): {restart}");
+    }
+    Ok(())
+}
+
+/// The names in a JSON array, comma-separated.
+fn names(list: &Value) -> String {
+    let names: Vec<String> = list.as_array().into_iter().flatten().map(text).collect();
+    names.join(", ")
+}
+
+/// The data dir of the server to reload: `--data-dir`, else `server.data_dir` of the
+/// file. The file may be the broken one the reload is about: its data dir is then read
+/// from the TOML alone, unchecked.
+fn reload_data_dir(at: &Location) -> Result<PathBuf, String> {
+    if let Some(data_dir) = &at.data_dir {
+        return Ok(data_dir.clone());
+    }
+    match Config::load(at.config.as_deref()) {
+        Ok(config) => Ok(config.server.data_dir),
+        Err(error) => {
+            let path = at.config.as_deref().unwrap_or(Path::new(""));
+            let table: toml::Table = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .ok_or_else(|| format!("{error} (pass --data-dir to reach the server)"))?;
+            let data_dir = table
+                .get("server")
+                .and_then(|server| server.get("data_dir"))
+                .and_then(toml::Value::as_str)
+                .map_or_else(
+                    || crate::config::ServerConfig::default().data_dir,
+                    PathBuf::from,
+                );
+            Ok(data_dir)
+        }
+    }
+}
+
+/// `mcp-taskd backup FILE`
+pub fn backup(at: &Location, file: &Path) -> Outcome {
+    if file.exists() {
+        return Err(format!("{} already exists", file.display()).into());
+    }
+    let done = perform(at, Request::Backup, "backup")?;
+    let staged = PathBuf::from(text(&done["staged"]));
+    let mut progress = Progress::new("moving");
+    let moved = move_into_place(&staged, file, &mut |d, t| progress.show(d, t));
+    progress.finish();
+    if moved.is_err() {
+        let _ = std::fs::remove_file(&staged);
+    }
+    moved.map_err(|e| e.to_string())?;
+    println!(
+        "backup written to {} ({} bytes, integrity check ok)",
+        file.display(),
+        done["bytes"]
+    );
+    Ok(())
+}
+
+/// `mcp-taskd restore FILE`
+pub fn restore_file(at: &Location, file: &Path, force: bool) -> Outcome {
+    let config = load(at)?;
+    if config.store.backend == taskd_engine::config::Backend::Postgres {
+        return Err(
+            "restore puts a SQLite backup in the data dir; this configuration stores \
+             tasks in PostgreSQL: restore the database with its own tools (pg_restore), or \
+             copy a SQLite store into it with `mcp-taskd copy-store`"
+                .to_owned()
+                .into(),
+        );
+    }
+    let data_dir = &config.server.data_dir;
+    let mut progress = Progress::new("restore");
+    let restored = restore(file, data_dir, force, &mut |d, t| progress.show(d, t));
+    progress.finish();
+    restored.map_err(|e| e.to_string())?;
+    println!("restored {} into {}", file.display(), data_dir.display());
+    Ok(())
+}
+
+fn load(at: &Location) -> Result<Config, String> {
+    let mut config = Config::load(at.config.as_deref()).map_err(|e| e.to_string())?;
+    if let Some(data_dir) = &at.data_dir {
+        config.server.data_dir = data_dir.clone();
+    }
+    Ok(config)
+}
+
+/// Sends `request` to the running server, or answers it on the database when none
+/// runs. `label` names the progress shown on a terminal (none when empty).
+fn perform(at: &Location, request: Request, label: &str) -> Result<Value, String> {
+    let config = load(at)?;
+    let data_dir = config.server.data_dir.clone();
+    let mut progress = Progress::new(label);
+    let mut report = |done: u64, total: u64| progress.show(done, total);
+    let result = if server_running(&data_dir).map_err(|e| e.to_string())? {
+        ask(&data_dir.join(SOCKET_NAME), &request, &mut report)
+    } else {
+        offline(config, request, &mut report)
+    };
+    progress.finish();
+    result
+}
+
+/// Answers `request` on the database itself, with the engine the server would use
+/// (its tools registered for reruns), but no workers: a rerun task waits in the queue
+/// for the next server.
+fn offline(
+    config: Config,
+    request: Request,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Value, String> {
+    let data_dir = config.server.data_dir.clone();
+    let postgres = config.store.backend == taskd_engine::config::Backend::Postgres;
+    if !postgres && !data_dir.join("tasks.db").is_file() {
+        return Err(format!(
+            "no task store in {} (and no server running there)",
+            data_dir.display()
+        ));
+    }
+    let hub = Arc::new(Hub::new(config.notifications.clone()));
+    let live = Arc::new(Live::new(
+        Settings::build(config.clone(), &hub, &taskd_upstreams::Upstreams::none())
+            .map_err(|e| e.to_string())?,
+    ));
+    let (store, writer): (Arc<dyn TaskStore>, _) = if postgres {
+        let taskd_postgres::Opened { store, listener } =
+            taskd_postgres::Store::open(&config.store, &data_dir).map_err(|e| e.to_string())?;
+        (store, listener)
+    } else {
+        let Opened { store, writer } =
+            Store::open(&data_dir, &config.store).map_err(|e| match e {
+                OpenError::InUse { .. } => format!(
+                    "a server started on {} meanwhile; run the command again",
+                    data_dir.display()
+                ),
+                other => other.to_string(),
+            })?;
+        (store, writer)
+    };
+    let (wake, _) = crossbeam_channel::bounded(1);
+    let metrics = Arc::new(Metrics::new([]));
+    let tasks = Arc::new(TaskService::new(
+        live as Arc<dyn taskd_engine::SettingsSource>,
+        Arc::clone(&store),
+        Arc::new(Inflight::default()),
+        wake,
+        Arc::clone(&metrics) as Arc<dyn taskd_engine::QuotaCounter>,
+    ));
+    let admin = Admin {
+        store,
+        tasks,
+        metrics,
+        data_dir: data_dir.clone(),
+        worker_threads: None,
+        reloader: Default::default(),
+    };
+    let result = admin.handle(request, progress);
+    // Every store handle gone: the writer commits what is queued and ends.
+    drop(admin);
+    let _ = writer.join();
+    if !postgres {
+        return_store_files(&data_dir).map_err(|e| e.to_string())?;
+    }
+    result
+}
+
+/// Progress of a long operation on stderr, only when it is a terminal.
+struct Progress {
+    label: &'static str,
+    shown: Option<u64>,
+    terminal: bool,
+}
+
+impl Progress {
+    fn new(label: &str) -> Progress {
+        let label = match label {
+            "backup" => "backup",
+            "restore" => "restore",
+            "moving" => "moving the backup",
+            _ => "",
+        };
+        Progress {
+            label,
+            shown: None,
+            terminal: !label.is_empty() && std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn show(&mut self, done: u64, total: u64) {
+        if !self.terminal || total == 0 {
+            return;
+        }
+        let percent = done.saturating_mul(100) / total;
+        if self.shown != Some(percent) {
+            self.shown = Some(percent);
+            eprint!("\r{}: {percent:>3}%", self.label);
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.shown.take().is_some() {
+            eprintln!();
+        }
+    }
+}
+
+/// "90s", "15m", "2h", "7d" (or bare seconds) in milliseconds.
+fn parse_duration(text: &str) -> Result<i64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: i64 = number
+        .parse()
+        .map_err(|_| format!("not a duration: {text:?} (e.g. 90s, 15m, 2h, 7d)"))?;
+    let unit_ms = match unit {
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("unknown unit in {text:?} (use s, m, h or d)")),
+    };
+    number
+        .checked_mul(unit_ms)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// A JSON value as plain text (strings without quotes).
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn print_table(rows: &[Value]) {
+    const COLUMNS: [(&str, &str); 6] = [
+        ("ID", "id"),
+        ("STATUS", "status"),
+        ("TOOL", "tool"),
+        ("PRINCIPAL", "principal"),
+        ("CREATED", "createdAt"),
+        ("UPDATED", "updatedAt"),
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| COLUMNS.iter().map(|(_, key)| text(&row[*key])).collect())
+        .collect();
+    let widths: Vec<usize> = COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, (title, _))| {
+            cells
+                .iter()
+                .map(|row| row[i].chars().count())
+                .chain([title.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |values: Vec<&str>| {
+        let padded: Vec<String> = values
+            .iter()
+            .zip(&widths)
+            .map(|(value, width)| format!("{value:<width$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(COLUMNS.iter().map(|(title, _)| *title).collect());
+    for row in &cells {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+fn print_task(task: &Value) {
+    let field = |name: &str, value: String| println!("{name:<16}{value}");
+    field("task", text(&task["id"]));
+    let mut status = text(&task["status"]);
+    if task["cancelRequested"] == true && !status.starts_with("cancel") {
+        status.push_str(" (cancellation requested)");
+    }
+    field("status", status);
+    if !task["statusMessage"].is_null() {
+        field("status message", text(&task["statusMessage"]));
+    }
+    field("tool", text(&task["tool"]));
+    field(
+        "bound to",
+        format!(
+            "endpoint {}, tenant {}, principal {}",
+            text(&task["endpoint"]),
+            match text(&task["tenant"]) {
+                tenant if tenant.is_empty() => "(none)".to_owned(),
+                tenant => tenant,
+            },
+            text(&task["principal"])
+        ),
+    );
+    field("created", text(&task["createdAt"]));
+    field("updated", text(&task["updatedAt"]));
+    field("expires", text(&task["expiresAt"]));
+    if let Some(origin) = task["origin"].as_object() {
+        field(
+            "origin",
+            format!(
+                "protocol {}, client capabilities {}",
+                text(&origin["protocolVersion"]),
+                origin["clientCapabilities"]
+            ),
+        );
+    }
+    if let Some(job) = task["job"].as_object() {
+        let mut line = format!(
+            "{}, attempt {} of {}, runs after {}",
+            text(&job["state"]),
+            job["attempt"],
+            job["maxAttempts"],
+            text(&job["runAfter"])
+        );
+        if !job["leaseExpires"].is_null() {
+            line.push_str(&format!(", leased until {}", text(&job["leaseExpires"])));
+        }
+        if !job["lastError"].is_null() {
+            line.push_str(&format!(", last error: {}", text(&job["lastError"])));
+        }
+        field("job", line);
+    }
+    let attempts = task["attempts"].as_array().cloned().unwrap_or_default();
+    if attempts.is_empty() {
+        field("attempts", "none".to_owned());
+    } else {
+        println!("attempts");
+        for attempt in attempts {
+            println!(
+                "  #{:<4}started {}  ended {}  outcome {}",
+                text(&attempt["attempt"]),
+                text(&attempt["startedAt"]),
+                text(&attempt["endedAt"]),
+                text(&attempt["outcome"])
+            );
+        }
+    }
+    for (name, key) in [
+        ("error", "error"),
+        ("input requests", "inputRequests"),
+        ("arguments", "arguments"),
+        ("result", "result"),
+        ("input responses", "inputResponses"),
+    ] {
+        if !task[key].is_null() {
+            field(name, task[key].to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+
+    #[test]
+    fn durations_take_the_usual_units() {
+        assert_eq!(parse_duration("90s"), Ok(90_000));
+        assert_eq!(parse_duration("15m"), Ok(900_000));
+        assert_eq!(parse_duration("2h"), Ok(7_200_000));
+        assert_eq!(parse_duration("7d"), Ok(604_800_000));
+        assert_eq!(parse_duration("5"), Ok(5_000));
+        assert!(parse_duration("5w").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+}
