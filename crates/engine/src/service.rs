@@ -1,3 +1,4 @@
+// Over 600 lines: create/get/update/cancel share the authorized lookup and rendering.
 //! [`TaskService`]: what the protocol handlers call — create, get, update, cancel —
 //! with authorization inside each lookup, store errors mapped to `RpcError`, and the
 //! `Task` / `DetailedTask` JSON rendered.

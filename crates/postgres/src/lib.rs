@@ -1,3 +1,4 @@
+// Over 600 lines: one `TaskStore` impl of short transactions; the SQL is in sql/.
 //! The PostgreSQL [`TaskStore`] (`store.backend = "postgres"`): several nodes running
 //! the same binary share one database, and every node serves every task. Only
 //! `server.rs` names it (to open it); the engine sees the trait.

@@ -3,8 +3,10 @@
 
 use serde_json::{json, Map, Value};
 
-use super::envelope::TASKS_EXTENSION;
 use super::input::InputKind;
+
+/// The Tasks extension's identifier, under `extensions` in capabilities.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// The client's declared capabilities for this one request.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -12,8 +12,6 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
-
 /// One JSON-RPC message from a client: a request (with `id`) or a notification.
 #[derive(Debug, Clone)]
 pub struct Envelope {
@@ -155,6 +153,7 @@ mod fuzz {
 
     use super::*;
     use crate::code;
+    use crate::TASKS_EXTENSION;
     use taskd_testkit::{any_json, any_number, any_string, config, mutate_object};
 
     /// An id of any JSON type, odd ones included.

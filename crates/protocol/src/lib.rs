@@ -17,7 +17,7 @@ pub mod log_level;
 pub mod task_status;
 pub mod trace;
 
-pub use capabilities::{missing_for_input_requests, ClientCapabilities};
+pub use capabilities::{missing_for_input_requests, ClientCapabilities, TASKS_EXTENSION};
 pub use envelope::{Envelope, RequestMeta};
 pub use error::{code, RpcError};
 pub use identity::{is_scope_token, Identity, Scopes};

@@ -1,3 +1,4 @@
+// Over 600 lines: one `TaskStore` impl of short methods; the SQL is in sql/.
 //! The SQLite [`TaskStore`]: one database file in WAL mode, a writer thread that owns
 //! every write, a pool of query-only readers. Only `server.rs` names it (to open it);
 //! the engine sees the trait.

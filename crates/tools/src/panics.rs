@@ -34,16 +34,23 @@ pub fn install_hook() {
     }));
 }
 
-/// Runs tool code, catching a panic: `Err` says where it panicked (never the message,
-/// which may quote arguments), for the caller's one log line.
-pub fn run_tool<R>(run: impl FnOnce() -> R) -> Result<R, String> {
+/// A tool's code panicked: where (`file:line`), never the message, which may quote
+/// arguments. Its `Display` is the place, for the caller's one log line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{place}")]
+pub struct ToolPanic {
+    pub place: String,
+}
+
+/// Runs tool code, catching a panic.
+pub fn run_tool<R>(run: impl FnOnce() -> R) -> Result<R, ToolPanic> {
     let was_inside = IN_TOOL.with(|inside| inside.replace(true));
     let outcome = catch_unwind(AssertUnwindSafe(run));
     IN_TOOL.with(|inside| inside.set(was_inside));
-    outcome.map_err(|_| {
-        PANICKED_AT
+    outcome.map_err(|_| ToolPanic {
+        place: PANICKED_AT
             .with(|last| last.borrow_mut().take())
-            .unwrap_or_else(|| "an unknown place".to_owned())
+            .unwrap_or_else(|| "an unknown place".to_owned()),
     })
 }
 
@@ -55,8 +62,8 @@ mod tests {
     fn a_tool_panic_is_caught_and_located() {
         install_hook();
         let caught = run_tool(|| -> u32 { panic!("secret argument") });
-        let place = caught.unwrap_err();
-        assert!(place.starts_with("src/tools/panics.rs:"), "{place}");
+        let place = caught.unwrap_err().place;
+        assert!(place.contains("src/panics.rs:"), "{place}");
         assert_eq!(run_tool(|| 7), Ok(7));
     }
 }

@@ -15,12 +15,11 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::session::lock;
 use taskd_protocol::headers::mcp_name;
 
 /// The stateless revision, spoken when the upstream says it serves it.
@@ -268,4 +267,11 @@ fn read_events(body: impl Read, deliver: &mut dyn FnMut(Delivery)) {
 /// The error response a request gets when its POST failed.
 pub fn failed_response(id: &Value, why: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": why}})
+}
+
+/// A session's lock: each update is one assignment, so a poisoned one is whole.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

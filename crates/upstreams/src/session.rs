@@ -1,3 +1,4 @@
+// Over 600 lines: handshake, requests and both wires share one session's state.
 //! One session with an upstream MCP server: its process (or its URL, [`super::http`]),
 //! the `initialize` handshake, and the routing of every message it sends.
 //!
@@ -21,6 +22,8 @@
 //! Nothing the upstream sends is logged: arguments, results and questions are the
 //! callers'.
 
+mod route;
+
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -33,6 +36,7 @@ use serde_json::{json, Map, Value};
 
 use super::config::{Era, SessionScope, Transport, Upstream};
 use super::http::{self, Delivery, HttpWire, Listened, MODERN_VERSION};
+use taskd_protocol::TASKS_EXTENSION;
 use taskd_tools::command::daemon::Daemon;
 
 /// The revision this client asks for; older ones the upstream answers with are spoken
@@ -605,121 +609,6 @@ impl Session {
         lock(&self.tasks).clear();
         (self.notices)(Notice::Closed { expected });
     }
-
-    /// The reader thread: routes every message until the upstream's stdout closes.
-    fn read(self: Arc<Self>, stdout: File) {
-        let mut lines = BufReader::new(stdout);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match (&mut lines)
-                .take(MAX_LINE as u64 + 1)
-                .read_until(b'\n', &mut line)
-            {
-                Ok(0) | Err(_) => break,
-                Ok(_) if line.len() > MAX_LINE => {
-                    log::warn!("upstream {} sent a message over 64 MiB", self.upstream);
-                    break;
-                }
-                Ok(_) => {}
-            }
-            let Ok(message) = serde_json::from_slice::<Value>(&line) else {
-                // Servers that print to stdout what belongs on stderr: not a message.
-                if !line.iter().all(u8::is_ascii_whitespace) {
-                    log::debug!("upstream {} wrote a line that is not JSON", self.upstream);
-                }
-                continue;
-            };
-            self.route(message);
-        }
-        self.closed.store(true, Ordering::Release);
-        let expected = self.closing.load(Ordering::Acquire);
-        if !expected {
-            // Stops what is left of the program and reaps it.
-            self.close();
-        }
-        self.ended(expected);
-    }
-
-    fn route(&self, message: Value) {
-        let method = message.get("method").and_then(Value::as_str);
-        let id = message.get("id").filter(|id| !id.is_null());
-        match (method, id) {
-            (None, Some(id)) => {
-                let Some(events) = id.as_u64().and_then(|id| lock(&self.pending).remove(&id))
-                else {
-                    return;
-                };
-                let response = match message.get("error") {
-                    Some(error) => Err(error.clone()),
-                    None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
-                };
-                let _ = events.send(Event::Response(response));
-            }
-            (Some("ping"), Some(id)) => self.answer(id, Ok(json!({}))),
-            (Some(method), Some(id)) => {
-                let calls = lock(&self.calls);
-                let followed = related_task(&message)
-                    .and_then(|task| lock(&self.tasks).get(task).cloned())
-                    .and_then(|token| calls.get(&token));
-                let mut open = calls.values();
-                let only = match followed {
-                    Some(events) => (Some(events), None),
-                    None => (open.next(), open.next()),
-                };
-                match only {
-                    (Some(events), None) => {
-                        let _ = events.send(Event::Request {
-                            id: id.clone(),
-                            method: method.to_owned(),
-                            params: message.get("params").cloned().unwrap_or(json!({})),
-                        });
-                    }
-                    (None, _) => {
-                        drop(calls);
-                        let refusal = "mcp-taskd answers requests only during a tool call";
-                        self.answer(id, Err((-32601, refusal.into())));
-                    }
-                    (Some(_), Some(_)) => {
-                        drop(calls);
-                        let refusal = "several calls are in flight on this session: mcp-taskd \
-                                       cannot tell whose caller to ask (use session = \"per_call\")";
-                        self.answer(id, Err((-32603, refusal.into())));
-                    }
-                }
-            }
-            (Some("notifications/progress"), None) => {
-                let params = message.get("params").cloned().unwrap_or_default();
-                let token = match params.get("progressToken") {
-                    Some(Value::String(token)) => token.clone(),
-                    Some(other) => other.to_string(),
-                    None => return,
-                };
-                if let Some(events) = lock(&self.calls).get(&token) {
-                    let _ = events.send(Event::Progress {
-                        progress: params
-                            .get("progress")
-                            .and_then(Value::as_f64)
-                            .unwrap_or(0.0),
-                        total: params.get("total").and_then(Value::as_f64),
-                        message: params
-                            .get("message")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned),
-                    });
-                }
-            }
-            (
-                Some(
-                    "notifications/tools/list_changed"
-                    | "notifications/prompts/list_changed"
-                    | "notifications/resources/list_changed",
-                ),
-                None,
-            ) => (self.notices)(Notice::ListsChanged),
-            _ => {}
-        }
-    }
 }
 
 /// What every stateless request carries in its `_meta` (kept where the caller set a
@@ -748,9 +637,6 @@ fn with_request_meta(params: &mut Value) {
 /// The id of a stateless session's `subscriptions/listen` (its notifications carry it
 /// as their subscription id; nothing else is sent with a string id).
 const LISTEN_ID: &str = "mcp-taskd-listen";
-
-/// The Tasks extension, which a stateless upstream may answer a call with.
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// Keeps an HTTP session's stream for messages outside requests open while the session
 /// lives, routing what comes on it: the GET stream of a 2025-11-25 session, a
@@ -827,16 +713,6 @@ fn listen(session: &Weak<Session>) {
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
     }
-}
-
-/// The upstream task a message of the upstream is about, named in its `_meta`.
-fn related_task(message: &Value) -> Option<&str> {
-    message
-        .get("params")?
-        .get("_meta")?
-        .get("io.modelcontextprotocol/related-task")?
-        .get("taskId")?
-        .as_str()
 }
 
 fn log_stderr(upstream: &str, stderr: File) {

@@ -12,19 +12,11 @@
 //! - `exp` present and not past, `nbf` (when present) reached, both with [`LEEWAY_S`];
 //! - the principal claim present, a non-empty string.
 
-use jsonwebtoken::{decode, decode_header, Algorithm, Validation};
+use jsonwebtoken::{decode, decode_header, Validation};
 use serde_json::{Map, Value};
 
-use super::keys::{KeyStore, Lookup};
+use super::keys::{KeyStore, Lookup, ALLOWED};
 use super::{Claims, Grant, Refusal};
-
-/// Algorithms accepted; every other one is refused before a key is looked up.
-pub const ALLOWED: [Algorithm; 4] = [
-    Algorithm::RS256,
-    Algorithm::PS256,
-    Algorithm::ES256,
-    Algorithm::EdDSA,
-];
 
 /// Longest token looked at (Entra tokens with many groups run to a few KiB).
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;

@@ -30,6 +30,14 @@ use sha2::{Digest, Sha256};
 use super::discovery::discover;
 use super::http::{get_json, FetchError};
 
+/// Algorithms accepted; every other one is refused before a key is looked up.
+pub const ALLOWED: [Algorithm; 4] = [
+    Algorithm::RS256,
+    Algorithm::PS256,
+    Algorithm::ES256,
+    Algorithm::EdDSA,
+];
+
 /// Gap between fetches while no key set was ever loaded.
 pub const RETRY_WITHOUT_KEYS: Duration = Duration::from_secs(1);
 /// Shortest and longest time a fetched set counts as fresh.
@@ -298,7 +306,7 @@ impl KeySet {
             // A key that names an algorithm outside the allowed ones is never used.
             let alg = match value.get("alg").and_then(Value::as_str) {
                 Some(named) => match named.parse::<Algorithm>() {
-                    Ok(alg) if super::jwt::ALLOWED.contains(&alg) => Some(alg),
+                    Ok(alg) if ALLOWED.contains(&alg) => Some(alg),
                     _ => continue,
                 },
                 None => None,

@@ -112,7 +112,7 @@ pub enum ConfigError {
     )]
     DashboardPath { path: String },
     #[error("{field}: {why}")]
-    OAuthUrl { field: String, why: String },
+    OAuthUrl { field: String, why: &'static str },
     #[error("auth.oauth.principal_claim must not be empty")]
     OAuthClaim,
     #[error("auth.oauth.audiences must not hold an empty audience")]

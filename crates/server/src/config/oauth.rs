@@ -49,33 +49,33 @@ pub(super) fn check(oauth: &OAuthConfig) -> Result<(), ConfigError> {
 
 /// An authorization server URL: `https://`, or `http://` on a loopback host (a test
 /// provider on this machine); no query or fragment.
-fn check_provider_url(url: &str) -> Result<(), String> {
+fn check_provider_url(url: &str) -> Result<(), &'static str> {
     let (scheme, host) = split_url(url)?;
     if scheme == "https" || (scheme == "http" && is_loopback_host(host)) {
         Ok(())
     } else {
-        Err("must be https:// (http:// only on a loopback host)".into())
+        Err("must be https:// (http:// only on a loopback host)")
     }
 }
 
 /// `server.public_url`: where clients reach this server, `http(s)://host[:port][/path]`
 /// without a query or fragment.
-pub(super) fn check_public_url(url: &str) -> Result<(), String> {
+pub(super) fn check_public_url(url: &str) -> Result<(), &'static str> {
     let (scheme, _) = split_url(url)?;
     if scheme == "https" || scheme == "http" {
         Ok(())
     } else {
-        Err("must start with https:// or http://".into())
+        Err("must start with https:// or http://")
     }
 }
 
 /// The scheme and host of an absolute URL, after the checks every URL here shares.
-fn split_url(url: &str) -> Result<(&str, &str), String> {
+fn split_url(url: &str) -> Result<(&str, &str), &'static str> {
     let (scheme, rest) = url
         .split_once("://")
-        .ok_or_else(|| "must be an absolute URL (https://host/…)".to_string())?;
+        .ok_or("must be an absolute URL (https://host/…)")?;
     if url.contains(['?', '#']) || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("must have no query, fragment or spaces".into());
+        return Err("must have no query, fragment or spaces");
     }
     let authority = rest.split('/').next().unwrap_or_default();
     let host = match authority.strip_prefix('[') {
@@ -83,7 +83,7 @@ fn split_url(url: &str) -> Result<(&str, &str), String> {
         None => authority.split(':').next().unwrap_or_default(),
     };
     if host.is_empty() || authority.contains('@') {
-        return Err("must name a host (and no user)".into());
+        return Err("must name a host (and no user)");
     }
     Ok((scheme, host))
 }

@@ -1,3 +1,4 @@
+// Over 600 lines: one page's routes and API; sessions, throttle, history are apart.
 //! The operator dashboard: a web page served on the MCP listener under
 //! `[dashboard] path`, its JSON API, and who may use them.
 //!

@@ -1,3 +1,4 @@
+// Over 600 lines: the waiting call and its three task tools share one handle and wait.
 //! The task bridge: durable task tools for clients that do not speak tasks.
 //!
 //! A client that does not declare the Tasks extension (a 2026-07-28 request without it,

@@ -4,7 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{Request, Service};
-use taskd_protocol::envelope::TASKS_EXTENSION;
+use taskd_protocol::TASKS_EXTENSION;
 use taskd_protocol::{ClientCapabilities, RpcError};
 use taskd_protocol::{Identity, Scopes};
 

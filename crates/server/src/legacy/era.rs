@@ -5,7 +5,7 @@
 //! that metadata. The rule never keys on `Mcp-Method`, nor on the mere presence of
 //! `MCP-Protocol-Version`: legacy probes send both on a session-less `initialize`.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use taskd_protocol::envelope::META_PROTOCOL_VERSION;
 
@@ -46,6 +46,16 @@ pub fn is_legacy_post(session: Option<&str>, version: Option<&str>, message: &Va
         .and_then(|params| params.get("_meta"))
         .is_some_and(|meta| meta.get(META_PROTOCOL_VERSION).is_some());
     !modern_meta
+}
+
+/// Result fields only 2026-07-28 defines (strict legacy clients reject them).
+const MODERN_RESULT_FIELDS: &[&str] = &["resultType", "ttlMs", "cacheScope"];
+
+/// Removes the result fields only 2026-07-28 defines.
+pub fn strip_modern_fields(fields: &mut Map<String, Value>) {
+    for field in MODERN_RESULT_FIELDS {
+        fields.remove(*field);
+    }
 }
 
 #[cfg(test)]

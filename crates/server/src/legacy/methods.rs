@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::era::strip_modern_fields;
 use super::outbound;
 use super::sessions::Session;
 use super::stream::CallSink;
@@ -16,8 +17,8 @@ use super::Legacy;
 use crate::handlers::{Reply, Request, Service};
 use taskd_auth::Caller;
 use taskd_base::later::Later;
-use taskd_protocol::envelope::TASKS_EXTENSION;
 use taskd_protocol::RpcError;
+use taskd_protocol::TASKS_EXTENSION;
 use taskd_protocol::{Envelope, LogLevel, RequestMeta, TraceContext, METHODS};
 
 /// Methods of 2026-07-28 ([`METHODS`]) that a legacy session does not share: discovery
@@ -35,9 +36,6 @@ const MODERN_ONLY: &[&str] = &[
 fn shared(method: &str) -> bool {
     METHODS.contains(&method) && !MODERN_ONLY.contains(&method)
 }
-
-/// Result fields only 2026-07-28 defines (strict legacy clients reject them).
-const MODERN_RESULT_FIELDS: &[&str] = &["resultType", "ttlMs", "cacheScope"];
 
 /// Longest wait for a task creation's commit.
 const CREATION_WAIT: Duration = Duration::from_secs(30);
@@ -67,13 +65,6 @@ pub fn initialize_result(service: &Service, version: &str) -> Value {
         result["instructions"] = json!(instructions);
     }
     result
-}
-
-/// Removes the result fields only 2026-07-28 defines.
-pub fn strip_modern_fields(fields: &mut Map<String, Value>) {
-    for field in MODERN_RESULT_FIELDS {
-        fields.remove(*field);
-    }
 }
 
 impl Legacy {

@@ -12,10 +12,12 @@ use serde_json::{json, Map, Value};
 
 use super::sessions::Session;
 use super::stream::CallSink;
-use super::tasks::RELATED_TASK;
 use crate::handlers::Emitter;
 use taskd_protocol::error::code;
 use taskd_protocol::RpcError;
+
+/// The `_meta` key that ties a server-to-client message to the task it is for.
+pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 /// How often a waiting call checks whether it was cancelled.
 const CANCEL_POLL: Duration = Duration::from_millis(100);

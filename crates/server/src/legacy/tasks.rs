@@ -14,23 +14,22 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::outbound;
+use super::era::strip_modern_fields;
+use super::outbound::{self, RELATED_TASK};
 use super::sessions::Session;
 use super::stream::CallSink;
 use super::Legacy;
 use crate::handlers::{Emitter, Service};
 use taskd_auth::Caller;
-use taskd_protocol::envelope::TASKS_EXTENSION;
 use taskd_protocol::error::code;
 use taskd_protocol::RpcError;
+use taskd_protocol::TASKS_EXTENSION;
 use taskd_protocol::{ClientCapabilities, Envelope, TaskStatus};
 use taskd_protocol::{Identity, Scopes};
 use taskd_tools::{Registry, TaskPolicy};
 
 /// The revision that introduced native tasks; older sessions get none of this.
 pub const TASKS_VERSION: &str = "2025-11-25";
-
-pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 /// How long `tasks/cancel` waits for a running attempt to notice before answering.
 const CANCEL_SETTLE: Duration = Duration::from_secs(5);
@@ -261,7 +260,7 @@ impl Legacy {
                 Some(TaskStatus::Completed) => {
                     let mut result = task["result"].clone();
                     if let Some(fields) = result.as_object_mut() {
-                        super::methods::strip_modern_fields(fields);
+                        strip_modern_fields(fields);
                         let meta = fields.entry("_meta").or_insert_with(|| json!({}));
                         if let Some(meta) = meta.as_object_mut() {
                             meta.insert(RELATED_TASK.into(), json!({ "taskId": task_id }));

@@ -179,7 +179,8 @@ impl Admin {
             Request::Reload => match self.reloader.get() {
                 Some(reloader) => reloader
                     .reload("mcp-taskd reload")
-                    .map(|report| report.to_json()),
+                    .map(|report| report.to_json())
+                    .map_err(|error| error.to_string()),
                 None if self.worker_threads.is_none() => {
                     Err("no server is running: there is nothing to reload".into())
                 }

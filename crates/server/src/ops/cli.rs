@@ -1,3 +1,4 @@
+// Over 600 lines: one short function per operator command, over one shared path.
 //! The operator commands on the client side: `tasks list|show|cancel|rerun`, `stats`,
 //! `backup` and `restore`. Each one asks the running server through its admin socket,
 //! or, when the data-dir lock says no server runs, opens the database itself and

@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use taskd_auth::Authenticator;
 
 use crate::config::{Config, ConfigError};
-use crate::live::{keep_running, Live, Settings};
+use crate::live::{keep_running, Live, Settings, SettingsError};
 use crate::metrics::Metrics;
 use crate::registration;
 use taskd_notifications::{Hub, ListKind};
@@ -65,6 +65,25 @@ impl ConfigSource {
             .map_err(|error| crate::config::in_file(self.file.as_deref(), error))?;
         Ok(config)
     }
+}
+
+/// Why a reload was refused; the running configuration is unchanged. Each is one
+/// sentence, as the log, the systemd status and `mcp-taskd reload` show it.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("the server was started without --config: there is no configuration file to re-read")]
+    NoFile,
+    /// The file does not load, said on one line (naming the key where it can).
+    #[error("{0}")]
+    File(String),
+    /// The configuration that would run (restart-only keys at their running values)
+    /// fails a check.
+    #[error(transparent)]
+    Check(#[from] ConfigError),
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
 }
 
 /// What a successful reload changed.
@@ -178,7 +197,7 @@ impl Reloader {
     /// Re-reads and applies the configuration file; `trigger` (`SIGHUP`, `mcp-taskd
     /// reload`) is for the log. An error is one sentence, the running configuration
     /// unchanged.
-    pub fn reload(&self, trigger: &str) -> Result<Report, String> {
+    pub fn reload(&self, trigger: &str) -> Result<Report, ReloadError> {
         let _one_at_a_time = self.running.lock().unwrap_or_else(|p| p.into_inner());
         super::systemd::reloading();
         let outcome = self.apply();
@@ -199,19 +218,17 @@ impl Reloader {
         outcome
     }
 
-    fn apply(&self) -> Result<Report, String> {
+    fn apply(&self) -> Result<Report, ReloadError> {
         let Some(frontend) = self.frontend.upgrade() else {
-            return Err("the server is shutting down".into());
+            return Err(ReloadError::ShuttingDown);
         };
         let Some(file) = self.source.file.clone() else {
-            return Err("the server was started without --config: there is no \
-                        configuration file to re-read"
-                .into());
+            return Err(ReloadError::NoFile);
         };
         let mut config = self
             .source
             .load()
-            .map_err(|error| one_line(&error, &file))?;
+            .map_err(|error| ReloadError::File(one_line(&error, &file)))?;
         let _updating = self.live.updating();
         let running = self.live.load_full();
         let restart_needed = keep_running(&mut config, &running.config);
@@ -219,9 +236,8 @@ impl Reloader {
         config.server.bound = running.config.server.bound;
         // The configuration that will run (restart-only keys at their running values)
         // must pass the checks too: say, tokens removed while listening beyond loopback.
-        config.check().map_err(|error| error.to_string())?;
-        let mut settings =
-            Settings::build(config, &self.hub, &self.upstreams).map_err(|e| e.to_string())?;
+        config.check()?;
+        let mut settings = Settings::build(config, &self.hub, &self.upstreams)?;
         if let Some(tools) = Arc::get_mut(&mut settings.tools) {
             tools.adopt_slots(&running.tools);
         }

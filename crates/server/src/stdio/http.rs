@@ -21,28 +21,37 @@ pub struct Endpoint {
     url: String,
 }
 
+/// Why `--connect`'s URL names no endpoint this relay can reach.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("expected an http:// or https:// URL, such as http://127.0.0.1:8080/mcp")]
+    Scheme,
+    #[error("expected host[:port] after {scheme}://")]
+    Authority { scheme: &'static str },
+    #[error("not a URL: {0}")]
+    Unparsable(String),
+}
+
 impl Endpoint {
     /// Parses `http://host[:port][/path]` or `https://…` (the path defaults to `/mcp`).
-    pub fn parse(url: &str) -> Result<Endpoint, String> {
+    pub fn parse(url: &str) -> Result<Endpoint, EndpointError> {
         let (scheme, rest) = if let Some(rest) = url.strip_prefix("http://") {
             ("http", rest)
         } else if let Some(rest) = url.strip_prefix("https://") {
             ("https", rest)
         } else {
-            return Err(
-                "expected an http:// or https:// URL, such as http://127.0.0.1:8080/mcp".into(),
-            );
+            return Err(EndpointError::Scheme);
         };
         let (authority, path) = match rest.find('/') {
             Some(at) => (&rest[..at], &rest[at..]),
             None => (rest, "/mcp"),
         };
         if authority.is_empty() || authority.contains('@') {
-            return Err(format!("expected host[:port] after {scheme}://"));
+            return Err(EndpointError::Authority { scheme });
         }
         let url = format!("{scheme}://{authority}{path}");
         url.parse::<ureq::http::Uri>()
-            .map_err(|error| format!("not a URL: {error}"))?;
+            .map_err(|error| EndpointError::Unparsable(error.to_string()))?;
         Ok(Endpoint { url })
     }
 }

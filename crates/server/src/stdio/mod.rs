@@ -37,7 +37,10 @@ pub enum StdioError {
     #[error(transparent)]
     Start(ServeError),
     #[error("--connect {url}: {reason}")]
-    BadUrl { url: String, reason: String },
+    BadUrl {
+        url: String,
+        reason: http::EndpointError,
+    },
     #[error("token file {}: {source}", path.display())]
     TokenFile {
         path: PathBuf,

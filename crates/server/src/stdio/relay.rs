@@ -1,3 +1,4 @@
+// Over 600 lines: both eras' exchanges share the answer-writing and session state.
 //! `mcp-taskd stdio --connect URL`: relays a host's stdio to a running `serve`, so a
 //! desktop host shares that server's tasks (and its identity: the bearer token from
 //! `--token-file`).

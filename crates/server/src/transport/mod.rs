@@ -1,3 +1,4 @@
+// Over 600 lines: the conformance suite pins the order of the checks, kept in one place.
 //! The HTTP frontend: tiny_http in, validated MCP requests out.
 //!
 //! Owns everything that happens before a handler runs — body limits, DNS-rebinding

@@ -1,3 +1,4 @@
+// Over 600 lines: one run's poll(2) loop, whose states must be read together.
 //! Process supervision: starting the program (no shell, its own process group, no
 //! `fork` of the server: see `spawn`), feeding and draining its pipes, stopping the
 //! whole group, and having the reaper kill what left the group before the program is
