@@ -51,5 +51,5 @@ for target in "${TARGETS[@]}"; do
   echo "== cargo check --release --target $target (C dependencies stubbed)"
   env "CC_$env_target=$STUBS/cc" "AR_$env_target=$STUBS/ar" \
     "CARGO_TARGET_DIR=$ROOT/target/apple-check" \
-    cargo check --release --locked --target "$target" --bins --lib
+    cargo check --release --locked --target "$target" --workspace --bins --lib
 done

@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
-cargo test --features portable --lib
+cargo test --workspace --features portable --lib
 cargo test --features portable --test tests -- \
   command_tools:: reaping:: operator::the_admin_socket hardening:: listen_streams:: \
   --skip listen_streams::a_closed_stream_frees_its_slot_within_a_second \

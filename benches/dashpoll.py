@@ -2,7 +2,7 @@
 """A "dashboard open" poller for benches/dashboard.sh, and the script's summary.
 
   dashpoll.py poll BASE_URL OUT_FILE    until SIGTERM: once a second, what the page's
-                                        timer does (src/dashboard/assets/app.js)
+                                        timer does (crates/server/src/dashboard/assets/app.js)
   dashpoll.py summary RESULTS_DIR       per-round figures, medians, same-run ratio
 
 The page polls only the view on screen: `api/overview` on the overview, `api/tasks?limit=25`

@@ -17,7 +17,7 @@
 #   delivered ones). One in 1,009 `failed` instead (error, no result) and one in 101
 #   created by principal `alice`, so that sparse filters have something to find.
 #
-# Ids are row-keyed, as the server issues them (src/tasks/ids.rs: `1`, the rowid in 11
+# Ids are row-keyed, as the server issues them (crates/engine/src/ids.rs: `1`, the rowid in 11
 # hex digits, 32 random hex digits); IDS=time fills time-ordered ids instead (12 hex
 # digits of creation ms, then the random part), as stores before row keys hold them.
 #
@@ -45,7 +45,7 @@ for _ in $(seq 100); do curl -sf http://127.0.0.1:$port/healthz >/dev/null && br
 kill $pid; wait $pid 2>/dev/null || true
 now=$(python3 -c 'import time;print(int(time.time()*1000))')
 t0=$((now - 60000 - N * STEP_MS))
-# Origin format 2 (src/tasks/model.rs, Origin): the usual protocol version and client
+# Origin format 2 (crates/engine/src/model.rs, Origin): the usual protocol version and client
 # capabilities are left out.
 origin='{"v":2,"tool":"noop_task","arguments":{}}'
 result='{"content":[{"type":"text","text":"done"}],"resultType":"complete"}'

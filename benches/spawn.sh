@@ -217,7 +217,7 @@ task. Goal: ≥ 1,000 tasks/s for the first two. Medians: {", ".join(medians)}.
 Spawn cost per run (`benches/spawncost.rs`, one process starting the compiled program
 or the script and waiting for it, sequentially, with {rss} MiB of touched heap like the
 server's resident set; load {spawn_load}). "as configured" is how a command tool's run
-starts its program now (`src/tools/command/spawn.rs`: our own `clone(CLONE_VM |
+starts its program now (`crates/tools/src/command/spawn.rs`: our own `clone(CLONE_VM |
 CLONE_VFORK)` on a reused stack, C strings built once per tool, three pipes); "Command
 piped, no hook" is how it did until 2026-12-01 (std `Command`, so glibc's
 `posix_spawn`); "Command, pre_exec hook, 3 threads" is how it did until 2026-11-30 (a

@@ -8,7 +8,7 @@
 //! Litestream is killed first: one that outlives a server killed in the middle of a
 //! commit can checkpoint that commit away after shipping it, and its replica then
 //! restores to a damaged database (a Litestream 0.5 bug; see the Litestream section of
-//! the durability docs in src/tasks/sqlite/mod.rs). The README's units stop Litestream
+//! the durability docs in crates/sqlite/src/lib.rs). The README's units stop Litestream
 //! with the server, with SIGKILL, for that reason.
 //!
 //! The binary is `$LITESTREAM`, else `litestream` on the PATH, else the one `.ci/run`
@@ -220,7 +220,7 @@ fn a_restored_replica_has_every_acknowledged_task() {
             // The host's crash as the README's units see it: Litestream, bound to the
             // server, goes with it (killed first, so that it never runs while the killed
             // server's last commit may be half published; see the Litestream section of
-            // the durability docs in src/tasks/sqlite/mod.rs).
+            // the durability docs in crates/sqlite/src/lib.rs).
             replicating.kill9();
             let killed = Command::new("kill")
                 .args(["-KILL", &server.pid().to_string()])

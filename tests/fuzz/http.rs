@@ -490,7 +490,7 @@ fn render(
         lines.push(line.into_bytes());
     }
     // Field values may carry obs-text (RFC 9110), but tiny_http refuses any non-ASCII
-    // byte in the head with a 400 (see benches/README.md).
+    // byte in the head with a 400 (see docs/benchmarks/fuzz.md).
     well_formed &= lines.iter().all(|line| line.is_ascii());
     let newline: &[u8] = if bare_lf { b"\n" } else { b"\r\n" };
     let mut bytes = Vec::new();

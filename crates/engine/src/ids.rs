@@ -13,7 +13,7 @@
 //!   whole id with the row's, so an id with the right row key and a wrong random part
 //!   finds nothing, like any unknown id. Without it, a lookup walked the `id` index and
 //!   then the table: two b-trees, four `pread`s a lookup at 10M tasks
-//!   (`benches/README.md`, "The store at scale").
+//!   (`docs/benchmarks/store-scale.md`).
 //!
 //! Either way ids sort by creation (rowids are handed out in order, and every row-keyed
 //! id sorts after every time-ordered one), so a new task's insert lands on the right

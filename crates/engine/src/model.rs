@@ -15,7 +15,7 @@ use taskd_protocol::{code, RpcError, TaskStatus, TraceContext};
 /// Version 2 ([`ORIGIN_VERSION`]) leaves out `protocol_version` and `capabilities`
 /// when they are [`ORIGIN_PROTOCOL_VERSION`] and [`origin_capabilities`], which is what
 /// most clients send. That saves 98 of a no-op task's 140 origin bytes (issue 19;
-/// benches/README.md, "Where a stored no-op task's bytes go"). A missing field reads
+/// docs/benchmarks/store-scale.md, "Where a stored no-op task's bytes go"). A missing field reads
 /// as that value. Version 1 origins always carry both fields and read as before.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Origin {

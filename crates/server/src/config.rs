@@ -252,7 +252,7 @@ impl Config {
     }
 }
 
-/// `[dashboard]`: the operator web page on the MCP listener (`src/dashboard/`).
+/// `[dashboard]`: the operator web page on the MCP listener (`crates/server/src/dashboard/`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DashboardConfig {

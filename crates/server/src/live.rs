@@ -383,9 +383,9 @@ mod tests {
                 (1, 0) | (0, 1) => {}
                 (0, 0) => problems.push(format!(
                     "{key}: neither reloadable nor restart-only; add it to LIVE or \
-                     RESTART_ONLY in src/live.rs (see its module doc) and to docs/reload.md"
+                     RESTART_ONLY in crates/server/src/live.rs (see its module doc) and to docs/reload.md"
                 )),
-                _ => problems.push(format!("{key}: listed more than once in src/live.rs")),
+                _ => problems.push(format!("{key}: listed more than once in crates/server/src/live.rs")),
             }
         }
         assert!(problems.is_empty(), "{}", problems.join("\n"));

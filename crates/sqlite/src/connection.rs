@@ -130,7 +130,7 @@ pub(super) fn configure(conn: &Connection, config: &StoreConfig) -> Result<(), O
         config.busy_timeout_ms
     ))
     .map_err(|e| OpenError::Setup(format!("setting pragmas: {e}")))?;
-    // Room for every statement of src/tasks/sqlite/sql/ plus the writer's transaction
+    // Room for every statement of crates/sqlite/src/sql/ plus the writer's transaction
     // control, so the hot ones are never evicted and parsed again (rusqlite keeps 16).
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     let read = |pragma: &str| -> Result<String, OpenError> {

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-/// `[telemetry]`: OpenTelemetry traces over OTLP/HTTP (`src/telemetry/`, docs/tracing.md).
+/// `[telemetry]`: OpenTelemetry traces over OTLP/HTTP (`crates/telemetry/src/`, docs/tracing.md).
 /// Read at start-up only (a reload does not change it).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]

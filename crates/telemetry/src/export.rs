@@ -126,7 +126,7 @@ impl BoundedBatch {
 /// Why: encoding and sending a span costs about as much CPU as building it. Below the
 /// budget every span goes out; at saturation the exporter's share of the CPU stays
 /// bounded, and the spans beyond it are dropped before any of that work, counted, so
-/// that tracing costs the requests a bounded fraction (measured in benches/README.md).
+/// that tracing costs the requests a bounded fraction (measured in docs/benchmarks/telemetry.md).
 /// Most are never built: [`BudgetSampler`] leaves a request's whole trace unrecorded
 /// when the budget has no room for it; the rest (traces already under way) are dropped
 /// at their end.
@@ -197,7 +197,7 @@ const TRACE_ROOM: u64 = 8;
 /// decision, down to the task's last attempt (the task stores the unsampled context),
 /// so a busy server records whole traces, fewer of them, rather than building every
 /// span and dropping most at their end, which cost a fifth of the task creations at
-/// saturation (benches/README.md, "What telemetry costs").
+/// saturation (docs/benchmarks/telemetry.md).
 #[derive(Debug, Clone)]
 pub struct BudgetSampler {
     inner: Box<dyn ShouldSample>,

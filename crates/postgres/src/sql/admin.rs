@@ -1,6 +1,6 @@
 //! What operators do on PostgreSQL (`mcp-taskd tasks …`, `stats`): list and inspect any
 //! task, cancel one without an identity, copy one for a rerun, the on-demand counts.
-//! No authorization here: the operator interface is trusted (see `src/ops/`).
+//! No authorization here: the operator interface is trusted (see `crates/server/src/ops/`).
 
 use postgres::{GenericClient, Row};
 

@@ -188,7 +188,7 @@ fn walk<T: DeserializeOwned + 'static>(
                 }),
                 Probe::Open => panic!(
                     "`[[{path}]]` takes any keys (kept raw, typed later?): teach \
-                     src/config/reference.rs its type, as it knows `[[tools]]`'s"
+                     crates/server/src/config/reference.rs its type, as it knows `[[tools]]`'s"
                 ),
                 Probe::Value => {
                     keys.insert(field, Kind::Value);

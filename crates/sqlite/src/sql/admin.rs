@@ -1,6 +1,6 @@
 //! What operators do (`mcp-taskd tasks …`, `stats`): list and inspect any task, cancel
 //! one without an identity, copy one for a rerun, and the on-demand counts. No
-//! authorization here: the operator interface is trusted (see `src/ops/`).
+//! authorization here: the operator interface is trusted (see `crates/server/src/ops/`).
 
 use rusqlite::{Connection, OptionalExtension};
 

@@ -10,7 +10,7 @@
 //! readers) meant three thread starts and the wake-ups between them and the
 //! supervising thread, which slept and looked. Together with starting programs without
 //! the launcher, the server's CPU per no-op run fell from ~1.4 ms to ~0.9 ms
-//! (benches/README.md, "No launcher, a run guard"). No timer either: the loop wakes for
+//! (docs/benchmarks/command-tools.md, "No launcher, a run guard"). No timer either: the loop wakes for
 //! output, for the exit, or after [`POLL`] to look at the run's timeout and at
 //! cancellation (which the host only shows as a flag).
 //!

@@ -23,7 +23,7 @@
 //! does it but makes std `fork` the server (about 8 ms of server CPU a run in
 //! copy-on-write faults); a launcher (this binary started with `posix_spawn`, arming
 //! the signal, then `exec`ing the program) cost every run a second `exec` of this large
-//! binary, about 0.6 ms of CPU (benches/README.md, "Command tools"). With the guard,
+//! binary, about 0.6 ms of CPU (docs/benchmarks/command-tools.md). With the guard,
 //! nothing of ours runs in the new process before its `exec` (`spawn` starts it as
 //! `posix_spawn` would), and a run pays nothing for the guarantee. It also covers more:
 //! the parent-death signal reached the program only, while the guard finds the

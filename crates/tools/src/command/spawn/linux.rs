@@ -7,7 +7,7 @@
 //! twice per `dup2` action, and glibc maps a new stack for the child and unmaps it
 //! once the child has `exec`ed — an unmap of a multi-threaded process's memory, so a
 //! TLB shoot-down on the other core, every run. Measured side by side with
-//! `noop_raw` runs as in `benches/spawn.sh` (benches/README.md, "Command tools"): the
+//! `noop_raw` runs as in `benches/spawn.sh` (docs/benchmarks/command-tools.md): the
 //! worker threads' CPU per no-op run fell from 161–183 µs to 113–133 µs. (The portable
 //! start, `posix.rs`, keeps the C strings built once and leaves the rest to the
 //! system's `posix_spawn`.)
