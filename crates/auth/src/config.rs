@@ -12,7 +12,7 @@ pub struct AuthConfig {
     pub tokens: Vec<TokenConfig>,
     /// Access tokens from an authorization server, beside (or instead of) `tokens`.
     pub oauth: Option<OAuthConfig>,
-    /// The secret in `oauth.client_secret_file`, read by [`Config::parse_in`].
+    /// The secret in `oauth.client_secret_file`, read when the configuration file is parsed.
     #[serde(skip)]
     pub client_secret: Option<ClientSecret>,
 }

@@ -4,8 +4,12 @@
 //! Static tokens are configured only as SHA-256 digests; the presented token is hashed
 //! and looked up, so the clear token is never stored or logged. OAuth access tokens
 //! (`[auth.oauth]`, [`oauth`]) are verified against the authorization server's keys.
-//! With neither configured the server runs anonymous (and `config` refuses
-//! non-loopback binds unless told).
+//! With neither configured the server runs anonymous (and the server's configuration
+//! checks refuse non-loopback binds unless told).
+//!
+//! May depend on: `taskd-protocol` (the `Identity` and `Scopes` it produces),
+//! `taskd-base`. Must never know: tasks, stores, tools, transports; it owns `[auth]`'s
+//! settings ([`AuthConfig`]) and reads nothing else of the configuration.
 
 mod config;
 pub mod oauth;

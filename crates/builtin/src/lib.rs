@@ -6,6 +6,10 @@
 //!   (`../shared/conformance/fixtures.md` §2);
 //! - `testing`: fault-injection tools (panics, tools that ignore cancellation) used by
 //!   the test suite to exercise retries, leases and fencing through the real binary.
+//!
+//! May depend on: `taskd-protocol`, `taskd-notifications` (list changes),
+//! `taskd-tools`. Must never know: tasks or their store (a built-in task tool runs on a
+//! worker like any other), transports, the configuration file.
 
 mod conformance;
 mod demo;

@@ -1,6 +1,6 @@
 //! The settings the engine and its stores read, as the configuration file writes them:
 //! `[store]`, `[workers]` and `[tasks]` (the file format in `taskd-server` composes them;
-//! a reload swaps `[tasks]` through [`crate::SettingsInForce`]).
+//! a reload swaps `[tasks]` through [`crate::SettingsSource`]).
 
 use std::path::PathBuf;
 

@@ -1,7 +1,8 @@
 // Over 600 lines: one `TaskStore` impl of short transactions; the SQL is in sql/.
 //! The PostgreSQL [`TaskStore`] (`store.backend = "postgres"`): several nodes running
-//! the same binary share one database, and every node serves every task. Only
-//! `server.rs` names it (to open it); the engine sees the trait.
+//! the same binary share one database, and every node serves every task. Only the
+//! server's assembly and its offline operator commands name it (to open it); the
+//! engine sees the trait.
 //!
 //! # Durability guarantees (and what keeps them)
 //!
@@ -40,6 +41,10 @@
 //! What is SQLite's only: there is no WAL file to bound (`log_bytes` is `None`,
 //! `maintain` does nothing), no backup (`backup_to` refuses: use `pg_dump` or the
 //! server's own backups), and free space is the database server's concern.
+//!
+//! May depend on: `taskd-engine` (the trait it implements, its records and settings),
+//! `taskd-protocol`, `taskd-base`. Must never know: the other store, HTTP, the
+//! configuration file (it reads `taskd_engine::config::StoreConfig`).
 
 mod connection;
 mod finishes;

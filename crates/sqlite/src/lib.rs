@@ -1,7 +1,7 @@
 // Over 600 lines: one `TaskStore` impl of short methods; the SQL is in sql/.
 //! The SQLite [`TaskStore`]: one database file in WAL mode, a writer thread that owns
-//! every write, a pool of query-only readers. Only `server.rs` names it (to open it);
-//! the engine sees the trait.
+//! every write, a pool of query-only readers. Only the server's assembly and its
+//! offline operator commands name it (to open it); the engine sees the trait.
 //!
 //! # Durability guarantees (and what keeps them)
 //!
@@ -92,6 +92,10 @@
 //!   `store.locking = "shared"` the connections use SQLite's default VFS instead, so
 //!   that Litestream (and `sqlite3`) can open the database beside the server; the
 //!   `data_dir/lock` file still keeps a second mcp-taskd out.
+//!
+//! May depend on: `taskd-engine` (the trait it implements, its records and settings),
+//! `taskd-protocol`, `taskd-base`. Must never know: the other store, HTTP, the
+//! configuration file (it reads `taskd_engine::config::StoreConfig`).
 
 mod backup;
 mod checkpoint;

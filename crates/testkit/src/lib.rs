@@ -5,6 +5,9 @@
 //! Inside `cargo test` every run uses a fixed seed and a few hundred cases, so CI sees
 //! the same inputs every time; `PROPTEST_CASES` and `PROPTEST_RNG_SEED` override both
 //! (`benches/fuzz.sh` runs long with a fresh seed and prints it, to replay a failure).
+//!
+//! A dev-dependency only. May depend on: no crate of this workspace (the crates whose
+//! tests use it sit above it). Must never know: anything it generates inputs for.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};

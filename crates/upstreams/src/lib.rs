@@ -23,6 +23,12 @@
 //! Guarantees, and their limits, are written next to the code that keeps them: the
 //! re-run rule after an interruption in [`tool`], request routing in [`session`], the
 //! sessions' lifetimes in [`supervisor`].
+//!
+//! May depend on: `taskd-protocol` (the MCP vocabulary and headers it speaks as a
+//! client), `taskd-base`, `taskd-tools` (an upstream tool is a [`taskd_tools::Tool`]).
+//! Must never know: the engine or its store (a worker runs an upstream tool like any
+//! other), the server's transport, the configuration file (it owns
+//! [`UpstreamConfig`]).
 
 pub mod config;
 mod http;

@@ -13,7 +13,7 @@
 //! - **Fencing.** Every write of an attempt (status message, outcome) carries the claim's
 //!   token; once a lease is taken over, the old attempt's writes change nothing.
 //! - **Prompt cancellation.** A running attempt is told through its [`AttemptControl`];
-//!   [`InvocationHost::sleep`] wakes at once, so built-in tools stop within milliseconds.
+//!   [`taskd_tools::InvocationHost::sleep`] wakes at once, so built-in tools stop within milliseconds.
 //! - **Fairness.** A tool's `max_concurrency` slots are taken with the claim, inside its
 //!   write: the jobs of a tool at its limit stay queued (the claim passes over them) and
 //!   never hold a worker, so other tools' jobs run meanwhile. A slot is freed when the
