@@ -36,7 +36,8 @@
 //! - [`tracing`]: OpenTelemetry spans of a task's life, received by a real OTLP decoder;
 //! - [`upstreams`]: `[[upstreams]]`: a stdio MCP server's tools served as ours, as tasks;
 //! - [`cluster`]: PostgreSQL: the harness's throwaway cluster, several nodes on one
-//!   database.
+//!   database;
+//! - [`layout`]: the workspace's crates depend on each other as docs/code-map.md says.
 //!
 //! One binary compiles the harness once and links once. Cargo does not discover test
 //! files here (`autotests = false`): a new area is a module declared below.
@@ -55,6 +56,7 @@ mod fair_share;
 mod fair_workers;
 mod fuzz;
 mod hardening;
+mod layout;
 mod legacy;
 mod listen_streams;
 mod litestream;

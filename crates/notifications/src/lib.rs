@@ -11,7 +11,7 @@
 //! never has to cut a subscriber off. A subscriber that stops reading is the stream's
 //! business (see `transport::listen` in `taskd-server`).
 //!
-//! May depend on: `taskd-protocol`, `taskd-base`. Must never know: tasks, stores, tools,
+//! May depend on: `taskd-protocol`. Must never know: tasks, stores, tools,
 //! transports. Publishers and subscribers above it hold the hub; it calls none of them.
 
 mod config;

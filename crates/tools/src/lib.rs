@@ -8,7 +8,7 @@
 //! are no special cases in the protocol layer. The [`catalog`] holds the resources and
 //! prompts served beside the tools.
 //!
-//! May depend on: `taskd-protocol`, `taskd-base`, `taskd-telemetry` (a command tool's
+//! May depend on: `taskd-protocol`, `taskd-telemetry` (a command tool's
 //! program runs in a span). Must never know: tasks or their store (a tool sees only its
 //! [`InvocationHost`]), transports, the configuration file (command tools are built from
 //! their own [`command::CommandToolConfig`]).
