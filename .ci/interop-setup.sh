@@ -8,6 +8,8 @@
 #   npm/NAME/    one npm project per client, so their dependency trees never mix
 #   time/        venv with mcp-server-time, an upstream MCP server for [[upstreams]]
 #   npm/everything/, npm/filesystem/  the reference upstream servers of the same runs
+#   npm/claude-code/, npm/codex/, npm/gemini-cli/  the coding agents run as hosts (their
+#                own native binaries, or Node for Gemini CLI), with tmux for a terminal
 # Re-running is cheap: a component is reinstalled only when its pinned version changes.
 set -euo pipefail
 PY1_MCP=1.30.0
@@ -24,10 +26,19 @@ declare -A NPM_PINS=(
   [oidc-provider]="oidc-provider@9.13.3"
   [everything]="@modelcontextprotocol/server-everything@2026.8.31"
   [filesystem]="@modelcontextprotocol/server-filesystem@2026.8.31"
+  # Hosts (issue 46), each run against a scripted model API on loopback.
+  [claude-code]="@anthropic-ai/claude-code@2.1.332"
+  [codex]="@openai/codex@0.171.0"
+  [gemini-cli]="@google/gemini-cli@0.61.0"
 )
 HOME_DIR="${MCP_TASKD_INTEROP_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/mcp-taskd-interop}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$HOME_DIR/node" "$HOME_DIR/npm"
+
+# Claude Code's terminal mode is driven through tmux.
+if ! command -v tmux >/dev/null; then
+  { apt-get update -qq && apt-get install -y -qq tmux; } >&2
+fi
 
 # venv DIR SPEC: a venv holding exactly SPEC, stamped so the next run can skip it.
 venv() {

@@ -333,6 +333,48 @@ upstream-server-kill9          python py1  upstream_python_sdk1_kill9.py
 LIST
 fi
 
+# Coding agents as hosts (issue 46): Claude Code (`claude -p`, and its terminal UI in
+# tmux), Codex CLI (`codex exec`) and Gemini CLI (`gemini -p`), pinned in interop-setup.sh,
+# each configured by its own `mcp add` command, over HTTP and over `BINARY stdio`, with its
+# model API replaced by tests/interop/scripted_model.py on loopback (no network, no key).
+# tests/interop/host_agents.py runs the flows (a quick tool, a task outliving the inline
+# wait, a failing tool, a task asking a person, a kill -9 and restart mid-call) on a server
+# of its own, and asserts on what the model received. They run side by side: each mostly
+# waits on its tasks (claude -p on its own 90 s watchdog after the kill), each bounded.
+# MCP_TASKD_EXPECT_NEXT_STEP=1 also insists that a handle's model-facing content names
+# task_wait; MCP_TASKD_EXPECT_RELAY_ANSWER=1 kills the server behind `stdio --connect`
+# in the middle of a call rather than between two.
+if [ -n "$BINARY" ]; then
+  hosts=() pids=()
+  while read -r name host transport; do
+    hosts+=("$name")
+    MCP_TASKD_INTEROP_CACHE="$CACHE" timeout -k 5 280 "$CACHE/py1/bin/python" \
+      "$DRIVERS/host_agents.py" "$host" "$transport" "$BINARY" \
+      >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    pids+=($!)
+  done <<'LIST'
+claude-code-print-http      claude-print     http
+claude-code-print-stdio     claude-print     stdio
+claude-code-terminal-http   claude-terminal  http
+claude-code-terminal-stdio  claude-terminal  stdio
+codex-exec-http             codex-exec       http
+codex-exec-stdio            codex-exec       stdio
+gemini-cli-prompt-http      gemini-prompt    http
+gemini-cli-prompt-stdio     gemini-prompt    stdio
+LIST
+  for i in "${!hosts[@]}"; do
+    wait "${pids[$i]}" || true
+    verdict="$(grep -E '^(PASS|FAIL) ' "$WORK/${hosts[$i]}.out" | tail -n 1)"
+    echo "${verdict:-FAIL ${hosts[$i]}: exited without a verdict}"
+    if [[ "$verdict" == PASS* ]]; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1))
+      sed 's/^/    | /' "$WORK/${hosts[$i]}.err" | tail -n 15
+    fi
+  done
+fi
+
 echo "interop: $passed passed, $failed failed"
 if [ "$failed" -ne 0 ]; then
   echo "server stderr (tail):"; tail -n 20 "$WORK/stderr"
