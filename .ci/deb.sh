@@ -44,6 +44,7 @@ cat >"$WORK/expected" <<'EOF'
 ./etc/mcp-taskd/config.toml
 ./usr/bin/mcp-taskd
 ./usr/lib/systemd/system/mcp-taskd.service
+./usr/lib/systemd/system/mcp-taskd.socket
 ./usr/share/bash-completion/completions/mcp-taskd
 ./usr/share/doc/mcp-taskd/README.md
 ./usr/share/doc/mcp-taskd/changelog.Debian.gz
@@ -74,8 +75,17 @@ dpkg-deb -I "$DEB" conffiles | grep -qx /etc/mcp-taskd/config.toml ||
 for script in postinst prerm postrm; do
   dpkg-deb -I "$DEB" "$script" | grep -q 'mcp-taskd.service' || fail "no systemd handling in $script"
 done
-cmp -s "$SCRATCH/usr/lib/systemd/system/mcp-taskd.service" systemd/mcp-taskd.service ||
-  fail "the packaged unit differs from systemd/mcp-taskd.service"
+for unit in mcp-taskd.service mcp-taskd.socket; do
+  cmp -s "$SCRATCH/usr/lib/systemd/system/$unit" "systemd/$unit" ||
+    fail "the packaged unit differs from systemd/$unit"
+done
+# The socket is enabled and started at first install; an upgrade restarts the service
+# only (a restarted socket would drop the connections it queues).
+dpkg-deb -I "$DEB" postinst | grep -q 'deb-systemd-helper enable mcp-taskd.socket' ||
+  fail "postinst does not enable mcp-taskd.socket"
+if dpkg-deb -I "$DEB" postinst | grep -E 'restart[^"]*mcp-taskd\.socket' >&2; then
+  fail "postinst restarts mcp-taskd.socket on upgrade"
+fi
 
 # The binary is the package's architecture's, and the changelog names its version.
 arch="$(dpkg-deb -f "$DEB" Architecture)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI for running mcp-taskd as a service (called by .ci/run after the conformance step):
-#   1. the systemd unit and its drop-ins: `systemd-analyze verify` clean, and
+#   1. the systemd units (the service, its drop-ins, the socket that holds its listener
+#      across restarts): `systemd-analyze verify` clean, and
 #      `systemd-analyze security --offline=true` at most 2.0;
 #   2. the live /metrics page of the release binary passes `promtool check metrics`;
 #   3. `cargo deb` builds the package (.ci/deb.sh: its file list, lintian, which also
@@ -33,10 +34,12 @@ command -v systemd-analyze >/dev/null ||
 UNITS="$WORK/units"
 mkdir -p "$UNITS/mcp-taskd.service.d"
 sed "s#/usr/bin/mcp-taskd#$BINARY#g" systemd/mcp-taskd.service >"$UNITS/mcp-taskd.service"
+cp systemd/mcp-taskd.socket "$UNITS/mcp-taskd.socket"
 for dropin in strict.conf usr-local-bin.conf; do
   sed "s#/usr/local/bin/mcp-taskd#$BINARY#g" "systemd/$dropin" >"$UNITS/mcp-taskd.service.d/$dropin"
 done
-verify="$(systemd-analyze verify "$UNITS/mcp-taskd.service" 2>&1)" || fail "verify failed: $verify"
+verify="$(systemd-analyze verify "$UNITS/mcp-taskd.service" "$UNITS/mcp-taskd.socket" 2>&1)" ||
+  fail "verify failed: $verify"
 [ -z "$verify" ] || fail "verify is not clean: $verify"
 exposure() { # UNIT-FILE
   systemd-analyze security --offline=true "$1" 2>&1 |

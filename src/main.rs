@@ -198,6 +198,8 @@ fn serve(
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
 ) -> Result<(), Box<dyn Error>> {
+    // SAFETY: no thread has started yet (the environment is changed: `LISTEN_*` goes).
+    let inherited = unsafe { taskd_server::listeners::take_inherited() }?;
     // A reload reads the same file, with the same overrides, whatever the working
     // directory has become.
     let file = path.map(std::path::absolute).transpose()?;
@@ -208,7 +210,7 @@ fn serve(
     };
     let config = source.load()?;
     logs::init("info", config.log.format);
-    Ok(taskd_server::server::run(config, source)?)
+    Ok(taskd_server::server::run(config, source, inherited)?)
 }
 
 fn stdio(path: Option<&Path>, data_dir: Option<PathBuf>) -> Result<(), Box<dyn Error>> {

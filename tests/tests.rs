@@ -32,6 +32,7 @@
 //! - [`metrics`]: `GET /metrics` counts through tasks' lives, restarts and `kill -9`;
 //! - [`reload`]: SIGHUP and `mcp-taskd reload`: tokens, tools, limits, refused files
 //!   and restart-only keys, applied while serving;
+//! - [`restarts`]: a passed listener (socket activation): restarts no client sees;
 //! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`;
 //! - [`tracing`]: OpenTelemetry spans of a task's life, received by a real OTLP decoder;
 //! - [`upstreams`]: `[[upstreams]]`: a stdio MCP server's tools served as ours, as tasks;
@@ -67,6 +68,7 @@ mod operator;
 mod postgres;
 mod reaping;
 mod reload;
+mod restarts;
 mod robustness;
 mod smoke;
 mod stdio;

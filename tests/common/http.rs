@@ -227,6 +227,27 @@ impl HttpResponse {
     }
 }
 
+impl HttpResponse {
+    /// Reads one whole response with a `Content-Length` body from `stream`, leaving the
+    /// connection open for the next.
+    pub fn read_one(stream: &mut TcpStream) -> HttpResponse {
+        let mut raw = Vec::new();
+        let mut buffer = [0u8; 16 * 1024];
+        while !response_complete(&raw) {
+            match stream.read(&mut buffer) {
+                Ok(0) => panic!(
+                    "the connection ended before a whole response: {:?}",
+                    String::from_utf8_lossy(&raw)
+                ),
+                Ok(n) => raw.extend_from_slice(&buffer[..n]),
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => panic!("reading the response: {error}"),
+            }
+        }
+        HttpResponse::try_parse(&raw).expect("an HTTP response")
+    }
+}
+
 /// Whether `raw` holds a whole response with a `Content-Length` body.
 fn response_complete(raw: &[u8]) -> bool {
     let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {

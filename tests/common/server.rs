@@ -11,7 +11,7 @@
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
@@ -53,6 +53,47 @@ impl Server {
     /// As [`Server::start_in`], listening on `addr` (a restart where clients expect it).
     pub fn start_in_on(dir: &Path, config: &str, addr: std::net::SocketAddr) -> Server {
         Server::start_command(dir, config, super::binary(), &addr.to_string())
+    }
+
+    /// Starts the binary with its data in `dir` on `listener`, passed as systemd passes
+    /// a socket unit's (descriptor 3, `LISTEN_FDS=1`, `LISTEN_FDNAMES=http`, and
+    /// `LISTEN_PID` naming the server's own process). The test keeps its own copy of
+    /// the socket open, as systemd does across restarts of the service.
+    pub fn start_in_with_listener(
+        dir: &Path,
+        config: &str,
+        listener: &TcpListener,
+        env: &[(&str, &OsStr)],
+    ) -> Server {
+        use std::os::unix::io::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fd = listener.as_raw_fd();
+        let mut wrapper = Command::new("sh");
+        wrapper
+            .arg("-c")
+            // The shell's process id is the server's: it execs it.
+            .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
+            .arg(super::binary_path())
+            .env("LISTEN_FDS", "1")
+            .env("LISTEN_FDNAMES", "http")
+            .envs(env.iter().copied());
+        // SAFETY: dup2 is async-signal-safe; it only copies a descriptor this process
+        // holds to 3 in the child (without close-on-exec), before exec.
+        unsafe {
+            wrapper.pre_exec(move || {
+                // dup2 onto itself would keep close-on-exec: clear it instead.
+                let done = if fd == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, 3)
+                };
+                if done < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Server::start_command(dir, config, wrapper, "127.0.0.1:0")
     }
 
     /// Starts the binary under a descriptor limit (`ulimit -n`, soft and hard).

@@ -431,7 +431,8 @@ impl Hub {
         self.lock().follows_any_task()
     }
 
-    /// Waits up to `timeout` until a subscription follows a task; whether one does.
+    /// Waits up to `timeout` until a subscription follows a task; whether one does. A
+    /// closed hub answers `false` at once.
     ///
     /// The relay sleeps here while nobody listens, instead of waking (and spinning in
     /// its channel receive) for every commit only to find no one to tell.
@@ -439,6 +440,9 @@ impl Hub {
         let state = self.lock();
         if state.follows_any_task() {
             return true;
+        }
+        if state.closed {
+            return false;
         }
         let (state, _) = self
             .followed
@@ -517,10 +521,17 @@ impl Hub {
         }
     }
 
+    /// Whether [`Hub::close_all`] has run: the server is shutting down.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Shutdown: every stream gets its graceful completion; no new subscriptions.
     pub fn close_all(&self) {
         let mut state = self.lock();
         state.closed = true;
+        // Whoever waits for a follower (the outbox relay) wakes to see the hub closed.
+        self.followed.notify_all();
         state.by_task.clear();
         state.relay_tasks.clear();
         for (_, subscriber) in state.subscribers.drain() {

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! server, stdio      assembly and lifecycle; `mcp-taskd stdio` (served here or relayed)
+//! listeners          the MCP socket: passed by systemd (socket activation) or bound
 //! ops                operating it: systemd, admin socket, reload, tasks/stats/backup/restore
 //! transport          HTTP: limits, Host/Origin, auth, MCP headers vs body, JSON / SSE out
 //!   ├─ dashboard     the operator web page and its JSON API (ops' admin operations)
@@ -24,6 +25,7 @@ pub mod config;
 pub mod dashboard;
 pub mod handlers;
 pub mod legacy;
+pub mod listeners;
 pub mod live;
 pub mod metrics;
 pub mod ops;

@@ -27,6 +27,7 @@ use crate::config::{Config, ConfigError};
 use crate::handlers::bridge::Bridge;
 use crate::handlers::request_state::StateSigner;
 use crate::handlers::Service;
+use crate::listeners::Inherited;
 use crate::live::{Live, Settings, SettingsError};
 use crate::metrics::{Metrics, Snapshot};
 use crate::ops::admin::{Admin, AdminSocket};
@@ -38,6 +39,15 @@ use crate::transport::Frontend;
 /// How long a drain waits for requests being handled (inline tool runs included) to
 /// answer; past it the drain goes on, and the process exits under them.
 const HANDLER_DRAIN: Duration = Duration::from_secs(30);
+
+/// How long an open connection may still bring its next request once a drain starts
+/// (answered here, with `Connection: close`): a client's next request, sent as soon as
+/// it read its last answer, is not cut off; a connection idle for longer is closed.
+const IDLE_GRACE: Duration = Duration::from_millis(250);
+
+/// How long a drain waits for the open connections to close (each after its last
+/// answer, or after `IDLE_GRACE` without a request).
+const CONNECTION_DRAIN: Duration = Duration::from_secs(10);
 
 /// The name of the key that seals MRTR `requestState` in a shared store.
 const REQUEST_STATE_KEY: &str = "request-state";
@@ -373,17 +383,41 @@ fn dashboard(config: &Config, engine: &Engine) -> Option<Arc<crate::dashboard::D
 }
 
 /// Runs the server until a termination signal, then shuts down gracefully. SIGHUP
-/// re-reads the configuration from `source` (see [`crate::ops::reload`]).
-pub fn run(config: Config, source: ConfigSource) -> Result<(), ServeError> {
+/// re-reads the configuration from `source` (see [`crate::ops::reload`]). With
+/// `inherited` (systemd socket activation, [`crate::listeners`]) it serves on that
+/// socket instead of binding `server.listen`.
+pub fn run(
+    mut config: Config,
+    mut source: ConfigSource,
+    inherited: Option<Inherited>,
+) -> Result<(), ServeError> {
+    if let Some(passed) = &inherited {
+        // The socket's address is where clients reach this server: the checks that
+        // depend on it (a non-loopback listener needs tokens and allowed hosts) and
+        // every reload apply to it, whatever `server.listen` says.
+        if passed.address != config.server.listen {
+            log::info!(
+                "serving on the socket systemd passed ({}), not server.listen ({})",
+                passed.address,
+                config.server.listen
+            );
+        }
+        config.server.listen = passed.address;
+        source.listen = Some(passed.address);
+        config.check()?;
+    }
     // Before anything can tell the world we serve (the address line, `READY=1`): a
     // SIGTERM that arrives after those must start the drain, not take the default
     // action and end the process on the spot.
     let mut termination = termination_signals()?;
     let mut engine = Engine::start(&config)?;
-    let http = tiny_http::Server::http_on_connection_threads(
-        config.server.listen,
-        crate::transport::limits::bounds(&config),
-    )
+    let bounds = crate::transport::limits::bounds(&config);
+    let http = match inherited {
+        Some(passed) => {
+            tiny_http::Server::from_listener_on_connection_threads(passed.listener, bounds)
+        }
+        None => tiny_http::Server::http_on_connection_threads(config.server.listen, bounds),
+    }
     .map_err(|source| ServeError::Listen {
         address: config.server.listen,
         source,
@@ -454,12 +488,21 @@ pub fn run(config: Config, source: ConfigSource) -> Result<(), ServeError> {
         let _ = reloader.reload("SIGHUP");
     }
 
-    log::info!("shutting down");
     systemd.stopping();
-    engine.stop_admitting();
+    // No connection is accepted from now on: those that arrive wait in the kernel's
+    // queue for the next process when systemd holds the socket (and are refused once
+    // this process closes a socket it bound). Requests on connections already open are
+    // still answered, each with `Connection: close`, so that a client's next request
+    // goes to a new connection (see `tiny_http::Server::drain`).
+    http.drain(IDLE_GRACE);
+    log::info!("shutting down");
     frontend.draining.store(true, Ordering::Release);
+    engine.stop_admitting();
+    // Listen streams end gracefully; calls waiting for their task answer its handle.
     engine.hub.close_all();
-    // Requests arriving from now on are refused; those being handled finish first.
+    if !wait_for_connections(&frontend.listener, CONNECTION_DRAIN) {
+        log::warn!("some connections were still open when the drain went on");
+    }
     if !frontend.wait_for_handlers(HANDLER_DRAIN) {
         log::warn!("some requests were still being handled when the drain went on");
     }
@@ -469,6 +512,18 @@ pub fn run(config: Config, source: ConfigSource) -> Result<(), ServeError> {
     drop(frontend);
     engine.finish();
     Ok(())
+}
+
+/// Waits up to `limit` until no connection is open; whether none is.
+fn wait_for_connections(listener: &tiny_http::ListenerHealth, limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while listener.open_connections() > 0 {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
 }
 
 /// How many bridged calls may wait for their task at once. Each waits on the thread of

@@ -7,9 +7,11 @@ use std::io::{BufRead, BufReader, BufWriter, ErrorKind, Read};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::common::{HTTPVersion, Method};
 use crate::request::{Answer, AnswerRoute, RequestBounds};
@@ -53,6 +55,10 @@ pub struct ClientConnection {
     // `Request::socket_fd`).
     #[cfg(unix)]
     socket_fd: Option<std::os::unix::io::RawFd>,
+
+    // mcp-taskd patch: this connection among those a drain may close while they wait
+    // for their next request (see `Shared::waiting`).
+    id: u64,
 }
 
 /// mcp-taskd patch: what every connection of one server shares.
@@ -61,7 +67,20 @@ pub(crate) struct Shared {
     body_budget: Arc<Budget>,
     answer_budget: Arc<Budget>,
     errors: Mutex<RateLimitedLog>,
+    /// Set by `Server::drain`: every request read from now on is answered with
+    /// `Connection: close`, and its connection ends after the answer.
+    draining: AtomicBool,
+    /// Connections waiting for their next request: their response half's descriptor
+    /// and since when. An entry is removed (under the lock) before its connection can
+    /// close, so a descriptor here is always the connection's own.
+    waiting: Mutex<HashMap<u64, (Waiting, Instant)>>,
+    next_id: AtomicU64,
 }
+
+#[cfg(unix)]
+type Waiting = std::os::unix::io::RawFd;
+#[cfg(not(unix))]
+type Waiting = ();
 
 impl Shared {
     pub(crate) fn new(bounds: Bounds) -> Shared {
@@ -70,6 +89,9 @@ impl Shared {
             answer_budget: Budget::new(bounds.max_unsent_answer_bytes),
             bounds,
             errors: Mutex::new(RateLimitedLog::new(Duration::from_secs(10))),
+            draining: AtomicBool::new(false),
+            waiting: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
         }
     }
 
@@ -77,6 +99,44 @@ impl Shared {
         if let Ok(mut errors) = self.errors.lock() {
             errors.error(message);
         }
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Waiting, Instant)>> {
+        // Each change is one insert or remove: a poisoned map is still whole.
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a drain has started.
+    pub(crate) fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Starts a drain: see `Server::drain`.
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Ends the wait of every connection that has waited for its next request `grace`
+    /// since it began waiting or since the drain `started`, whichever is later; how
+    /// many connections still wait.
+    #[allow(unsafe_code)]
+    pub(crate) fn close_waiting(&self, started: Instant, grace: Duration) -> usize {
+        let now = Instant::now();
+        let mut waiting = self.waiting();
+        waiting.retain(|_, (_fd, since)| {
+            if (*since).max(started) + grace > now {
+                return true;
+            }
+            // Its read returns at once with end of input; the connection then ends
+            // without an answer owed (no request had arrived).
+            #[cfg(unix)]
+            // SAFETY: the descriptor is the connection's, open while its entry is here.
+            unsafe {
+                libc::shutdown(*_fd, libc::SHUT_RD);
+            }
+            false
+        });
+        waiting.len()
     }
 }
 
@@ -114,6 +174,7 @@ impl ClientConnection {
         #[cfg(unix)]
         let socket_fd = write_socket.raw_fd();
 
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
 
@@ -130,6 +191,7 @@ impl ClientConnection {
             shared,
             pending_answer: None,
             linger: false,
+            id,
         }
     }
 
@@ -400,7 +462,15 @@ impl Iterator for ClientConnection {
         }
 
         loop {
-            let rq = match self.read() {
+            // mcp-taskd patch: while it waits for the next request, a drain may end it.
+            #[cfg(unix)]
+            if let Some(fd) = self.socket_fd {
+                self.shared.waiting().insert(self.id, (fd, Instant::now()));
+            }
+            let read = self.read();
+            #[cfg(unix)]
+            self.shared.waiting().remove(&self.id);
+            let mut rq = match read {
                 Err(ReadError::WrongRequestLine) => {
                     let writer = self.sink.next().unwrap();
                     let response = Response::new_empty(StatusCode(400));
@@ -502,6 +572,14 @@ impl Iterator for ClientConnection {
             if rq.close_connection {
                 self.no_more_requests = true;
                 self.linger = true;
+            }
+
+            // mcp-taskd patch: while the server drains, this is the connection's last
+            // request, and its answer says so (`Connection: close`), so that the client
+            // opens its next connection to whoever accepts now.
+            if self.shared.draining.load(Ordering::Acquire) {
+                self.no_more_requests = true;
+                rq.closes_connection = true;
             }
 
             // returning the request

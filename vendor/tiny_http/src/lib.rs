@@ -87,7 +87,10 @@
 //! # let response = tiny_http::Response::from_file(File::open(&Path::new("image.png")).unwrap());
 //! let _ = request.respond(response);
 //! ```
-#![forbid(unsafe_code)]
+// mcp-taskd patch: `deny`, not `forbid`: the drain (patch 17) makes two system calls
+// std has no safe form of (`poll(2)` on the listener and a wake socket, `shutdown(2)` of
+// a connection waiting for its next request), each allowed where it is made.
+#![deny(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
 // mcp-taskd patch: upstream code predates this compiler's unused-code lints.
@@ -106,7 +109,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use client::ClientConnection;
 use connection::Connection;
@@ -193,6 +196,12 @@ pub struct Server {
     // mcp-taskd patch: the handler of a server that answers on connection threads
     // (`None` for one that queues requests for `recv`).
     handler: Option<Arc<OnceLock<Handler>>>,
+
+    // mcp-taskd patch: what the connections share (a drain's state among it), and the
+    // way to wake the accept loop so that it stops without accepting (see `drain`).
+    shared: Arc<client::Shared>,
+    #[cfg(unix)]
+    wake: std::os::unix::net::UnixStream,
 }
 
 /// mcp-taskd patch: handles one request on its connection's own thread (see
@@ -330,6 +339,54 @@ impl Server {
         }
     }
 
+    /// mcp-taskd patch: [`Server::http_on_connection_threads`] on a listener this
+    /// process was given (systemd socket activation) instead of one it binds.
+    pub fn from_listener_on_connection_threads<L: Into<Listener>>(
+        listener: L,
+        bounds: Bounds,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::start(listener, None, bounds, Some(Arc::new(OnceLock::new())))
+    }
+
+    /// mcp-taskd patch: a graceful stop that leaves new connections to whoever accepts
+    /// next. The accept loop stops at once without accepting again, and closes this
+    /// process's descriptor of the listening socket: connections the kernel has queued,
+    /// and those that arrive later, wait for another holder of the socket (the service
+    /// manager that passed it, and the process it starts next). Every request read from
+    /// now on is answered with `Connection: close`, and its connection ends after the
+    /// answer; a connection that waits for its next request for `grace` (counted from
+    /// now at the earliest) is ended without one. So a client that sends its next
+    /// request within `grace` of its last answer has it answered here, and every other
+    /// one opens a new connection, which is queued. Calling it again changes nothing.
+    pub fn drain(&self, grace: Duration) {
+        self.stop_accepting();
+        if self.shared.draining() {
+            return;
+        }
+        self.shared.start_draining();
+        let shared = Arc::clone(&self.shared);
+        let started = Instant::now();
+        let tick = (grace / 4).max(Duration::from_millis(10));
+        thread::spawn(move || loop {
+            thread::sleep(tick);
+            let still_waiting = shared.close_waiting(started, grace);
+            // The server and every connection are gone: nothing can wait any more.
+            if still_waiting == 0 && Arc::strong_count(&shared) == 1 {
+                break;
+            }
+        });
+    }
+
+    /// mcp-taskd patch: ends the accept loop without another `accept()`.
+    fn stop_accepting(&self) {
+        self.close.store(true, Relaxed);
+        #[cfg(unix)]
+        {
+            use std::io::Write;
+            let _ = (&self.wake).write(&[1]);
+        }
+    }
+
     /// mcp-taskd patch: an HTTP server on `addr` that enforces `bounds`.
     pub fn http_with_bounds<A>(
         addr: A,
@@ -407,6 +464,10 @@ impl Server {
         // listening socket that nobody accepted from), and caps open connections.
         let health = ListenerHealth::new(bounds.max_connections);
         let shared = Arc::new(client::Shared::new(bounds));
+        let server_shared = Arc::clone(&shared);
+        // A byte on this pair ends the accept loop's wait (`Server::stop_accepting`).
+        #[cfg(unix)]
+        let (wake, woken) = std::os::unix::net::UnixStream::pair()?;
         let inside_health = Arc::clone(&health);
         let inside_close_trigger = close_trigger.clone();
         let inside_messages = messages.clone();
@@ -423,6 +484,12 @@ impl Server {
 
             log::debug!("Running accept thread");
             while !inside_close_trigger.load(Relaxed) {
+                // mcp-taskd patch: wait for a connection or for the stop, whichever
+                // comes first; a stop never accepts one more (see `Server::drain`).
+                #[cfg(unix)]
+                if !connection_or_stop(&server, &woken) {
+                    break;
+                }
                 let sock = match server.accept() {
                     Ok((sock, _)) => {
                         backoff = Duration::ZERO;
@@ -546,6 +613,9 @@ impl Server {
             listening_addr: local_addr,
             health,
             handler,
+            shared: server_shared,
+            #[cfg(unix)]
+            wake,
         })
     }
 
@@ -611,9 +681,49 @@ impl Iterator for IncomingRequests<'_> {
     }
 }
 
+/// mcp-taskd patch: waits until `listener` has a connection to accept (true) or a byte
+/// arrives on `woken` (false: stop). Interrupted waits are made again.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn connection_or_stop(listener: &Listener, woken: &std::os::unix::net::UnixStream) -> bool {
+    use std::os::unix::io::AsRawFd;
+    let mut fds = [
+        libc::pollfd {
+            fd: listener.raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: woken.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: two valid pollfd entries, for descriptors open for this call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if ready < 0 {
+            if IoError::last_os_error().kind() == IoErrorKind::Interrupted {
+                continue;
+            }
+            // Let `accept()` report whatever is wrong with the listener.
+            return true;
+        }
+        if fds[1].revents != 0 {
+            return false;
+        }
+        return true;
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
-        self.close.store(true, Relaxed);
+        self.stop_accepting();
+        // mcp-taskd patch: on Unix the accept loop is woken by `stop_accepting`; a
+        // connection to ourselves would land in the queue that another holder of a
+        // passed socket serves next.
+        #[cfg(not(unix))]
+        {
         // Connect briefly to ourselves to unblock the accept thread
         let maybe_stream = match &self.listening_addr {
             ListenAddr::IP(addr) => TcpStream::connect(addr).map(Connection::from),
@@ -626,6 +736,7 @@ impl Drop for Server {
         };
         if let Ok(stream) = maybe_stream {
             let _ = stream.shutdown(Shutdown::Both);
+        }
         }
 
         #[cfg(unix)]

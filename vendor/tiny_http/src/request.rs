@@ -87,6 +87,10 @@ pub struct Request {
     // the answer (the next request would start somewhere in the body).
     pub(crate) close_connection: bool,
 
+    // mcp-taskd patch: the server drains, so this is the connection's last request,
+    // and its answer says `Connection: close`.
+    pub(crate) closes_connection: bool,
+
     // mcp-taskd patch: the connection's response descriptor (see `socket_fd`).
     #[cfg(unix)]
     socket_fd: Option<std::os::unix::io::RawFd>,
@@ -308,6 +312,7 @@ where
             notify_when_responded: None,
             answers: Some(bounds.answers),
             close_connection,
+            closes_connection: false,
             #[cfg(unix)]
             socket_fd: None,
             response_headers: None,
@@ -371,6 +376,7 @@ where
         notify_when_responded: None,
         answers: None,
         close_connection: false,
+        closes_connection: false,
         response_headers: None,
         #[cfg(unix)]
         socket_fd: None,
@@ -615,6 +621,9 @@ impl Request {
     {
         for header in self.take_response_headers() {
             response.add_header(header);
+        }
+        if self.closes_connection {
+            response.close_connection();
         }
         let mut writer = self.extract_writer_impl();
 

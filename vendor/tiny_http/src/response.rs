@@ -247,6 +247,14 @@ where
     }
 
     /// Adds a header to the list.
+    /// mcp-taskd patch: tells the client that the connection ends after this answer
+    /// (`Connection: close`, a header `add_header` refuses).
+    pub(crate) fn close_connection(&mut self) {
+        if let Ok(header) = Header::from_bytes(&b"Connection"[..], &b"close"[..]) {
+            self.headers.push(header);
+        }
+    }
+
     /// Does all the checks.
     pub fn add_header<H>(&mut self, header: H)
     where

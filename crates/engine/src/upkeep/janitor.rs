@@ -5,8 +5,10 @@
 //! nodes share the store, only the upkeep leader (see [`TaskStore::upkeep_leader`]) does
 //! that store-wide work; every node still moves its own relay's cursor.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
 use super::recovery::reclaim;
 use super::relay::skip_unheard;
@@ -29,11 +31,14 @@ pub(super) fn janitor(
     counters: &dyn UpkeepCounters,
     delivered: &AtomicI64,
     interval: Duration,
-    stopping: &AtomicBool,
+    stopped: &Receiver<()>,
 ) {
     let mut last_checkpoint = Instant::now();
-    while !stopping.load(Ordering::Acquire) {
-        std::thread::sleep(interval);
+    // A tick every `interval`, until upkeep stops (its sender is dropped).
+    while matches!(
+        stopped.recv_timeout(interval),
+        Err(RecvTimeoutError::Timeout)
+    ) {
         skip_unheard(store, hub, delivered);
         if let Err(error) = store.note_delivered(delivered.load(Ordering::Acquire)) {
             log::log!(error.log_level(), "noting the relay's position: {error}");
@@ -50,7 +55,7 @@ pub(super) fn janitor(
             log::warn!("reclaimed {reclaimed} job(s) whose lease expired");
         }
         let tick = Instant::now();
-        let more = || tick.elapsed() < TICK_BUDGET && !stopping.load(Ordering::Acquire);
+        let more = || tick.elapsed() < TICK_BUDGET && !has_stopped(stopped);
         // Expired tasks and delivered outbox rows are removed a bounded batch per write,
         // and again while full batches come back: upkeep keeps pace with any creation
         // rate, yet no single transaction holds up the writer for long.
@@ -92,4 +97,9 @@ pub(super) fn janitor(
             }
         }
     }
+}
+
+/// Whether upkeep has stopped: its sender is gone.
+fn has_stopped(stopped: &Receiver<()>) -> bool {
+    matches!(stopped.try_recv(), Err(TryRecvError::Disconnected))
 }

@@ -23,6 +23,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crossbeam_channel::Sender;
+
 use crate::backend::{StoreError, TaskStore};
 use crate::workers::Inflight;
 use taskd_notifications::Hub;
@@ -50,6 +52,10 @@ pub enum StartError {
 
 pub struct Upkeep {
     stopping: Arc<AtomicBool>,
+    /// Dropped by [`Upkeep::stop`]: every upkeep thread waiting for its next tick or
+    /// commit wakes at once (its receiver disconnects), so a stop is not held up by a
+    /// janitor interval.
+    stop: Sender<()>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -63,33 +69,45 @@ impl Upkeep {
         interval: Duration,
     ) -> Result<Upkeep, StartError> {
         let stopping = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let start = store.outbox_newest().map_err(StartError::Outbox)?;
         let commits = store.subscribe();
         // Rows from before this start have no listener left: they count as delivered.
         let delivered = Arc::new(AtomicI64::new(start));
         let relay = {
-            let (store, hub, delivered, stopping) = (
+            let (store, hub, delivered, stopping, stopped) = (
                 Arc::clone(&store),
                 Arc::clone(&hub),
                 Arc::clone(&delivered),
                 Arc::clone(&stopping),
+                stopped.clone(),
             );
             std::thread::Builder::new()
                 .name("outbox-relay".into())
-                .spawn(move || relay::relay(store.as_ref(), &hub, &delivered, &commits, &stopping))
+                .spawn(move || {
+                    relay::relay(
+                        store.as_ref(),
+                        &hub,
+                        &delivered,
+                        &commits,
+                        &stopping,
+                        &stopped,
+                    )
+                })
                 .map_err(StartError::Thread)?
         };
         let mut threads = vec![relay];
         if let Some(cancellations) = store.remote_cancellations() {
-            let (inflight, stopping) = (Arc::clone(&inflight), Arc::clone(&stopping));
+            let (inflight, stopped) = (Arc::clone(&inflight), stopped.clone());
             let thread = std::thread::Builder::new()
                 .name("remote-cancel".into())
-                .spawn(move || {
-                    while !stopping.load(Ordering::Acquire) {
-                        if let Ok(task_id) = cancellations.recv_timeout(Duration::from_millis(500))
-                        {
-                            inflight.cancel(&task_id);
-                        }
+                .spawn(move || loop {
+                    crossbeam_channel::select! {
+                        recv(cancellations) -> task_id => match task_id {
+                            Ok(task_id) => inflight.cancel(&task_id),
+                            Err(_) => break,
+                        },
+                        recv(stopped) -> _ => break,
                     }
                 })
                 .map_err(StartError::Thread)?;
@@ -97,6 +115,7 @@ impl Upkeep {
         }
         let janitor = {
             let stopping = Arc::clone(&stopping);
+            let stopped = stopped.clone();
             std::thread::Builder::new()
                 .name("janitor".into())
                 .spawn(move || {
@@ -108,18 +127,28 @@ impl Upkeep {
                         counters.as_ref(),
                         &delivered,
                         interval,
-                        &stopping,
+                        &stopped,
                     )
                 })
                 .map_err(StartError::Thread)?
         };
         threads.push(janitor);
-        Ok(Upkeep { stopping, threads })
+        Ok(Upkeep {
+            stopping,
+            stop,
+            threads,
+        })
     }
 
     pub fn stop(self) {
-        self.stopping.store(true, Ordering::Release);
-        for thread in self.threads {
+        let Upkeep {
+            stopping,
+            stop,
+            threads,
+        } = self;
+        stopping.store(true, Ordering::Release);
+        drop(stop);
+        for thread in threads {
             let _ = thread.join();
         }
     }

@@ -16,14 +16,25 @@ pub(super) fn relay(
     delivered: &AtomicI64,
     commits: &Receiver<()>,
     stopping: &AtomicBool,
+    stopped: &Receiver<()>,
 ) {
     while !stopping.load(Ordering::Acquire) {
         // While nobody follows a task, commit pings stay unread: the channel holds one,
-        // so once a subscription opens, the first receive returns at once.
+        // so once a subscription opens, the first receive returns at once. (A closed
+        // hub, at shutdown, wakes this wait.)
         if !hub.await_followers(Duration::from_millis(500)) {
+            if hub.is_closed() {
+                // Shutting down: nobody will follow a task again. Wait for the stop.
+                let _ = stopped.recv();
+                break;
+            }
             continue;
         }
-        let _ = commits.recv_timeout(Duration::from_millis(500));
+        crossbeam_channel::select! {
+            recv(commits) -> _ => {}
+            recv(stopped) -> _ => break,
+            default(Duration::from_millis(500)) => {}
+        }
         loop {
             let after = delivered.load(Ordering::Acquire);
             let rows = match store.outbox_after(after, BATCH) {

@@ -166,6 +166,9 @@ fn reading_capabilities() -> ClientCapabilities {
 }
 
 /// The object schema of a task handle (`structuredContent` of an unfinished call).
+/// `nextStep` says, in words, which tool to call next with which `taskId`: hosts that
+/// hand their model the structured content instead of the text (Claude Code, Codex CLI)
+/// would otherwise hide it (docs/hosts.md).
 fn handle_schema() -> Value {
     json!({
         "type": "object",
@@ -174,8 +177,9 @@ fn handle_schema() -> Value {
             "status": { "type": "string", "enum": TaskStatus::ALL.map(TaskStatus::as_str) },
             "statusMessage": { "type": "string" },
             "pollAfterMs": { "type": "integer", "minimum": 0 },
+            "nextStep": { "type": "string" },
         },
-        "required": ["taskId", "status", "statusMessage", "pollAfterMs"],
+        "required": ["taskId", "status", "statusMessage", "pollAfterMs", "nextStep"],
     })
 }
 
@@ -560,7 +564,7 @@ fn handle(task: &Value, task_id: &str, subject: &str, can_ask: bool) -> Value {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let text = if status == TaskStatus::InputRequired.as_str() {
+    let (text, next) = if status == TaskStatus::InputRequired.as_str() {
         let questions: Vec<String> = task["inputRequests"]
             .as_object()
             .into_iter()
@@ -571,38 +575,50 @@ fn handle(task: &Value, task_id: &str, subject: &str, can_ask: bool) -> Value {
             status_message = "Waiting for a person to answer".into();
         }
         if can_ask {
+            let next = format!(
+                "Call {TASK_WAIT} with {{\"taskId\": \"{task_id}\"}}: it puts the question to \
+                 the person through this client, then waits for the task. Only the person can \
+                 answer it, not you."
+            );
             let text = format!(
-                "{subject} is waiting for a person to answer: {}. Call {TASK_WAIT} with \
-                 {{\"taskId\": \"{task_id}\"}}: it puts the question to the person through \
-                 this client, then waits for the task. Only the person can answer it, not you.",
+                "{subject} is waiting for a person to answer: {}. {next}",
                 questions.join("; ")
             );
-            return handle_json(text, task_id, status, &status_message, poll_after_ms);
+            return handle_json(text, next, task_id, status, &status_message, poll_after_ms);
         }
-        format!(
-            "{subject} is waiting for a person to answer: {}. Only a person can answer it, \
-             from an MCP client that supports such questions (elicitation) or tasks; it \
-             cannot be answered from this conversation. Once answered, the task continues; \
-             call {TASK_STATUS} with {{\"taskId\": \"{task_id}\"}} to follow it, or \
-             {TASK_CANCEL} to stop it.",
+        let next = format!(
+            "Only a person can answer it, from an MCP client that supports such questions \
+             (elicitation) or tasks; it cannot be answered from this conversation. Once \
+             answered, the task continues; call {TASK_STATUS} with {{\"taskId\": \
+             \"{task_id}\"}} to follow it, or {TASK_CANCEL} to stop it."
+        );
+        let text = format!(
+            "{subject} is waiting for a person to answer: {}. {next}",
             questions.join("; ")
-        )
+        );
+        (text, next)
     } else {
         if status_message.is_empty() {
             status_message = "Working".into();
         }
-        format!(
+        let next = format!(
+            "To get its result, call {TASK_WAIT} with {{\"taskId\": \"{task_id}\"}}; \
+             {TASK_STATUS} checks without waiting, and {TASK_CANCEL} stops it."
+        );
+        let text = format!(
             "{subject} is still running in the background ({status_message}). Nothing is \
-             lost if you do something else meanwhile. To get its result, call {TASK_WAIT} \
-             with {{\"taskId\": \"{task_id}\"}}; {TASK_STATUS} checks without waiting, and \
-             {TASK_CANCEL} stops it."
-        )
+             lost if you do something else meanwhile. {next}"
+        );
+        (text, next)
     };
-    handle_json(text, task_id, status, &status_message, poll_after_ms)
+    handle_json(text, next, task_id, status, &status_message, poll_after_ms)
 }
 
+/// A handle as both a host that shows the text and one that shows the structured
+/// content hand it to the model: each says what to call next.
 fn handle_json(
     text: String,
+    next_step: String,
     task_id: &str,
     status: &str,
     status_message: &str,
@@ -615,6 +631,7 @@ fn handle_json(
             "status": status,
             "statusMessage": status_message,
             "pollAfterMs": poll_after_ms,
+            "nextStep": next_step,
         },
     })
 }
@@ -707,6 +724,29 @@ mod tests {
         let task = json!({"status":"working","statusMessage":"Working","pollIntervalMs":500});
         let answer = handle(&task, "t1", "convert_time (task t1)", false);
         assert!(validator.is_valid(&answer["structuredContent"]));
+    }
+
+    #[test]
+    fn the_structured_content_of_a_handle_names_the_next_tool_and_the_task() {
+        // Hosts that hand their model the structured content (not the text) still tell
+        // it what to call next.
+        let working = json!({"status":"working","statusMessage":"Writing","pollIntervalMs":500});
+        let waiting = json!({"status":"input_required","inputRequests":{
+            "approve": {"method":"elicitation/create","params":{"message":"Deploy?"}}}});
+        for (task, can_ask, tool) in [
+            (&working, false, TASK_WAIT),
+            (&waiting, true, TASK_WAIT),
+            (&waiting, false, TASK_STATUS),
+        ] {
+            let answer = handle(task, "t42", "deploy (task t42)", can_ask);
+            let next = answer["structuredContent"]["nextStep"]
+                .as_str()
+                .expect("a next step");
+            assert!(next.contains(tool), "{next}");
+            assert!(next.contains("{\"taskId\": \"t42\"}"), "{next}");
+            let text = answer["content"][0]["text"].as_str().expect("the text");
+            assert!(text.ends_with(next), "the text says the same: {text}");
+        }
     }
 
     #[test]

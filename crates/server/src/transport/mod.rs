@@ -48,7 +48,7 @@ pub struct Frontend {
     /// Tokens, allowed hosts and origins, and limits in force (swapped by a reload).
     pub live: Arc<Live>,
     pub endpoint: String,
-    /// Set when shutdown starts: `/healthz` turns 503 and new work is refused.
+    /// Set when shutdown starts: `/healthz` turns 503 (requests are still answered).
     pub draining: AtomicBool,
     /// Listen streams still writing (each runs on its own thread).
     pub open_streams: Arc<AtomicUsize>,
@@ -269,18 +269,9 @@ impl Frontend {
         self.handling.fetch_add(1, Ordering::AcqRel);
         HEARTBEAT.with(|heartbeat| {
             let _working = heartbeat.working();
-            if self.draining.load(Ordering::Acquire) {
-                let _ = request.respond(error_response(
-                    &Value::Null,
-                    &RpcError::new(
-                        taskd_protocol::code::INTERNAL_ERROR,
-                        "Server is shutting down",
-                    )
-                    .with_status(503),
-                ));
-            } else {
-                self.handle(request);
-            }
+            // Also while the server drains: a request on a connection already open is
+            // answered (with `Connection: close`), and carries its id like any other.
+            self.handle(request);
         });
         self.handling.fetch_sub(1, Ordering::AcqRel);
     }
