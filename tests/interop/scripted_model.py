@@ -7,11 +7,14 @@ Speaks the three dialects the hosts use, streaming (SSE) where the host asks for
              :countTokens (Gemini CLI; GOOGLE_GEMINI_BASE_URL)
 Every request is recorded (path and JSON body; no headers, so no key) in `requests`, and
 appended to a JSON Lines file when one is given. Each dialect turns a request into the
-conversation so far, as a list of `Call(name, arguments, id)` and `Result(id, text,
-is_error)` in order, and asks the scenario, a function of that list and the request's tool
-names, what the model does next: `Use(tool, arguments)` (a tool call, `tool` the MCP
-tool's own name, matched to the host's qualified name), `Say(text)` (the final answer), or
-None (an auxiliary request of the host's own, such as a title: a short text answer).
+conversation so far, as a list of `Call(name, arguments, id)`, `Result(id, text,
+is_error)` and `Note(text)` (a host's own task notification) in order, and asks the
+scenario, a function of that list and the names of the tools on offer, what the model
+does next: `Use(tool, arguments)` (a tool call, `tool` the MCP tool's own name, matched to
+the host's qualified name), `Say(text)` (the final answer), or None. Requests without
+tools (a title, a router's question) get a short answer, or one that fits the JSON schema
+they ask for. Where a host defers MCP tools behind a search tool (Claude Code's
+ToolSearch, Codex's client-side tool_search), the model searches for them first.
 Standard library only.
 """
 
