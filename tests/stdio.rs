@@ -524,3 +524,58 @@ fn a_host_on_the_relay_stays_connected_across_a_restart_and_a_lost_session() {
         .wait_exit(LIMIT)
         .is_some_and(|status| status.success()));
 }
+
+#[test]
+fn a_task_wait_whose_answer_breaks_off_in_the_relay_is_asked_again_once_the_server_is_back() {
+    // A host (without tasks: bridged task tools) waits on `task_wait` through the relay
+    // when the server is killed in the middle of the answer's stream. The relay sends the
+    // call again once the server is back, and the host gets the task's result: never
+    // silence for a request it sent.
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("{TESTING}[tasks]\ninline_wait_ms = 300\n");
+    let mut server = Server::start_in(dir.path(), &config);
+    let addr = server.addr;
+    let mut relay = Stdio::connect(&url(&server), None);
+    legacy_init(&mut relay, 1);
+    let handle = relay.request(
+        2,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 2}}),
+    );
+    let task_id = handle["result"]["structuredContent"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a handle: {handle}"))
+        .to_owned();
+    relay.send(
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "task_wait", "arguments": {"taskId": task_id},
+        "_meta": {"progressToken": "wait-3"}}}),
+    );
+    // The answer's stream is open: the server sends the task's progress on it.
+    relay.wait_for(|message| {
+        message["method"] == "notifications/progress"
+            && message["params"]["progressToken"] == "wait-3"
+    });
+    server.kill9();
+    let _server = Server::start_in_on(dir.path(), &config, addr);
+    let answer = relay.answer(3);
+    assert!(
+        answer.get("error").is_none() && answer["result"]["isError"] != true,
+        "task_wait's answer after the restart: {answer}"
+    );
+    // The task (reclaimed at start-up) finishes, and task_wait hands its result over.
+    let mut id = 3;
+    let done = poll_until(LIMIT, || {
+        id += 1;
+        let answer = relay.request(
+            id,
+            "tools/call",
+            json!({"name": "task_wait", "arguments": {"taskId": task_id}}),
+        );
+        answer["result"]["structuredContent"]["taskId"]
+            .is_null()
+            .then_some(answer)
+    });
+    let done = done.expect("the task's result through task_wait");
+    assert_ne!(done["result"]["isError"], true, "{done}");
+}

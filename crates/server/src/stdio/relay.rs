@@ -54,6 +54,12 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 /// Pause before reopening a legacy GET stream that ended while the session lives.
 const REOPEN_PAUSE: Duration = Duration::from_secs(1);
 
+/// How long a request that only reads (`tasks/get`, `task_status`, `task_wait`) whose
+/// answer broke off is sent again, while the server restarts.
+const ASK_AGAIN_FOR: Duration = Duration::from_secs(60);
+/// The first pause before asking again; each doubles, up to a second.
+const ASK_AGAIN_PAUSE: Duration = Duration::from_millis(100);
+
 /// Relays stdin/stdout to the server at `url` until end of input.
 pub fn run(url: &str, token_file: Option<&Path>) -> Result<(), StdioError> {
     let endpoint = Endpoint::parse(url).map_err(|reason| StdioError::BadUrl {
@@ -152,6 +158,22 @@ enum Answer {
     OpensSession,
     /// A 2026-07-28 `tools/list` page: the tools' `x-mcp-header` arguments.
     ListsTools,
+    /// A request that only reads (see [`only_reads`]): asked again when its answer
+    /// breaks off.
+    Rereadable,
+}
+
+/// Whether `message` only reads, so that sending it twice changes nothing: `tasks/get`,
+/// and the bridge's `task_status` and `task_wait`.
+fn only_reads(message: &Value) -> bool {
+    match message.get("method").and_then(Value::as_str) {
+        Some("tasks/get") => true,
+        Some("tools/call") => matches!(
+            message.pointer("/params/name").and_then(Value::as_str),
+            Some(crate::handlers::bridge::TASK_STATUS | crate::handlers::bridge::TASK_WAIT)
+        ),
+        _ => false,
+    }
 }
 
 /// The legacy session the relay holds for the host.
@@ -400,6 +422,8 @@ impl Relay {
                 && message.get("method").and_then(Value::as_str) == Some("tools/list")
             {
                 Answer::ListsTools
+            } else if only_reads(&message) {
+                Answer::Rereadable
             } else {
                 Answer::Plain
             };
@@ -493,17 +517,40 @@ impl Relay {
                 }
             }
         }
+        self.relay_answer(response, headers, body, id, kind);
+    }
+
+    /// Relays the server's answer to one request to the host. Every request with an id
+    /// gets an answer with that id: when the answer breaks off (the server stopped in
+    /// the middle of it), a request that only reads is asked again once the server is
+    /// back, and any other is answered with an error saying so.
+    fn relay_answer(
+        &self,
+        response: Response,
+        headers: &[(String, String)],
+        body: &[u8],
+        id: Option<&Value>,
+        kind: Answer,
+    ) {
         let session_id = response.header("Mcp-Session-Id").map(str::to_owned);
         let status = response.status;
         if response.is_event_stream() {
+            let mut answered = false;
             let outcome = response.for_each_event(|_, data| {
                 if let Ok(message) = serde_json::from_str::<Value>(data) {
+                    // A response (not a notification or a request of the server).
+                    answered |= message.get("result").is_some() || message.get("error").is_some();
                     self.wire.send(&with_id(message, id));
                 }
                 true
             });
             if let Err(error) = outcome {
                 log::warn!("an answer stream broke off: {error}");
+            }
+            if !answered {
+                if let Some(id) = id {
+                    self.broke_off(headers, body, id, kind);
+                }
             }
             return;
         }
@@ -529,6 +576,12 @@ impl Relay {
                 }
                 self.wire.send(&with_id(message, id));
             }
+            None if status == 200 && id.is_some() && kind == Answer::Rereadable => {
+                // The body broke off: as for a stream.
+                if let Some(id) = id {
+                    self.broke_off(headers, body, id, kind);
+                }
+            }
             _ => {
                 if let Some(id) = id {
                     let error = RpcError::new(
@@ -539,6 +592,34 @@ impl Relay {
                 }
             }
         }
+    }
+
+    /// The answer to request `id` broke off before its result. A request that only
+    /// reads is sent again (for up to [`ASK_AGAIN_FOR`], while the server restarts) and
+    /// its new answer relayed; any other gets an error with its id, so that the host
+    /// never waits for an answer that will not come (the model can ask again: a task
+    /// the call created goes on).
+    fn broke_off(&self, headers: &[(String, String)], body: &[u8], id: &Value, kind: Answer) {
+        if kind == Answer::Rereadable {
+            let deadline = Instant::now() + ASK_AGAIN_FOR;
+            let mut pause = ASK_AGAIN_PAUSE;
+            while Instant::now() < deadline && !self.ended.load(Ordering::Acquire) {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+                if let Ok(response) = http::send(&self.endpoint, "POST", headers, body, None) {
+                    if self.refusal(response.status).is_none() {
+                        // Asked once more only: an answer that breaks off again is an error.
+                        return self.relay_answer(response, headers, body, Some(id), Answer::Plain);
+                    }
+                }
+            }
+        }
+        let error = RpcError::new(
+            code::INTERNAL_ERROR,
+            "mcp-taskd relay: the server's answer broke off (did it restart?); ask again: \
+             a task the call started goes on",
+        );
+        self.wire.send(&error_message(id, &error));
     }
 
     /// Keeps the session `initialize` opened and starts relaying its GET stream.
