@@ -4,7 +4,9 @@
 #                        Python SDK 1.x server: proves the drivers right on their own.
 # Then (not with --reference) clients across a restart of the server: see run_restart_driver;
 # and upstream MCP servers that no one here wrote behind [[upstreams]] (server-everything,
-# server-filesystem, mcp-server-time), on a server of their own: see run_upstream_driver.
+# server-filesystem, mcp-server-time), on a server of their own: see run_upstream_driver;
+# and the coding agents (Claude Code, Codex CLI, Gemini CLI) as hosts, against a scripted
+# model API, each with a server of its own: see the last section.
 # Installs the pinned clients (.ci/interop-setup.sh), starts the server on an ephemeral
 # port with a temporary data dir, runs every driver in tests/interop/ (each prints one
 # PASS/FAIL line), prints `interop: N passed, M failed`, and fails if any driver failed.
