@@ -407,3 +407,23 @@ END $$;
 CREATE TRIGGER jobs_counted_deletes AFTER DELETE ON jobs
     REFERENCING OLD TABLE AS deleted
     FOR EACH STATEMENT EXECUTE FUNCTION taskd_count_deleted_jobs();
+
+-- migration 9
+-- A task's output (issue 47), as schema.sql's migration 14: the lines its attempts
+-- wrote, in order, at most a cap of bytes per task (the newest); the totals row counts
+-- what was kept and dropped and where the next line goes. Both go with their task.
+CREATE TABLE task_output (
+    task_id text NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    seq     bigint NOT NULL,
+    attempt bigint NOT NULL,
+    at_ms   bigint NOT NULL,
+    stream  text NOT NULL,
+    line    text NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+CREATE TABLE task_output_totals (
+    task_id    text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    next_seq   bigint NOT NULL,
+    kept_bytes bigint NOT NULL,
+    dropped    bigint NOT NULL
+);

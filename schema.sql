@@ -492,3 +492,25 @@ CREATE TRIGGER identity_queue_turn AFTER UPDATE OF turn ON jobs
     UPDATE OR FAIL identity_queue SET last_turn = max(coalesce(last_turn, NEW.turn), NEW.turn)
         WHERE owner = NEW.owner AND priority = NEW.priority;
 END;
+
+-- migration 14
+-- A task's output (issue 47): the lines its attempts wrote (a command tool's stderr and
+-- its stdout beyond the protocol, status and log messages), in the order written. At
+-- most a cap of bytes is kept per task, the newest; `task_output_totals` counts what
+-- was kept and dropped and where the next line goes, so an append touches one row of
+-- it instead of summing the task's lines. Both go with their task.
+CREATE TABLE task_output (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    seq     INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    at_ms   INTEGER NOT NULL,
+    stream  TEXT NOT NULL,
+    line    TEXT NOT NULL,
+    PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE task_output_totals (
+    task_id    TEXT PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    next_seq   INTEGER NOT NULL,
+    kept_bytes INTEGER NOT NULL,
+    dropped    INTEGER NOT NULL
+) WITHOUT ROWID;

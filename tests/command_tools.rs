@@ -359,7 +359,8 @@ fn a_crash_is_retried_then_fails() {
     assert_eq!(failed["error"]["code"], -32603);
     assert_eq!(
         failed["error"]["message"],
-        "Task failed after 2 attempts: the program exited with status 3 without a final result line"
+        "Task failed after 2 attempts: the program exited with status 3 without a final result \
+         line. The end of its output:\nmodes.py: simulated crash"
     );
     assert_eq!(lines(&work.join("runs")).len(), 2);
 
@@ -368,11 +369,16 @@ fn a_crash_is_retried_then_fails() {
     let message = failed["error"]["message"].as_str().expect("message");
     assert!(message.contains("final line is malformed"), "{failed}");
 
-    // Inline there is no retry: an internal error, the reason in the log only.
-    let error = server
+    // Inline there is no retry: a tool error saying why, with the end of the output.
+    let result = server
         .call_tool("modes", json!({"mode": "crash"}), json!({}))
-        .expect_error(500, -32603);
-    assert_eq!(error["message"], "Internal error");
+        .result();
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(
+        result["content"][0]["text"],
+        "The tool failed: the program exited with status 3 without a final result line. The \
+         end of its output:\nmodes.py: simulated crash"
+    );
 }
 
 #[test]
@@ -384,7 +390,7 @@ fn output_over_the_limit_is_rejected() {
     let failed = wait_for(&server, &task, "failed");
     assert_eq!(
         failed["error"]["message"],
-        "Task failed after 1 attempts: the program wrote more than 1000 bytes to stdout and was killed"
+        "Task failed after 1 attempt: the program wrote more than 1000 bytes to stdout and was killed"
     );
     // Below the limit the same tool answers.
     let ok = server

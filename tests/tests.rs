@@ -17,6 +17,7 @@
 //! - [`fair_share`]: one identity neither locks out nor starves the others (turns,
 //!   priorities);
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
+//! - [`task_output`]: what a task's tool prints, kept with the task and read back;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
 //! - [`operator`]: the operator commands (`tasks`, `stats`, `backup`, `restore`);
 //! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery;
@@ -75,6 +76,7 @@ mod stdio;
 mod storage;
 mod systemd_notify;
 mod task_input;
+mod task_output;
 mod tracing;
 mod transport;
 mod upstreams;

@@ -601,8 +601,8 @@ fn the_upstreams_resources_and_prompts_are_passed_through_under_its_prefix() {
         .request("resources/templates/list", json!({}), json!({}))
         .result();
     assert_eq!(
-        templates["resourceTemplates"][0]["name"], "up_item",
-        "{templates}"
+        templates["resourceTemplates"][1]["name"], "up_item",
+        "after our task output's: {templates}"
     );
 
     let prompts = server

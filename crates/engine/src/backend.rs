@@ -13,6 +13,7 @@ use super::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
+use super::output::{OutputLine, OutputPage, OutputRead};
 use super::payload_gate::{Admitted, PayloadGate};
 use taskd_base::later::Later;
 use taskd_protocol::Identity;
@@ -183,6 +184,18 @@ pub trait TaskStore: Send + Sync {
     fn renew_leases(&self, leases: Vec<Lease>, lease_ms: i64) -> Result<Vec<bool>, StoreError>;
     /// A fenced status-message update from a running attempt.
     fn set_status_message(&self, lease: Lease, message: String) -> Result<bool, StoreError>;
+    /// Appends a running attempt's output (fenced: `false`, and nothing kept, once its
+    /// lease is gone), keeping at most `cap` bytes of the task's output: the oldest
+    /// lines go, and are counted with `dropped` (those the attempt dropped before).
+    fn append_output(
+        &self,
+        lease: Lease,
+        lines: Vec<OutputLine>,
+        dropped: u64,
+        cap: u64,
+    ) -> Result<bool, StoreError>;
+    /// Lines of a task's output. Not authorized: the caller found the task first.
+    fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError>;
     /// A fenced write of the tool's own state by a running attempt, kept for the
     /// attempts that follow (what an upstream call became, so that a restart follows it
     /// instead of calling again). Clients never see it.

@@ -192,3 +192,26 @@ impl Default for TaskDefaults {
         }
     }
 }
+
+/// `[output]`: what is kept of the output of a task's attempts (a command tool's stderr
+/// and stdout beyond its protocol lines, an upstream's status and log messages), shown
+/// to whoever may read the task (docs/tasks.md, "A task's output").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputConfig {
+    /// Bytes of one task's output kept: the newest lines, the older ones dropped (and
+    /// counted). A tool's `output_max_bytes` overrides it; `0` keeps none.
+    pub max_bytes_per_task: u64,
+    /// Regular expressions (Rust `regex` syntax) whose matches are replaced with
+    /// `[redacted]` in every line before it is kept or shown.
+    pub redact: Vec<String>,
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig {
+            max_bytes_per_task: 256 * 1024,
+            redact: Vec::new(),
+        }
+    }
+}

@@ -46,6 +46,7 @@ pub mod backend;
 pub mod config;
 pub mod ids;
 pub mod model;
+pub mod output;
 pub mod payload_gate;
 mod service;
 pub mod settings;

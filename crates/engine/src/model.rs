@@ -353,7 +353,10 @@ impl Finish {
             Finish::Retry { reason } if attempt >= max_attempts => {
                 Some(Finish::failed(&RpcError::new(
                     code::INTERNAL_ERROR,
-                    format!("Task failed after {attempt} attempts: {reason}"),
+                    format!(
+                        "Task failed after {attempt} attempt{}: {reason}",
+                        if attempt == 1 { "" } else { "s" }
+                    ),
                 )))
             }
             _ => None,

@@ -13,6 +13,7 @@ use super::model::{
     arguments_digest, CancelEffect, Created, KeyConflict, NewTask, Origin, Stats, TaskRow,
     UpdateEffect, ORIGIN_VERSION,
 };
+use super::output::{OutputPage, OutputRead};
 use super::payload_gate::{Admitted, PayloadGate};
 use super::workers::Inflight;
 use crate::settings::{QuotaCounter, SettingsSource};
@@ -443,6 +444,21 @@ impl TaskService {
         self.store.outbox_newest().map_err(internal)
     }
 
+    /// Lines of the output of a task `identity` may read, with its status: authorized
+    /// exactly as [`TaskService::get`] (a foreign, expired or unknown task is not found).
+    pub fn output(
+        &self,
+        identity: &Identity,
+        scopes: &Scopes,
+        task_id: &str,
+        read: OutputRead,
+    ) -> Result<(TaskStatus, OutputPage), RpcError> {
+        let task = self.find(identity, task_id)?;
+        self.require_scopes(scopes, &task.tool)?;
+        let page = self.store.read_output(task_id, read).map_err(internal)?;
+        Ok((task.status, page))
+    }
+
     /// Whether `identity` may see the task (exists, not expired, bound to it).
     pub fn is_visible(&self, identity: &Identity, task_id: &str) -> bool {
         self.find(identity, task_id).is_ok()
@@ -635,6 +651,19 @@ impl TaskService {
             self.inflight.cancel(task_id);
         }
         Ok(effect)
+    }
+
+    /// Lines of any task's output (`mcp-taskd tasks logs`); `None` for an unknown task.
+    pub fn admin_output(
+        &self,
+        task_id: &str,
+        read: OutputRead,
+    ) -> Result<Option<(TaskStatus, OutputPage)>, StoreError> {
+        let Some(detail) = self.store.task_detail(task_id)? else {
+            return Ok(None);
+        };
+        let page = self.store.read_output(task_id, read)?;
+        Ok(Some((detail.summary.status, page)))
     }
 
     /// A new task with the same tool, arguments (its origin) and binding as `task_id`,

@@ -9,6 +9,7 @@ use taskd_protocol::Identity;
 use taskd_tools::Registry;
 
 use crate::config::TaskDefaults;
+use crate::output::OutputRules;
 use crate::shares::{Quota, Share};
 
 /// One configuration, as the engine reads it.
@@ -19,6 +20,8 @@ pub trait EngineSettings: Send + Sync {
     fn tasks(&self) -> &TaskDefaults;
     /// The share of `identity`: its weight and priority in the queue, its quotas.
     fn share(&self, identity: &Identity) -> &Share;
+    /// `[output]`: what is kept of a task's output.
+    fn output(&self) -> &OutputRules;
 }
 
 /// Where the engine finds the settings in force.

@@ -72,7 +72,7 @@ use self::groups::{failed_together, Groups};
 use self::leader::Leader;
 use self::listener::Listener;
 use self::notifier::Notifier;
-use self::sql::{admin, attempts, client, create, sessions, upkeep};
+use self::sql::{admin, attempts, client, create, output, sessions, upkeep};
 use self::statements::{Db, Tx};
 use taskd_base::clock::now_ms;
 use taskd_base::later::Later;
@@ -82,6 +82,7 @@ use taskd_engine::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
+use taskd_engine::output::{OutputLine, OutputPage, OutputRead};
 use taskd_engine::payload_gate::{Admitted, PayloadGate, UNGATED_BYTES};
 use taskd_protocol::Identity;
 
@@ -676,6 +677,22 @@ impl TaskStore for Store {
 
     fn set_tool_state(&self, lease: Lease, state: String) -> Result<bool, StoreError> {
         self.transaction(|tx| attempts::set_tool_state(tx, &lease.task_id, &lease.token, &state))
+    }
+
+    fn append_output(
+        &self,
+        lease: Lease,
+        lines: Vec<OutputLine>,
+        dropped: u64,
+        cap: u64,
+    ) -> Result<bool, StoreError> {
+        self.transaction(|tx| {
+            output::append(tx, &lease.task_id, &lease.token, &lines, dropped, cap)
+        })
+    }
+
+    fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError> {
+        self.read(|conn| output::read(conn, task_id, read))
     }
 
     /// [`Reclaim::Orphaned`]: the leases claimed by this node's earlier runs, and the

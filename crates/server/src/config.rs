@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use taskd_auth::{AuthConfig, ClientSecret};
 use taskd_builtin::BuiltinSet;
-use taskd_engine::config::{StoreConfig, TaskDefaults, WorkerConfig};
+use taskd_engine::config::{OutputConfig, StoreConfig, TaskDefaults, WorkerConfig};
 use taskd_notifications::NotificationLimits;
 use taskd_telemetry::{LogConfig, TelemetryConfig};
 use taskd_tools::command::CommandToolConfig;
@@ -52,6 +52,8 @@ pub struct Config {
     pub tasks: TaskDefaults,
     #[serde(default)]
     pub notifications: NotificationLimits,
+    #[serde(default)]
+    pub output: OutputConfig,
     #[serde(default)]
     pub auth: AuthConfig,
     #[serde(default)]

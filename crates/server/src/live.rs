@@ -33,6 +33,7 @@ use arc_swap::{ArcSwap, Guard};
 use taskd_auth::oauth::OAuth;
 use taskd_auth::Authenticator;
 use taskd_engine::config::TaskDefaults;
+use taskd_engine::output::OutputRules;
 use taskd_engine::shares::Share;
 use taskd_engine::{EngineSettings, SettingsSource};
 use taskd_notifications::Hub;
@@ -75,6 +76,8 @@ pub struct Settings {
     pub catalog: Arc<Catalog>,
     /// Each identity's weight and priority in the queue (`[[auth.tokens]]`).
     pub shares: Arc<Shares>,
+    /// `[output]`, its patterns compiled.
+    pub output: Arc<OutputRules>,
 }
 
 impl Settings {
@@ -97,6 +100,7 @@ impl Settings {
             tools: Arc::new(tools),
             catalog: Arc::new(catalog),
             shares: Arc::new(Shares::new(&config)),
+            output: Arc::new(OutputRules::new(&config.output).map_err(ConfigError::from)?),
             config,
         })
     }
@@ -118,6 +122,7 @@ impl Settings {
             tools: Arc::clone(&self.tools),
             catalog: Arc::clone(&self.catalog),
             shares: Arc::clone(&self.shares),
+            output: Arc::clone(&self.output),
             config,
         }
     }
@@ -141,6 +146,7 @@ impl Settings {
             tools: Arc::new(tools),
             catalog: Arc::new(catalog),
             shares: Arc::clone(&self.shares),
+            output: Arc::clone(&self.output),
         })
     }
 }
@@ -217,6 +223,10 @@ impl EngineSettings for Settings {
 
     fn share(&self, identity: &Identity) -> &Share {
         self.shares.of(identity)
+    }
+
+    fn output(&self) -> &OutputRules {
+        &self.output
     }
 }
 
@@ -337,6 +347,8 @@ pub const LIVE: &[&str] = &[
     "notifications.max_stall_ms",
     "notifications.keep_alive_ms",
     "notifications.max_stream_lifetime_ms",
+    // Read as each attempt starts: a running attempt keeps the rules it started with.
+    "output",
     "auth.tokens",
     // A reload builds a new verifier: its key set is fetched again at the next token.
     "auth.oauth",

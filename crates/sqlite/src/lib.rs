@@ -126,7 +126,7 @@ use self::connection::{
     configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
 use self::health::{Health, Problem};
-use self::sql::{admin, attempts, client, sessions, upkeep};
+use self::sql::{admin, attempts, client, output, sessions, upkeep};
 use taskd_base::clock::now_ms;
 use taskd_base::later::Later;
 use taskd_engine::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
@@ -136,6 +136,7 @@ use taskd_engine::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
+use taskd_engine::output::{OutputLine, OutputPage, OutputRead};
 use taskd_engine::payload_gate::{Admitted, PayloadGate};
 use taskd_protocol::Identity;
 
@@ -495,6 +496,23 @@ impl TaskStore for Store {
 
     fn set_tool_state(&self, lease: Lease, state: String) -> Result<bool, StoreError> {
         self.write(move |conn| attempts::set_tool_state(conn, &lease.task_id, &lease.token, &state))
+    }
+
+    fn append_output(
+        &self,
+        lease: Lease,
+        lines: Vec<OutputLine>,
+        dropped: u64,
+        cap: u64,
+    ) -> Result<bool, StoreError> {
+        self.write(move |conn| {
+            output::append(conn, &lease.task_id, &lease.token, &lines, dropped, cap)
+        })
+    }
+
+    fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError> {
+        let conn = self.read()?;
+        output::read(&conn, task_id, read).map_err(classify)
     }
 
     fn reclaim_leases(

@@ -63,6 +63,9 @@ pub struct ExecutionPolicy {
     pub ttl: Option<Duration>,
     /// Polling interval suggested to clients (`None`: the server's `[tasks]` default).
     pub poll_interval: Option<Duration>,
+    /// Bytes of a task's output kept (`None`: the server's `output.max_bytes_per_task`;
+    /// `0`: none is kept).
+    pub output_max_bytes: Option<u64>,
 }
 
 impl Default for ExecutionPolicy {
@@ -73,9 +76,51 @@ impl Default for ExecutionPolicy {
             backoff: Duration::from_secs(1),
             ttl: None,
             poll_interval: None,
+            output_max_bytes: None,
         }
     }
 }
+
+/// Where a line of a run's output came from (see [`InvocationHost::output`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    /// A program's stdout, beyond its protocol lines (progress, the final message).
+    Stdout,
+    /// A program's stderr.
+    Stderr,
+    /// A status message the run reported (its progress).
+    Status,
+    /// A log message the run sent (an upstream's `notifications/message`).
+    Log,
+}
+
+impl OutputStream {
+    pub const ALL: [OutputStream; 4] = [
+        OutputStream::Stdout,
+        OutputStream::Stderr,
+        OutputStream::Status,
+        OutputStream::Log,
+    ];
+
+    /// The name clients and operators see (and the store keeps).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+            OutputStream::Status => "status",
+            OutputStream::Log => "log",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<OutputStream> {
+        OutputStream::ALL
+            .into_iter()
+            .find(|stream| stream.as_str() == name)
+    }
+}
+
+/// Longest line of output kept whole; longer ones are cut into lines of this length.
+pub const MAX_OUTPUT_LINE: usize = 4096;
 
 /// Everything the server knows about a tool before running it.
 #[derive(Debug, Clone)]
@@ -237,6 +282,10 @@ pub trait InvocationHost {
     fn trace(&self) -> Option<TraceContext> {
         None
     }
+    /// A line of the run's output, without its line end (at most [`MAX_OUTPUT_LINE`]
+    /// bytes): kept with a task (what `tasks logs`, the output resource and
+    /// `task_status` show), and the tail of an inline call's failure.
+    fn output(&mut self, _stream: OutputStream, _line: &str) {}
 }
 
 /// One call of a tool: its validated inputs plus the host it runs in.

@@ -91,6 +91,9 @@ pub struct ToolSettings {
     pub priority: Option<i32>,
     /// OAuth scopes an access token needs to call the tool.
     pub scopes: Option<Vec<String>>,
+    /// Bytes of a task's captured output kept (its status and log messages);
+    /// `output.max_bytes_per_task` by default, `0` keeps none.
+    pub output_max_bytes: Option<u64>,
 }
 
 impl ToolSettings {
@@ -105,6 +108,7 @@ impl ToolSettings {
             idempotent: self.idempotent.or(fallback.idempotent),
             priority: self.priority.or(fallback.priority),
             scopes: self.scopes.clone().or_else(|| fallback.scopes.clone()),
+            output_max_bytes: self.output_max_bytes.or(fallback.output_max_bytes),
         }
     }
 }

@@ -518,6 +518,7 @@ fn tool_spec(upstream: &Upstream, listed: &Value) -> Option<(ToolSpec, bool)> {
             backoff: defaults.backoff,
             ttl: settings.ttl_ms.map(Duration::from_millis),
             poll_interval: None,
+            output_max_bytes: settings.output_max_bytes,
         },
         idempotency_argument: None,
         max_concurrency: settings.max_concurrency,

@@ -1,6 +1,7 @@
 //! One task attempt: run the tool with a [`TaskHost`] (progress becomes the status
 //! message, cancellation and the deadline stop it), then commit its outcome, fenced.
 
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -13,12 +14,13 @@ use super::inflight::{registering, AttemptControl, Stop};
 use super::Shared;
 use crate::backend::{Finished, StoreError, TaskStore};
 use crate::model::{Claim, Finish, Lease, Origin};
+use crate::output::{log_lines, OutputBuffer, OutputRules, OutputTail};
 use taskd_base::clock::now_ms;
 use taskd_protocol::{ClientCapabilities, InputKind, LogLevel, RpcError, TraceContext};
 use taskd_telemetry::logs::LogScope;
 use taskd_telemetry::{Kind, Span, ATTEMPT, OUTCOME, RETRY_COUNT, TASK_ID};
 use taskd_tools::panics::run_tool;
-use taskd_tools::{Invocation, InvocationHost, Outcome};
+use taskd_tools::{Invocation, InvocationHost, Outcome, OutputStream};
 
 /// Runs one claimed attempt and commits its outcome (fenced by the claim's token). The
 /// same write claims the worker's next job, unless the pool is stopping: under load a
@@ -198,7 +200,8 @@ fn run_tool_of(
         return Finish::failed(&RpcError::internal());
     };
     // This attempt runs the definition it starts with, whatever a reload does meanwhile.
-    let Some(tool) = shared.settings.current().tools().get(&claim.tool).cloned() else {
+    let settings = shared.settings.current();
+    let Some(tool) = settings.tools().get(&claim.tool).cloned() else {
         log::warn!(
             "a task of tool {} failed: the tool is no longer served",
             claim.tool
@@ -219,6 +222,12 @@ fn run_tool_of(
         .as_deref()
         .and_then(|text| serde_json::from_str(text).ok());
     let capabilities = ClientCapabilities(origin.capabilities.clone());
+    let rules = settings.output();
+    let cap = tool
+        .spec
+        .execution
+        .output_max_bytes
+        .unwrap_or(rules.max_bytes_per_task);
     let mut host = TaskHost {
         store: shared.store.as_ref(),
         task_id: &claim.task_id,
@@ -227,6 +236,9 @@ fn run_tool_of(
         control,
         last_status: None,
         trace: trace.or_else(|| claim.trace.clone()),
+        rules,
+        output: RefCell::new(OutputBuffer::new(claim.attempt, cap)),
+        tail: OutputTail::default(),
     };
     let mut invocation = Invocation {
         arguments: &origin.arguments,
@@ -237,6 +249,8 @@ fn run_tool_of(
         host: &mut host,
     };
     let outcome = run_tool(|| tool.tool.run(&mut invocation));
+    // The attempt's output is kept before its outcome: a failure's lines are there.
+    host.flush_output();
     match outcome {
         Err(place) => {
             log::error!(
@@ -280,7 +294,10 @@ fn run_tool_of(
                 claim.tool,
                 claim.attempt
             );
-            Finish::Retry { reason }
+            // Whoever reads the task learns why, with the end of the run's output.
+            Finish::Retry {
+                reason: host.tail.explain(&reason),
+            }
         }
         Ok(Outcome::Cancelled) => match control.reason() {
             Stop::Shutdown => Finish::Release,
@@ -298,7 +315,8 @@ fn run_tool_of(
     }
 }
 
-/// The host of a task attempt: progress becomes the task's status message.
+/// The host of a task attempt: progress becomes the task's status message, and the
+/// run's output is kept with the task (batched: see `crate::output`).
 struct TaskHost<'a> {
     store: &'a dyn TaskStore,
     task_id: &'a str,
@@ -308,6 +326,55 @@ struct TaskHost<'a> {
     last_status: Option<Instant>,
     /// The run's span (else the task's stored context): a program's `TRACEPARENT`.
     trace: Option<TraceContext>,
+    rules: &'a OutputRules,
+    /// Written when due, from any of the host's calls (`cancelled` takes `&self`: tools
+    /// poll it while they wait for their program).
+    output: RefCell<OutputBuffer>,
+    /// The end of the output, for the failure message.
+    tail: OutputTail,
+}
+
+impl TaskHost<'_> {
+    /// Writes the output held in memory (fenced by the lease).
+    fn flush_output(&self) {
+        let (lines, dropped) = self.output.borrow_mut().take();
+        if lines.is_empty() && dropped == 0 {
+            return;
+        }
+        let cap = self.output.borrow().cap();
+        let lease = Lease {
+            task_id: self.task_id.to_owned(),
+            token: self.token.to_owned(),
+        };
+        match self.store.append_output(lease, lines, dropped, cap) {
+            Ok(true) => {}
+            Ok(false) => self.control.stop(Stop::LeaseLost),
+            Err(error) => log::warn!("a task's output was not kept: {error}"),
+        }
+    }
+
+    /// Writes the output held in memory when it has waited long enough.
+    fn flush_output_when_due(&self) {
+        let due = self.output.borrow().due();
+        if due {
+            self.flush_output();
+        }
+    }
+
+    fn keep_output(&mut self, stream: OutputStream, line: &str) {
+        let line = self.rules.redact(line);
+        self.tail.push(stream, &line);
+        let kept = {
+            let mut output = self.output.borrow_mut();
+            if output.keeps() {
+                output.push(stream, line.into_owned());
+            }
+            output.due()
+        };
+        if kept {
+            self.flush_output();
+        }
+    }
 }
 
 /// Least time between two status-message writes of one attempt.
@@ -329,6 +396,7 @@ impl InvocationHost for TaskHost<'_> {
             (None, Some(total)) => format!("{progress}/{total}"),
             (None, None) => format!("{progress}"),
         };
+        self.keep_output(OutputStream::Status, &text);
         let lease = Lease {
             task_id: self.task_id.to_owned(),
             token: self.token.to_owned(),
@@ -339,11 +407,19 @@ impl InvocationHost for TaskHost<'_> {
         }
     }
 
-    fn log(&mut self, _level: LogLevel, _data: Value) {
-        // Tasks carry no log stream (SEP-2663); tool output belongs in the result.
+    /// Tasks carry no log stream (SEP-2663): a log message is kept as output.
+    fn log(&mut self, level: LogLevel, data: Value) {
+        for line in log_lines(level, &data) {
+            self.keep_output(OutputStream::Log, &line);
+        }
+    }
+
+    fn output(&mut self, stream: OutputStream, line: &str) {
+        self.keep_output(stream, line);
     }
 
     fn cancelled(&self) -> bool {
+        self.flush_output_when_due();
         if now_ms() >= self.control.deadline {
             self.control.stop(Stop::Deadline);
         }

@@ -27,6 +27,7 @@ pub mod admin;
 pub mod attempts;
 pub mod client;
 pub mod create;
+pub mod output;
 pub mod sessions;
 pub mod upkeep;
 

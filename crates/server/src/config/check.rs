@@ -45,6 +45,7 @@ impl Config {
         if self.tasks.ttl_ms == 0 || self.tasks.poll_interval_ms == 0 {
             return Err(ConfigError::TaskTimes);
         }
+        taskd_engine::output::OutputRules::new(&self.output)?;
         let t = &self.tasks;
         if t.max_live_tasks_per_identity == 0
             || t.creation_burst_per_identity == 0

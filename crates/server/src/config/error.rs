@@ -157,6 +157,8 @@ pub enum ConfigError {
          (the Host names clients use), to keep DNS-rebinding protection"
     )]
     RemoteWithoutHosts { listen: SocketAddr },
+    #[error(transparent)]
+    Redact(#[from] taskd_engine::output::RedactError),
 }
 
 fn known_sets() -> String {

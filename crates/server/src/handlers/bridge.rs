@@ -26,6 +26,7 @@ use super::{Emitter, Request, Service};
 use crate::config::Config;
 use taskd_base::later::Later;
 use taskd_base::liveness;
+use taskd_engine::output::{explain, OutputRead, TAIL_HEADING};
 use taskd_engine::shares::Quota;
 use taskd_protocol::{missing_for_input_requests, ClientCapabilities, RpcError, TaskStatus};
 use taskd_protocol::{Identity, Scopes};
@@ -178,6 +179,7 @@ fn handle_schema() -> Value {
             "statusMessage": { "type": "string" },
             "pollAfterMs": { "type": "integer", "minimum": 0 },
             "nextStep": { "type": "string" },
+            "latestOutput": { "type": "array", "items": { "type": "string" } },
         },
         "required": ["taskId", "status", "statusMessage", "pollAfterMs", "nextStep"],
     })
@@ -415,7 +417,7 @@ impl Service {
             };
             let status = TaskStatus::parse(task["status"].as_str().unwrap_or_default());
             if status.is_none_or(TaskStatus::is_terminal) {
-                return Ok(render(&task, task_id, tool, false));
+                return Ok(self.rendered(request, &task, task_id, tool, false));
             }
             progress.report(&task, emitter);
             if status == Some(TaskStatus::InputRequired) {
@@ -433,7 +435,7 @@ impl Service {
                         continue;
                     }
                     // Nobody here can answer: waiting would only run the clock out.
-                    None => return Ok(render(&task, task_id, tool, false)),
+                    None => return Ok(self.rendered(request, &task, task_id, tool, false)),
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -464,11 +466,38 @@ impl Service {
                     && requests.is_some_and(|requests| {
                         missing_for_input_requests(requests, &request.meta.capabilities).is_none()
                     });
-                Ok(render(&task, task_id, tool, can_ask))
+                Ok(self.rendered(request, &task, task_id, tool, can_ask))
             }
             Err(error) if error == RpcError::task_not_found() => Ok(no_such_task(task_id)),
             Err(error) => Err(error),
         }
+    }
+
+    /// [`render`], with the end of the task's output where it has any and has not
+    /// ended well (a read that fails leaves it out: the status is what was asked).
+    fn rendered(
+        &self,
+        request: &Request<'_>,
+        task: &Value,
+        task_id: &str,
+        tool: Option<&str>,
+        can_ask: bool,
+    ) -> Value {
+        let status = TaskStatus::parse(task["status"].as_str().unwrap_or_default());
+        let output = match status {
+            Some(TaskStatus::Completed | TaskStatus::Cancelled) | None => Vec::new(),
+            Some(_) => self
+                .tasks
+                .output(
+                    request.identity,
+                    request.scopes,
+                    task_id,
+                    OutputRead::tail(),
+                )
+                .map(|(_, page)| page.tail().into_iter().map(str::to_owned).collect())
+                .unwrap_or_default(),
+        };
+        render(task, task_id, tool, can_ask, &output)
     }
 
     /// `task_cancel`: cancels, gives a running attempt a moment to stop, then reports.
@@ -528,8 +557,15 @@ impl Service {
 
 /// A task as a bridged client is told about it: the tool's own result once completed,
 /// a tool error once failed or cancelled, otherwise a handle. `can_ask`: `task_wait`
-/// can put the task's questions to this client.
-fn render(task: &Value, task_id: &str, tool: Option<&str>, can_ask: bool) -> Value {
+/// can put the task's questions to this client. `output`: the end of the task's output
+/// (shown while it runs, and with a failure that does not show it already).
+fn render(
+    task: &Value,
+    task_id: &str,
+    tool: Option<&str>,
+    can_ask: bool,
+    output: &[String],
+) -> Value {
     let status = task["status"].as_str().unwrap_or_default();
     let subject = match tool {
         Some(tool) => format!("{tool} (task {task_id})"),
@@ -547,17 +583,23 @@ fn render(task: &Value, task_id: &str, tool: Option<&str>, can_ask: bool) -> Val
             let message = task["error"]["message"]
                 .as_str()
                 .unwrap_or("no reason given");
-            error_result(format!("{subject} failed: {message}"))
+            if message.contains(TAIL_HEADING) {
+                error_result(format!("{subject} failed: {message}"))
+            } else {
+                let lines = output.iter().map(String::as_str);
+                error_result(explain(&format!("{subject} failed: {message}"), lines))
+            }
         }
         Some(TaskStatus::Cancelled) => {
             error_result(format!("{subject} was cancelled before it finished."))
         }
-        _ => handle(task, task_id, &subject, can_ask),
+        _ => handle(task, task_id, &subject, can_ask, output),
     }
 }
 
-/// The `CallToolResult` of an unfinished task: what it is doing and what to call next.
-fn handle(task: &Value, task_id: &str, subject: &str, can_ask: bool) -> Value {
+/// The `CallToolResult` of an unfinished task: what it is doing, the end of its output,
+/// and what to call next.
+fn handle(task: &Value, task_id: &str, subject: &str, can_ask: bool, output: &[String]) -> Value {
     let status = task["status"].as_str().unwrap_or("working");
     let poll_after_ms = task["pollIntervalMs"].as_u64().unwrap_or(1000);
     let mut status_message = task["statusMessage"]
@@ -581,10 +623,19 @@ fn handle(task: &Value, task_id: &str, subject: &str, can_ask: bool) -> Value {
                  answer it, not you."
             );
             let text = format!(
-                "{subject} is waiting for a person to answer: {}. {next}",
-                questions.join("; ")
+                "{subject} is waiting for a person to answer: {}. {}{next}",
+                questions.join("; "),
+                output_block(output)
             );
-            return handle_json(text, next, task_id, status, &status_message, poll_after_ms);
+            return handle_json(
+                text,
+                next,
+                task_id,
+                status,
+                &status_message,
+                poll_after_ms,
+                output,
+            );
         }
         let next = format!(
             "Only a person can answer it, from an MCP client that supports such questions \
@@ -593,8 +644,9 @@ fn handle(task: &Value, task_id: &str, subject: &str, can_ask: bool) -> Value {
              \"{task_id}\"}} to follow it, or {TASK_CANCEL} to stop it."
         );
         let text = format!(
-            "{subject} is waiting for a person to answer: {}. {next}",
-            questions.join("; ")
+            "{subject} is waiting for a person to answer: {}. {}{next}",
+            questions.join("; "),
+            output_block(output)
         );
         (text, next)
     } else {
@@ -606,12 +658,29 @@ fn handle(task: &Value, task_id: &str, subject: &str, can_ask: bool) -> Value {
              {TASK_STATUS} checks without waiting, and {TASK_CANCEL} stops it."
         );
         let text = format!(
-            "{subject} is still running in the background ({status_message}). Nothing is \
-             lost if you do something else meanwhile. {next}"
+            "{subject} is still running in the background ({status_message}). {}Nothing \
+             is lost if you do something else meanwhile. {next}",
+            output_block(output)
         );
         (text, next)
     };
-    handle_json(text, next, task_id, status, &status_message, poll_after_ms)
+    handle_json(
+        text,
+        next,
+        task_id,
+        status,
+        &status_message,
+        poll_after_ms,
+        output,
+    )
+}
+
+/// The end of a task's output as a handle's text shows it, or nothing.
+fn output_block(output: &[String]) -> String {
+    if output.is_empty() {
+        return String::new();
+    }
+    format!("The end of its output so far:\n{}\n", output.join("\n"))
 }
 
 /// A handle as both a host that shows the text and one that shows the structured
@@ -623,8 +692,9 @@ fn handle_json(
     status: &str,
     status_message: &str,
     poll_after_ms: u64,
+    output: &[String],
 ) -> Value {
-    json!({
+    let mut answer = json!({
         "content": [{ "type": "text", "text": text }],
         "structuredContent": {
             "taskId": task_id,
@@ -633,7 +703,11 @@ fn handle_json(
             "pollAfterMs": poll_after_ms,
             "nextStep": next_step,
         },
-    })
+    });
+    if !output.is_empty() {
+        answer["structuredContent"]["latestOutput"] = json!(output);
+    }
+    answer
 }
 
 /// One input request in words.
@@ -701,7 +775,7 @@ mod tests {
         let schema = admitting_handle(&tool);
         let validator = jsonschema::validator_for(&schema).expect("schema compiles");
         let task = json!({"status":"working","statusMessage":"Writing","pollIntervalMs":500});
-        let answer = handle(&task, "t1", "generate_report (task t1)", false);
+        let answer = handle(&task, "t1", "generate_report (task t1)", false, &[]);
         assert!(validator.is_valid(&answer["structuredContent"]));
         assert!(validator.is_valid(&json!({"topic": "x"})));
         assert!(!validator.is_valid(&json!({"other": 1})));
@@ -722,7 +796,7 @@ mod tests {
         assert!(validator.is_valid(&json!({"source": {"datetime": "now"}})));
         assert!(!validator.is_valid(&json!({"source": {"other": 1}})));
         let task = json!({"status":"working","statusMessage":"Working","pollIntervalMs":500});
-        let answer = handle(&task, "t1", "convert_time (task t1)", false);
+        let answer = handle(&task, "t1", "convert_time (task t1)", false, &[]);
         assert!(validator.is_valid(&answer["structuredContent"]));
     }
 
@@ -738,7 +812,7 @@ mod tests {
             (&waiting, true, TASK_WAIT),
             (&waiting, false, TASK_STATUS),
         ] {
-            let answer = handle(task, "t42", "deploy (task t42)", can_ask);
+            let answer = handle(task, "t42", "deploy (task t42)", can_ask, &[]);
             let next = answer["structuredContent"]["nextStep"]
                 .as_str()
                 .expect("a next step");
@@ -747,6 +821,28 @@ mod tests {
             let text = answer["content"][0]["text"].as_str().expect("the text");
             assert!(text.ends_with(next), "the text says the same: {text}");
         }
+    }
+
+    #[test]
+    fn a_running_task_shows_the_end_of_its_output_and_a_failure_shows_it_once() {
+        let working = json!({"status":"working","statusMessage":"Linking","pollIntervalMs":500});
+        let output = vec!["compiling a".to_owned(), "warning: unused b".to_owned()];
+        let answer = handle(&working, "t7", "build (task t7)", false, &output);
+        let text = answer["content"][0]["text"].as_str().expect("the text");
+        assert!(text.contains("compiling a\nwarning: unused b\n"), "{text}");
+        assert_eq!(answer["structuredContent"]["latestOutput"], json!(output));
+        let schema = jsonschema::validator_for(&handle_schema()).expect("schema");
+        assert!(schema.is_valid(&answer["structuredContent"]));
+
+        let failed =
+            |message: &str| json!({"status":"failed","error":{"code":-32603,"message":message}});
+        let plain = render(&failed("exited 2"), "t7", None, false, &output);
+        let text = plain["content"][0]["text"].as_str().expect("the text");
+        assert!(text.ends_with(&format!("{TAIL_HEADING}\ncompiling a\nwarning: unused b")));
+        let told = format!("exited 2. {TAIL_HEADING}\nwarning: unused b");
+        let told = render(&failed(&told), "t7", None, false, &output);
+        let text = told["content"][0]["text"].as_str().expect("the text");
+        assert_eq!(text.matches(TAIL_HEADING).count(), 1, "{text}");
     }
 
     #[test]

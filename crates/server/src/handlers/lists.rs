@@ -114,8 +114,9 @@ impl Service {
 
     pub(super) fn templates_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
         let catalog = self.catalog();
-        let templates = catalog.templates.iter().map(|t| t.to_json());
-        self.page(request, "resourceTemplates", templates)
+        let mut templates = vec![super::output::output_template()];
+        templates.extend(catalog.templates.iter().map(|t| t.to_json()));
+        self.page(request, "resourceTemplates", templates.into_iter())
     }
 
     pub(super) fn prompts_list(&self, request: &Request<'_>) -> Result<Value, RpcError> {
@@ -129,6 +130,9 @@ impl Service {
             .envelope
             .str_param("uri")
             .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
+        if let Some(answer) = self.read_output(request, uri) {
+            return answer;
+        }
         let contents = self.catalog().read(uri, &request.identity.key())?;
         Ok(self.cacheable(json!({ "contents": contents })))
     }

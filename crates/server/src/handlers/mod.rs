@@ -6,12 +6,14 @@
 //! One file per area: [`lists`] (discovery, lists, reads, prompts, completion),
 //! [`tools_call`], [`tasks`] (`tasks/*` and task notifications), [`listen`]
 //! (`subscriptions/listen`), [`mrtr`] (input rounds and their signed state), [`bridge`]
-//! (task tools for clients that do not speak tasks).
+//! (task tools for clients that do not speak tasks), [`output`] (a task's output as a
+//! resource).
 
 pub mod bridge;
 mod listen;
 mod lists;
 mod mrtr;
+mod output;
 mod request_span;
 pub mod request_state;
 mod tasks;

@@ -2,6 +2,7 @@
 //! messages on the response stream), MRTR rounds, and handing task calls to the engine —
 //! and, for a client that does not speak tasks, the created task to the bridge.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -10,10 +11,11 @@ use super::request_state::Binding;
 use super::tasks::tasks_required;
 use super::{complete, input_responses, object_param, Emitter, Reply, Request, Service};
 use taskd_base::liveness;
+use taskd_engine::output::{log_lines, OutputRules, OutputTail};
 use taskd_engine::Submission;
 use taskd_protocol::{LogLevel, RpcError, TraceContext, META_IDEMPOTENCY_KEY};
 use taskd_tools::panics::run_tool;
-use taskd_tools::{Admission, Invocation, InvocationHost, Outcome, TaskPolicy};
+use taskd_tools::{Admission, Invocation, InvocationHost, Outcome, OutputStream, TaskPolicy};
 
 /// Longest idempotency key accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 256;
@@ -92,6 +94,8 @@ impl Service {
             log_level: request.meta.log_level,
             tool: &tool.spec.name,
             trace: request.meta.trace.clone(),
+            rules: Arc::clone(&self.live.load().output),
+            tail: OutputTail::default(),
         };
         let caller = request.identity.key();
         let mut invocation = Invocation {
@@ -109,13 +113,18 @@ impl Service {
             (Some(slots), false) => match slots.take_within(timeout) {
                 Some(slot) => Some(slot),
                 None => {
-                    log::error!(
+                    log::warn!(
                         "tool {} found no free slot (max_concurrency {}) within {} ms",
                         tool.spec.name,
                         slots.limit(),
                         timeout.as_millis()
                     );
-                    return Err(RpcError::internal());
+                    return Ok(Reply::Result(complete(taskd_tools::error_result(format!(
+                        "The tool did not run: all {} of its runs stayed busy for {} ms. \
+                         Try again later.",
+                        slots.limit(),
+                        timeout.as_millis()
+                    )))));
                 }
             },
             _ => None,
@@ -170,11 +179,14 @@ impl Service {
             }
             Outcome::Error(error) => Err(error),
             Outcome::Cancelled => Err(RpcError::internal()),
-            // Inline there is no retry: the client sees a generic internal error, the
-            // reason (which never holds arguments or results) goes to the log.
+            // Inline there is no retry: the tool ran and failed, which is no fault of
+            // the request. The caller (often a model) gets a tool error saying why, with
+            // the end of the run's output (redacted, as a task keeps it).
             Outcome::Retry(reason) => {
-                log::error!("tool {} failed during tools/call: {reason}", tool.spec.name);
-                Err(RpcError::internal())
+                log::warn!("tool {} failed during tools/call: {reason}", tool.spec.name);
+                Ok(complete(taskd_tools::error_result(
+                    host.tail.explain(&format!("The tool failed: {reason}")),
+                )))
             }
         };
         answer.map(Reply::Result)
@@ -212,13 +224,16 @@ fn idempotency_key(
     Ok(Some(key))
 }
 
-/// The host of an inline call: progress and log messages go to the response stream.
+/// The host of an inline call: progress and log messages go to the response stream;
+/// the end of the run's output is kept for a failure's message.
 struct InlineHost<'a> {
     emitter: &'a mut dyn Emitter,
     progress_token: Option<Value>,
     log_level: Option<LogLevel>,
     tool: &'a str,
     trace: Option<TraceContext>,
+    rules: Arc<OutputRules>,
+    tail: OutputTail,
 }
 
 impl InvocationHost for InlineHost<'_> {
@@ -236,7 +251,14 @@ impl InvocationHost for InlineHost<'_> {
         self.emitter.notify("notifications/progress", params);
     }
 
+    fn output(&mut self, stream: OutputStream, line: &str) {
+        self.tail.push(stream, &self.rules.redact(line));
+    }
+
     fn log(&mut self, level: LogLevel, data: Value) {
+        for line in log_lines(level, &data) {
+            self.tail.push(OutputStream::Log, &self.rules.redact(&line));
+        }
         if self.log_level.is_some_and(|minimum| level >= minimum) {
             self.emitter.notify(
                 "notifications/message",

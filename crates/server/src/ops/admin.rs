@@ -7,8 +7,8 @@
 //!
 //! `data_dir/admin.sock`, a Unix stream socket of mode 0600 owned by the server's user.
 //! One request per connection: a JSON object on one line (at most [`MAX_REQUEST`]
-//! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "stats" | "backup" | "reload",
-//! …}`. The
+//! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "output" | "stats" | "backup" |
+//! "reload", …}`. The
 //! answer is zero or more `{"progress": [done, total]}` lines, then exactly one line
 //! `{"result": …}` or `{"error": "…"}`; then the server closes the connection.
 //!
@@ -33,6 +33,7 @@ use super::reload::Reloader;
 use crate::metrics::Metrics;
 use taskd_base::clock::rfc3339;
 use taskd_engine::model::{CancelEffect, Origin, StatsDetail, TaskDetail, TaskFilter, TaskSummary};
+use taskd_engine::output::{OutputPage, OutputRead};
 use taskd_engine::{TaskService, TaskStore};
 use taskd_protocol::TaskStatus;
 
@@ -44,6 +45,8 @@ pub const SOCKET_NAME: &str = "admin.sock";
 pub const MAX_REQUEST: usize = 64 * 1024;
 /// Longest page `tasks list` returns.
 pub const MAX_LIST: usize = 10_000;
+/// Most output lines one `output` request returns.
+pub const MAX_OUTPUT_LINES: usize = 5_000;
 /// Connections served at once; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 4;
 /// A client has this long to send its request.
@@ -70,6 +73,14 @@ pub enum Request {
     Rerun {
         id: String,
     },
+    /// Lines of a task's output after position `after` (`tasks logs`).
+    Output {
+        id: String,
+        #[serde(default)]
+        after: i64,
+        attempt: Option<i64>,
+        limit: usize,
+    },
     Stats,
     /// Copies the store into a new file in the data dir (the staging file); the answer
     /// names it. The CLI moves it where the operator asked: the server's user may not
@@ -88,6 +99,7 @@ impl Request {
             Request::Show { .. } => "show",
             Request::Cancel { .. } => "cancel",
             Request::Rerun { .. } => "rerun",
+            Request::Output { .. } => "output",
             Request::Stats => "stats",
             Request::Backup => "backup",
             Request::Reload => "reload",
@@ -168,6 +180,25 @@ impl Admin {
                 let new = self.tasks.rerun(&id).map_err(|e| e.to_string())?;
                 Ok(json!({"id": new, "rerunOf": id}))
             }
+            Request::Output {
+                id,
+                after,
+                attempt,
+                limit,
+            } => {
+                let read = OutputRead {
+                    after,
+                    attempt,
+                    limit: limit.clamp(1, MAX_OUTPUT_LINES),
+                    newest: false,
+                };
+                let (status, page) = self
+                    .tasks
+                    .admin_output(&id, read)
+                    .map_err(store_error)?
+                    .ok_or_else(|| format!("no task {id}"))?;
+                Ok(output_json(status, &page))
+            }
             Request::Stats => {
                 let stats = self.store.stats_detail().map_err(store_error)?;
                 let workers = self.worker_threads.map(
@@ -216,6 +247,29 @@ pub(crate) fn summary_json(task: &TaskSummary) -> Value {
         "createdAt": rfc3339(task.created_at),
         "updatedAt": rfc3339(task.updated_at),
         "statusMessage": task.status_message,
+    })
+}
+
+/// `tasks logs`: a page of a task's output, each line with its position.
+fn output_json(status: TaskStatus, page: &OutputPage) -> Value {
+    let lines: Vec<Value> = page
+        .lines
+        .iter()
+        .map(|(position, line)| {
+            json!({
+                "position": position,
+                "attempt": line.attempt,
+                "at": rfc3339(line.at_ms),
+                "stream": line.stream.as_str(),
+                "text": line.text,
+            })
+        })
+        .collect();
+    json!({
+        "status": status,
+        "lines": lines,
+        "next": page.next,
+        "dropped": page.dropped,
     })
 }
 

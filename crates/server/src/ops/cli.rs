@@ -1,5 +1,5 @@
 // Over 600 lines: one short function per operator command, over one shared path.
-//! The operator commands on the client side: `tasks list|show|cancel|rerun`, `stats`,
+//! The operator commands on the client side: `tasks list|show|cancel|rerun|logs`, `stats`,
 //! `backup` and `restore`. Each one asks the running server through its admin socket,
 //! or, when the data-dir lock says no server runs, opens the database itself and
 //! answers the same request the same way ([`super::admin::Admin::handle`]).
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::admin::{ask, Admin, Request, MAX_LIST, SOCKET_NAME};
+use super::admin::{ask, Admin, Request, MAX_LIST, MAX_OUTPUT_LINES, SOCKET_NAME};
 use super::backup::{move_into_place, restore, return_store_files, server_running};
 use crate::config::Config;
 use crate::live::{Live, Settings};
@@ -89,6 +89,22 @@ pub enum TasksCommand {
         #[command(flatten)]
         at: Location,
         id: String,
+    },
+    /// Print a task's output: what its tool printed (stderr, stdout beyond the
+    /// protocol, status and log messages), oldest first.
+    Logs {
+        #[command(flatten)]
+        at: Location,
+        id: String,
+        /// Keep printing new lines until the task ends (Ctrl-C stops).
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Only this attempt's lines.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+        attempt: Option<i64>,
+        /// One JSON object per line: position, attempt, at, stream, text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -219,6 +235,74 @@ pub fn tasks(command: TasksCommand) -> Outcome {
             println!("{}", text(&created["id"]));
             Ok(())
         }
+        TasksCommand::Logs {
+            at,
+            id,
+            follow,
+            attempt,
+            json,
+        } => logs(&at, id, follow, attempt, json),
+    }
+}
+
+/// How often `tasks logs --follow` asks for new lines: a running attempt writes its
+/// output at most every 250 ms, so a line shows within about half a second.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// `mcp-taskd tasks logs`: every kept line, then (with `follow`) new ones until the
+/// task ends and its last lines are printed.
+fn logs(at: &Location, id: String, follow: bool, attempt: Option<i64>, json: bool) -> Outcome {
+    let data_dir = load(at)?.server.data_dir;
+    let mut after = 0;
+    let mut shown_attempt = attempt;
+    let mut told_dropped = false;
+    loop {
+        let request = Request::Output {
+            id: id.clone(),
+            after,
+            attempt,
+            limit: MAX_OUTPUT_LINES,
+        };
+        let page = perform(at, request, "")?;
+        let lines = page["lines"].as_array().cloned().unwrap_or_default();
+        let dropped = page["dropped"].as_i64().unwrap_or(0);
+        if dropped > 0 && !told_dropped && !json {
+            eprintln!(
+                "({dropped} earlier lines were dropped to keep the task's output within its cap)"
+            );
+            told_dropped = true;
+        }
+        for line in &lines {
+            if json {
+                println!("{line}");
+                continue;
+            }
+            let this_attempt = line["attempt"].as_i64();
+            if shown_attempt.is_some() && this_attempt != shown_attempt {
+                println!("--- attempt {} ---", line["attempt"]);
+            }
+            shown_attempt = this_attempt;
+            println!("{}", text(&line["text"]));
+        }
+        after = page["next"].as_i64().unwrap_or(after);
+        if lines.len() == MAX_OUTPUT_LINES {
+            continue;
+        }
+        let ended = page["status"]
+            .as_str()
+            .and_then(TaskStatus::parse)
+            .is_none_or(TaskStatus::is_terminal);
+        if !follow || ended {
+            return Ok(());
+        }
+        if !server_running(&data_dir).map_err(|e| e.to_string())? {
+            return Err(
+                "no server is running: nothing more will be written until one starts"
+                    .to_owned()
+                    .into(),
+            );
+        }
+        std::thread::sleep(FOLLOW_EVERY);
     }
 }
 

@@ -63,6 +63,9 @@ pub struct CommandToolConfig {
     pub priority: i32,
     /// Most bytes the program may write to stdout in one run.
     pub max_output_bytes: Option<usize>,
+    /// Bytes of a task's captured output kept (stderr, stdout beyond the protocol);
+    /// `output.max_bytes_per_task` by default, `0` keeps none.
+    pub output_max_bytes: Option<u64>,
     /// OAuth scopes an access token needs to call the tool (and to reach its tasks).
     #[serde(default)]
     pub scopes: Vec<String>,
@@ -249,6 +252,7 @@ impl CommandTool {
                 backoff,
                 ttl,
                 poll_interval,
+                output_max_bytes: config.output_max_bytes,
             },
             idempotency_argument: config.idempotency_argument.clone(),
             max_concurrency,

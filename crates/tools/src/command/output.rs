@@ -96,6 +96,12 @@ pub(super) fn interpret(status: ExitStatus, stdout: &[u8]) -> Outcome {
     }
 }
 
+/// Whether `line` is the final message's (a JSON object naming `result`, `error` or
+/// `inputRequired`): protocol, not output.
+pub(super) fn is_final_message(line: &[u8]) -> bool {
+    final_message(line).is_some()
+}
+
 /// The final message on `line`, if the line is one: `None` when it is not a JSON
 /// object naming `result`, `error` or `inputRequired`; `Err` when it is one, malformed.
 fn final_message(line: &[u8]) -> Option<Result<Outcome, String>> {

@@ -27,20 +27,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::output::{forward, interpret, parse_progress, truncate, Progress};
+use super::output::{forward, interpret, is_final_message, parse_progress, Progress};
 use super::reaper::{self, Run};
 use super::spawn::{self, Program, RunEnv};
 use super::CommandTool;
 use super::{exit, guard};
-use crate::{Invocation, Outcome};
+use crate::{Invocation, Outcome, OutputStream, MAX_OUTPUT_LINE};
 use opentelemetry::KeyValue;
 use taskd_protocol::TraceContext;
 use taskd_telemetry::{Kind, Span, TASK_ID};
 
-/// How much of stderr is kept for the log.
-const STDERR_TAIL: usize = 64 * 1024;
-/// Longest stderr line logged.
-const STDERR_LINE: usize = 512;
 /// Time between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long to wait for the output pipes to close after the program's group is gone.
@@ -131,6 +127,9 @@ impl CommandTool {
             for progress in pump.progress.drain(..) {
                 forward(call.host, &progress);
             }
+            for (stream, line) in pump.lines.drain(..) {
+                call.host.output(stream, &line);
+            }
             if pump.stdout.overflowed {
                 break Ended::Overflow;
             }
@@ -179,7 +178,13 @@ impl CommandTool {
             }
             pump.turn(left);
         }
-        let outcome = match (ended, status, pump.stdout.closed) {
+        // A last line without its line end is output too.
+        pump.stdout.finish(&mut pump.lines);
+        pump.stderr.finish(&mut pump.lines);
+        for (stream, line) in pump.lines.drain(..) {
+            call.host.output(stream, &line);
+        }
+        match (ended, status, pump.stdout.closed) {
             (Ended::Stopped, _, _) => Outcome::Cancelled,
             (Ended::TimedOut, _, _) => Outcome::Retry(format!(
                 "the program ran past its timeout of {} ms and was killed",
@@ -203,9 +208,7 @@ impl CommandTool {
                 }
                 interpret(status, &pump.stdout.bytes)
             }
-        };
-        self.log_stderr(pump.stderr.tail(), &outcome);
-        outcome
+        }
     }
 
     /// The span of one run of the program, under `parent` (the tool run's span).
@@ -224,29 +227,6 @@ impl CommandTool {
             }
             (format!("exec {name}"), attributes)
         })
-    }
-
-    /// Logs the tail of stderr: at warn level when the attempt failed, debug otherwise.
-    fn log_stderr(&self, tail: &[u8], outcome: &Outcome) {
-        if tail.is_empty() {
-            return;
-        }
-        let level = match outcome {
-            Outcome::Retry(_) => log::Level::Warn,
-            _ => log::Level::Debug,
-        };
-        if !log::log_enabled!(level) {
-            return;
-        }
-        let text = String::from_utf8_lossy(tail);
-        for line in text.lines().filter(|line| !line.trim().is_empty()) {
-            log::log!(
-                level,
-                "tool {} stderr: {}",
-                self.spec.name,
-                truncate(line, STDERR_LINE)
-            );
-        }
     }
 }
 
@@ -274,7 +254,8 @@ impl Ended {
 }
 
 /// What the program wrote to stdout: at most the limit, scanned for progress lines as
-/// they complete. Past the limit the rest is discarded.
+/// they complete (the other lines, but for the final message, are its output). Past
+/// the limit the rest is discarded.
 struct StdoutScan {
     bytes: Vec<u8>,
     limit: usize,
@@ -295,8 +276,14 @@ impl StdoutScan {
         }
     }
 
-    /// Takes one read's bytes; the progress lines they complete go to `progress`.
-    fn push(&mut self, chunk: &[u8], progress: &mut Vec<Progress>) {
+    /// Takes one read's bytes; the progress lines they complete go to `progress`, the
+    /// other lines to `lines`.
+    fn push(
+        &mut self,
+        chunk: &[u8],
+        progress: &mut Vec<Progress>,
+        lines: &mut Vec<(OutputStream, String)>,
+    ) {
         if self.overflowed {
             return;
         }
@@ -310,29 +297,71 @@ impl StdoutScan {
         let mut from = fresh;
         while let Some(offset) = self.bytes[from..].iter().position(|&b| b == b'\n') {
             let end = from + offset;
-            if let Some(line) = parse_progress(&self.bytes[self.line_start..end]) {
+            let line = &self.bytes[self.line_start..end];
+            if let Some(line) = parse_progress(line) {
                 progress.push(line);
+            } else if !is_final_message(line) {
+                output_lines(OutputStream::Stdout, line, lines);
             }
             self.line_start = end + 1;
             from = self.line_start;
         }
     }
+
+    /// The last line, when the program ended without a line end after it.
+    fn finish(&mut self, lines: &mut Vec<(OutputStream, String)>) {
+        let line = &self.bytes[self.line_start.min(self.bytes.len())..];
+        if !line.is_empty() && parse_progress(line).is_none() && !is_final_message(line) {
+            output_lines(OutputStream::Stdout, line, lines);
+        }
+        self.line_start = self.bytes.len();
+    }
 }
 
-/// The last [`STDERR_TAIL`] bytes of stderr.
-#[derive(Default)]
-struct StderrTail(Vec<u8>);
+/// `line` (without its line end) as output lines of `stream`: text (bytes that are not
+/// UTF-8 replaced), cut every [`MAX_OUTPUT_LINE`] bytes; a trailing `\r` dropped.
+fn output_lines(stream: OutputStream, line: &[u8], lines: &mut Vec<(OutputStream, String)>) {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    for piece in line.chunks(MAX_OUTPUT_LINE) {
+        lines.push((stream, String::from_utf8_lossy(piece).into_owned()));
+    }
+}
 
-impl StderrTail {
-    fn push(&mut self, chunk: &[u8]) {
-        self.0.extend_from_slice(chunk);
-        if self.0.len() > 2 * STDERR_TAIL {
-            self.0.drain(..self.0.len() - STDERR_TAIL);
+/// Stderr, cut into output lines (it is not logged: the task keeps it, redacted,
+/// where only its owner reads it).
+#[derive(Default)]
+struct StderrLines {
+    /// The start of a line whose end has not come yet (at most [`MAX_OUTPUT_LINE`]).
+    partial: Vec<u8>,
+}
+
+impl StderrLines {
+    fn push(&mut self, chunk: &[u8], lines: &mut Vec<(OutputStream, String)>) {
+        let mut rest = chunk;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            if self.partial.is_empty() {
+                output_lines(OutputStream::Stderr, &rest[..end], lines);
+            } else {
+                self.partial.extend_from_slice(&rest[..end]);
+                output_lines(OutputStream::Stderr, &self.partial, lines);
+                self.partial.clear();
+            }
+            rest = &rest[end + 1..];
+        }
+        self.partial.extend_from_slice(rest);
+        // A line that never ends is output a piece at a time.
+        while self.partial.len() >= MAX_OUTPUT_LINE {
+            let piece: Vec<u8> = self.partial.drain(..MAX_OUTPUT_LINE).collect();
+            output_lines(OutputStream::Stderr, &piece, lines);
         }
     }
 
-    fn tail(&self) -> &[u8] {
-        &self.0[self.0.len().saturating_sub(STDERR_TAIL)..]
+    /// The last line, when stderr ended without a line end after it.
+    fn finish(&mut self, lines: &mut Vec<(OutputStream, String)>) {
+        if !self.partial.is_empty() {
+            output_lines(OutputStream::Stderr, &self.partial, lines);
+            self.partial.clear();
+        }
     }
 }
 
@@ -347,9 +376,11 @@ struct Pump {
     exit_fd: Option<OwnedFd>,
     exit_fired: bool,
     stdout: StdoutScan,
-    stderr: StderrTail,
+    stderr: StderrLines,
     /// Progress lines read and not yet forwarded.
     progress: Vec<Progress>,
+    /// Output lines read and not yet handed to the host.
+    lines: Vec<(OutputStream, String)>,
 }
 
 /// Which of the pump's descriptors a `pollfd` stands for.
@@ -385,8 +416,9 @@ impl Pump {
             exit_fd: exit::descriptor(child.pid),
             exit_fired: false,
             stdout: StdoutScan::new(limit),
-            stderr: StderrTail::default(),
+            stderr: StderrLines::default(),
             progress: Vec::new(),
+            lines: Vec::new(),
         };
         pump.feed();
         Ok(pump)
@@ -500,9 +532,10 @@ impl Pump {
             stdout_pipe,
             stdout,
             progress,
+            lines,
             ..
         } = self;
-        if read_ready(stdout_pipe, |bytes| stdout.push(bytes, progress)) {
+        if read_ready(stdout_pipe, |bytes| stdout.push(bytes, progress, lines)) {
             stdout.closed = true;
         }
     }
@@ -511,9 +544,10 @@ impl Pump {
         let Pump {
             stderr_pipe,
             stderr,
+            lines,
             ..
         } = self;
-        read_ready(stderr_pipe, |bytes| stderr.push(bytes));
+        read_ready(stderr_pipe, |bytes| stderr.push(bytes, lines));
     }
 }
 
@@ -608,13 +642,25 @@ mod tests {
 
     /// Feeds everything `pipe` hands out to a scan, read by read, as the pump does.
     pub(super) fn scan(mut pipe: impl Read, limit: usize) -> (StdoutScan, Vec<Progress>) {
+        let (scan, progress, _) = scan_lines(&mut pipe, limit);
+        (scan, progress)
+    }
+
+    /// [`scan`], with the output lines it found too (the last one included).
+    fn scan_lines(
+        mut pipe: impl Read,
+        limit: usize,
+    ) -> (StdoutScan, Vec<Progress>, Vec<(OutputStream, String)>) {
         let mut scan = StdoutScan::new(limit);
-        let mut progress = Vec::new();
+        let (mut progress, mut lines) = (Vec::new(), Vec::new());
         let mut chunk = [0u8; 1024];
         loop {
             match pipe.read(&mut chunk) {
-                Ok(0) | Err(_) => return (scan, progress),
-                Ok(read) => scan.push(&chunk[..read], &mut progress),
+                Ok(0) | Err(_) => {
+                    scan.finish(&mut lines);
+                    return (scan, progress, lines);
+                }
+                Ok(read) => scan.push(&chunk[..read], &mut progress, &mut lines),
             }
         }
     }
@@ -646,14 +692,30 @@ mod tests {
     }
 
     #[test]
-    fn stderr_keeps_its_tail() {
-        let mut tail = StderrTail::default();
-        for _ in 0..5 {
-            tail.push(&[b'x'; STDERR_TAIL / 2]);
+    fn output_is_every_line_but_the_protocols_across_reads() {
+        let out = b"compiling\r\n{\"progress\": 1}\nlinking\n{\"result\": {\"content\": []}}\ntail";
+        let (_, progress, lines) = scan_lines(Trickle(out), 1000);
+        assert_eq!(progress.len(), 1);
+        let texts: Vec<&str> = lines.iter().map(|(_, line)| line.as_str()).collect();
+        assert_eq!(texts, ["compiling", "linking", "tail"]);
+        assert!(lines
+            .iter()
+            .all(|(stream, _)| *stream == OutputStream::Stdout));
+
+        let mut stderr = StderrLines::default();
+        let mut lines = Vec::new();
+        for piece in [&b"warn"[..], b"ing: x\nsecond", b" line\n", b"unterminated"] {
+            stderr.push(piece, &mut lines);
         }
-        tail.push(b"end");
-        assert_eq!(tail.tail().len(), STDERR_TAIL);
-        assert!(tail.tail().ends_with(b"xend"));
+        stderr.finish(&mut lines);
+        let texts: Vec<&str> = lines.iter().map(|(_, line)| line.as_str()).collect();
+        assert_eq!(texts, ["warning: x", "second line", "unterminated"]);
+
+        // A line that never ends comes in pieces of at most MAX_OUTPUT_LINE bytes.
+        let mut lines = Vec::new();
+        StderrLines::default().push(&vec![b'y'; 2 * MAX_OUTPUT_LINE + 1], &mut lines);
+        assert_eq!(lines.len(), 2);
+        assert!(lines.iter().all(|(_, line)| line.len() == MAX_OUTPUT_LINE));
     }
 }
 

@@ -1,0 +1,361 @@
+//! A task's output, on its way from a running attempt to the store (issue 47): the
+//! rules of `[output]` (the cap, the redaction), and the buffer that turns the lines a
+//! run writes into a few batched writes.
+//!
+//! **What is kept, and what it costs.** Lines are redacted first, then held in memory
+//! and written in one fenced store write at most every [`FLUSH_EVERY`] (and at the
+//! attempt's end, before its outcome is committed): a tool that prints a line a
+//! millisecond costs four writes a second, not a thousand. The buffer keeps at most the
+//! task's cap (the newest lines; the others are counted as dropped), and so does the
+//! store: a tool that prints 100 MB as fast as it can leaves at most its cap behind, and
+//! writes at most its cap per flush. The output survives a restart or a `kill -9` up to
+//! the last flush, is in every backup, and goes with its task.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::config::OutputConfig;
+use taskd_base::clock::now_ms;
+use taskd_protocol::LogLevel;
+/// The streams a line comes from; the stores read it from here.
+pub use taskd_tools::OutputStream;
+
+/// A line of a task's output, as the store keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputLine {
+    /// The attempt that wrote it (1-based).
+    pub attempt: i64,
+    /// When it was written (Unix ms).
+    pub at_ms: i64,
+    pub stream: OutputStream,
+    pub text: String,
+}
+
+/// Which lines of a task's output to read.
+#[derive(Debug, Clone, Copy)]
+pub struct OutputRead {
+    /// Lines after this position (0: from the first kept).
+    pub after: i64,
+    /// Only this attempt's lines.
+    pub attempt: Option<i64>,
+    /// At most this many lines.
+    pub limit: usize,
+    /// The newest `limit` lines (after `after`) rather than the oldest.
+    pub newest: bool,
+}
+
+/// Lines of a task's output, oldest first, each with its position.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OutputPage {
+    pub lines: Vec<(i64, OutputLine)>,
+    /// Lines dropped since the task began, to keep its output within its cap.
+    pub dropped: i64,
+    /// The position to read after next: the last line's, or the one asked for.
+    pub next: i64,
+}
+
+impl OutputRead {
+    /// The newest lines, enough for [`OutputPage::tail`].
+    pub fn tail() -> OutputRead {
+        OutputRead {
+            after: 0,
+            attempt: None,
+            limit: 64,
+            newest: true,
+        }
+    }
+}
+
+impl OutputPage {
+    /// The page as text: its lines, and a line naming the attempt where a later
+    /// attempt's lines begin (a retry prints its output again from the start).
+    pub fn text(&self) -> String {
+        let mut text = String::new();
+        let mut attempt = None;
+        for (_, line) in &self.lines {
+            if attempt.is_some_and(|previous| previous != line.attempt) {
+                text.push_str(&format!("--- attempt {} ---\n", line.attempt));
+            }
+            attempt = Some(line.attempt);
+            text.push_str(&line.text);
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The newest lines of the page (status lines left out: the task's status message
+    /// shows the newest) that fit in [`TAIL_BYTES`], oldest first; a newest line longer
+    /// than that is cut to its end.
+    pub fn tail(&self) -> Vec<&str> {
+        let mut tail = Vec::new();
+        let mut bytes = 0;
+        for (_, line) in self.lines.iter().rev() {
+            if line.stream == OutputStream::Status {
+                continue;
+            }
+            let text = line.text.as_str();
+            if bytes + text.len() + 1 > TAIL_BYTES {
+                if tail.is_empty() {
+                    let mut start = text.len() - TAIL_BYTES;
+                    while !text.is_char_boundary(start) {
+                        start += 1;
+                    }
+                    tail.push(&text[start..]);
+                }
+                break;
+            }
+            bytes += text.len() + 1;
+            tail.push(text);
+        }
+        tail.reverse();
+        tail
+    }
+}
+
+/// Bytes of the last lines a failure message shows ([`OutputTail`]), and
+/// `task_status` of a running task.
+pub const TAIL_BYTES: usize = 2048;
+
+/// The last lines a run wrote (its program's stdout and stderr, its log messages; not
+/// its status messages), at most [`TAIL_BYTES`]: what says why a run failed.
+#[derive(Debug, Default)]
+pub struct OutputTail {
+    lines: VecDeque<String>,
+    bytes: usize,
+}
+
+impl OutputTail {
+    pub fn push(&mut self, stream: OutputStream, line: &str) {
+        if stream == OutputStream::Status {
+            return;
+        }
+        self.bytes += line.len() + 1;
+        self.lines.push_back(line.to_owned());
+        while self.bytes > TAIL_BYTES {
+            let Some(oldest) = self.lines.pop_front() else {
+                break;
+            };
+            self.bytes -= oldest.len() + 1;
+        }
+    }
+
+    /// `reason`, followed by the tail when there is one.
+    pub fn explain(&self, reason: &str) -> String {
+        explain(reason, self.lines.iter().map(String::as_str))
+    }
+}
+
+/// A log message as output lines, each led by its level (tasks carry no log stream,
+/// SEP-2663: a tool's log messages are kept as output).
+pub fn log_lines(level: LogLevel, data: &Value) -> Vec<String> {
+    let text = match data {
+        Value::String(text) => Cow::Borrowed(text.as_str()),
+        other => Cow::Owned(other.to_string()),
+    };
+    text.lines()
+        .map(|line| format!("{}: {line}", level.as_str()))
+        .collect()
+}
+
+/// What precedes the end of a run's output in a failure message.
+pub const TAIL_HEADING: &str = "The end of its output:";
+
+/// `reason`, followed by `lines` (the end of a run's output) when there are any.
+pub fn explain<'a>(reason: &str, lines: impl Iterator<Item = &'a str>) -> String {
+    let tail: Vec<&str> = lines.collect();
+    if tail.is_empty() {
+        reason.to_owned()
+    } else {
+        format!("{reason}. {TAIL_HEADING}\n{}", tail.join("\n"))
+    }
+}
+
+/// Longest time a line waits in memory before it is written.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
+
+/// What replaces a redacted match.
+const REDACTED: &str = "[redacted]";
+
+/// `[output]`, compiled.
+#[derive(Debug)]
+pub struct OutputRules {
+    /// Bytes of a task's output kept when its tool sets no cap of its own.
+    pub max_bytes_per_task: u64,
+    /// Every `redact` pattern, as one alternation.
+    redact: Option<Regex>,
+}
+
+impl OutputRules {
+    /// Compiles `config`; the error names the pattern that does not compile.
+    pub fn new(config: &OutputConfig) -> Result<OutputRules, RedactError> {
+        for pattern in &config.redact {
+            Regex::new(pattern).map_err(|error| RedactError {
+                pattern: pattern.clone(),
+                why: error.to_string(),
+            })?;
+        }
+        let redact = if config.redact.is_empty() {
+            None
+        } else {
+            let alternation = config
+                .redact
+                .iter()
+                .map(|pattern| format!("(?:{pattern})"))
+                .collect::<Vec<_>>()
+                .join("|");
+            Some(Regex::new(&alternation).map_err(|error| RedactError {
+                pattern: alternation.clone(),
+                why: error.to_string(),
+            })?)
+        };
+        Ok(OutputRules {
+            max_bytes_per_task: config.max_bytes_per_task,
+            redact,
+        })
+    }
+
+    /// `line` with every match of a `redact` pattern replaced.
+    pub fn redact<'a>(&self, line: &'a str) -> Cow<'a, str> {
+        match &self.redact {
+            Some(regex) => regex.replace_all(line, REDACTED),
+            None => Cow::Borrowed(line),
+        }
+    }
+}
+
+impl Default for OutputRules {
+    fn default() -> Self {
+        OutputRules {
+            max_bytes_per_task: OutputConfig::default().max_bytes_per_task,
+            redact: None,
+        }
+    }
+}
+
+/// An `output.redact` pattern that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("output.redact: {pattern:?} is not a regular expression: {why}")]
+pub struct RedactError {
+    pub pattern: String,
+    pub why: String,
+}
+
+/// The lines of one attempt not written yet: at most `cap` bytes, the newest.
+pub(crate) struct OutputBuffer {
+    attempt: i64,
+    cap: u64,
+    lines: VecDeque<OutputLine>,
+    bytes: u64,
+    /// Lines dropped here, before any write, to keep within the cap.
+    pub(crate) dropped: u64,
+    last_flush: Instant,
+}
+
+impl OutputBuffer {
+    pub(crate) fn new(attempt: i64, cap: u64) -> OutputBuffer {
+        OutputBuffer {
+            attempt,
+            cap,
+            lines: VecDeque::new(),
+            bytes: 0,
+            dropped: 0,
+            last_flush: Instant::now(),
+        }
+    }
+
+    /// Whether anything is kept at all (a cap of 0 keeps nothing).
+    pub(crate) fn keeps(&self) -> bool {
+        self.cap > 0
+    }
+
+    pub(crate) fn push(&mut self, stream: OutputStream, text: String) {
+        if !self.keeps() {
+            return;
+        }
+        self.bytes += text.len() as u64;
+        self.lines.push_back(OutputLine {
+            attempt: self.attempt,
+            at_ms: now_ms(),
+            stream,
+            text,
+        });
+        while self.bytes > self.cap {
+            let Some(oldest) = self.lines.pop_front() else {
+                break;
+            };
+            self.bytes -= oldest.text.len() as u64;
+            self.dropped += 1;
+        }
+    }
+
+    /// Whether a write is due: lines wait at most [`FLUSH_EVERY`].
+    pub(crate) fn due(&self) -> bool {
+        !self.lines.is_empty() && self.last_flush.elapsed() >= FLUSH_EVERY
+    }
+
+    /// The lines to write now (the buffer starts over), and the count of lines
+    /// dropped before them since the last write.
+    pub(crate) fn take(&mut self) -> (Vec<OutputLine>, u64) {
+        self.last_flush = Instant::now();
+        self.bytes = 0;
+        (
+            self.lines.drain(..).collect(),
+            std::mem::take(&mut self.dropped),
+        )
+    }
+
+    /// The bytes a task of this attempt keeps.
+    pub(crate) fn cap(&self) -> u64 {
+        self.cap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_replaces_every_match_of_every_pattern() {
+        let rules = OutputRules::new(&OutputConfig {
+            max_bytes_per_task: 10,
+            redact: vec![
+                r"(?i)bearer [a-z0-9._-]+".into(),
+                r"ghp_[A-Za-z0-9]{8,}".into(),
+            ],
+        })
+        .expect("patterns compile");
+        assert_eq!(
+            rules.redact("auth: Bearer abc.DEF-1 then ghp_abcdefgh12 and ghp_short"),
+            "auth: [redacted] then [redacted] and ghp_short"
+        );
+        assert_eq!(rules.redact("nothing here"), "nothing here");
+        let error = OutputRules::new(&OutputConfig {
+            max_bytes_per_task: 10,
+            redact: vec!["(unclosed".into()],
+        })
+        .expect_err("a bad pattern is refused");
+        assert!(error.to_string().contains("(unclosed"), "{error}");
+    }
+
+    #[test]
+    fn the_buffer_keeps_the_newest_lines_within_its_cap_and_counts_the_rest() {
+        let mut buffer = OutputBuffer::new(2, 10);
+        for text in ["aaaa", "bbbb", "cccc"] {
+            buffer.push(OutputStream::Stderr, text.into());
+        }
+        let (lines, dropped) = buffer.take();
+        let texts: Vec<&str> = lines.iter().map(|line| line.text.as_str()).collect();
+        assert_eq!(texts, ["bbbb", "cccc"]);
+        assert_eq!(dropped, 1);
+        assert!(lines.iter().all(|line| line.attempt == 2));
+        assert_eq!(buffer.take().1, 0, "counted once");
+
+        let mut none = OutputBuffer::new(1, 0);
+        none.push(OutputStream::Stdout, "x".into());
+        assert!(!none.keeps() && none.take().0.is_empty());
+    }
+}
