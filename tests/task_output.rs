@@ -487,6 +487,23 @@ fn a_failed_inline_call_says_why_with_the_end_of_its_output() {
         text.ends_with("The end of its output:\nerror: disk quota exceeded on /var/build"),
         "{text}"
     );
+
+    // A tool that keeps no output shows none, not even in a failure's message.
+    let server = Server::start(&config(&work, "", "max_attempts = 1\noutput_max_bytes = 0"));
+    let task = start_task(&server, json!({"mode": "fail"}), &[]);
+    assert_eq!(
+        wait_ended(&server, &task, &[])["error"]["message"],
+        "Task failed after 1 attempt: the program exited with status 2 without a final \
+         result line"
+    );
+    let inline = server
+        .request(
+            "tools/call",
+            json!({"name": "chatty", "arguments": {"mode": "fail"}}),
+            json!({}),
+        )
+        .result();
+    assert!(!inline.to_string().contains("disk quota"), "{inline}");
 }
 
 #[test]

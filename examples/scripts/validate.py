@@ -3,9 +3,10 @@
 
 - An invalid record is a *tool error*: {"result": {"isError": true, ...}}. The call
   completes; the model reads the problems and can fix its input.
-- {"crash": true} simulates a bug: a message on stderr (it goes to the server's log) and
+- {"crash": true} simulates a bug: a message on stderr (kept as the task's output) and
   exit status 1 with no final line. That is a *failed attempt*: as a task it is retried
-  up to max_attempts, then the task fails naming the reason.
+  up to max_attempts, then the task fails naming the reason and the end of its output;
+  an inline call answers a tool error saying the same.
 """
 import json
 import sys

@@ -361,17 +361,19 @@ impl TaskHost<'_> {
         }
     }
 
+    /// Keeps a line (and in the failure message's tail), unless the tool keeps none.
     fn keep_output(&mut self, stream: OutputStream, line: &str) {
+        if !self.output.borrow().keeps() {
+            return;
+        }
         let line = self.rules.redact(line);
         self.tail.push(stream, &line);
-        let kept = {
+        let due = {
             let mut output = self.output.borrow_mut();
-            if output.keeps() {
-                output.push(stream, line.into_owned());
-            }
+            output.push(stream, line.into_owned());
             output.due()
         };
-        if kept {
+        if due {
             self.flush_output();
         }
     }

@@ -95,6 +95,7 @@ impl Service {
             tool: &tool.spec.name,
             trace: request.meta.trace.clone(),
             rules: Arc::clone(&self.live.load().output),
+            keeps_output: tool.spec.execution.output_max_bytes != Some(0),
             tail: OutputTail::default(),
         };
         let caller = request.identity.key();
@@ -233,6 +234,9 @@ struct InlineHost<'a> {
     tool: &'a str,
     trace: Option<TraceContext>,
     rules: Arc<OutputRules>,
+    /// Whether the tool's output may be shown at all (`output_max_bytes = 0`: not even
+    /// in a failure's message).
+    keeps_output: bool,
     tail: OutputTail,
 }
 
@@ -252,12 +256,14 @@ impl InvocationHost for InlineHost<'_> {
     }
 
     fn output(&mut self, stream: OutputStream, line: &str) {
-        self.tail.push(stream, &self.rules.redact(line));
+        if self.keeps_output {
+            self.tail.push(stream, &self.rules.redact(line));
+        }
     }
 
     fn log(&mut self, level: LogLevel, data: Value) {
         for line in log_lines(level, &data) {
-            self.tail.push(OutputStream::Log, &self.rules.redact(&line));
+            self.output(OutputStream::Log, &line);
         }
         if self.log_level.is_some_and(|minimum| level >= minimum) {
             self.emitter.notify(
