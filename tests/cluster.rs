@@ -601,6 +601,18 @@ fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same
         .iter()
         .map(|id| tasks::get_raw(&sqlite, id, &as_bob).result())
         .collect();
+    let output = |server: &Server, id: &str| {
+        let uri = format!("mcp-taskd://tasks/{id}/output");
+        server
+            .request_with("resources/read", json!({"uri": uri}), json!({}), &as_bob)
+            .result()["contents"][0]
+            .clone()
+    };
+    let outputs: Vec<Value> = ids.iter().map(|id| output(&sqlite, id)).collect();
+    assert!(
+        outputs.iter().any(|read| read["text"] != ""),
+        "some task has output to copy: {outputs:?}"
+    );
     assert!(
         sqlite.terminate(Duration::from_secs(10)),
         "the SQLite server stops"
@@ -631,8 +643,9 @@ fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same
     assert!(said.contains("6 tasks"), "{said}");
 
     let node = Server::start_in(target_dir.path(), &node_config(&url, 2, TENANTS));
-    for (id, was) in ids.iter().zip(&before) {
+    for ((id, was), output_was) in ids.iter().zip(&before).zip(&outputs) {
         assert_eq!(&tasks::get_raw(&node, id, &as_bob).result(), was, "{id}");
+        assert_eq!(&output(&node, id), output_was, "the output of {id}");
         // Still bound to bob: alice's answer is the unknown one.
         let foreign = tasks::get_raw(&node, id, &as_alice);
         foreign.expect_error(400, -32602);

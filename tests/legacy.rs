@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::common::{self, HttpResponse, Rpc, Server, ALL_SETS, CONFORMANCE};
+use crate::common::{self, poll_until, HttpResponse, Rpc, Server, ALL_SETS, CONFORMANCE};
 use serde_json::{json, Value};
 
 /// A legacy client: its session id and negotiated version once initialized.
@@ -1165,4 +1165,45 @@ fn poll_until_status(
         (task["status"] == status).then_some(task)
     })
     .unwrap_or_else(|| panic!("task {task_id} never became {status}"))
+}
+
+#[test]
+fn a_legacy_session_reads_a_tasks_output_and_is_told_to_read_on_instead_of_subscribing() {
+    let server = Server::start(CONFORMANCE);
+    let capabilities = json!({"tasks": {"requests": {"elicitation": {"create": {}}}}});
+    let client = Client::connect(&server, "2025-11-25", capabilities);
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0.3}, "task": {}}),
+        )
+        .result();
+    let task_id = created["task"]["taskId"].as_str().expect("taskId");
+    let uri = format!("mcp-taskd://tasks/{task_id}/output");
+    let templates = client
+        .request("resources/templates/list", json!({}))
+        .result();
+    assert_eq!(
+        templates["resourceTemplates"][0]["uriTemplate"],
+        "mcp-taskd://tasks/{taskId}/output"
+    );
+    let text = poll_until(Duration::from_secs(20), || {
+        let read = client
+            .request("resources/read", json!({"uri": uri}))
+            .result();
+        let contents = &read["contents"][0];
+        let meta = &contents["_meta"]["dev.mcp-taskd/output"];
+        (meta["final"] == true).then(|| contents["text"].as_str().unwrap_or("").to_owned())
+    })
+    .expect("the output is final once the task ended");
+    assert!(!text.is_empty(), "slow_compute's progress is its output");
+    let refused = client.request("resources/subscribe", json!({"uri": uri}));
+    let error = &refused.json()["error"];
+    assert_eq!(error["code"], -32602, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("read it again")),
+        "{error}"
+    );
 }

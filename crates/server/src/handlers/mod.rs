@@ -13,7 +13,7 @@ pub mod bridge;
 mod listen;
 mod lists;
 mod mrtr;
-mod output;
+pub mod output;
 mod request_span;
 pub mod request_state;
 mod tasks;

@@ -78,6 +78,21 @@ fn parse(uri: &str) -> Option<Result<OutputUri<'_>, RpcError>> {
     Some(Ok(asked))
 }
 
+/// Whether `uri` names a task's output (well-formed or not).
+pub fn is_output_uri(uri: &str) -> bool {
+    parse(uri).is_some()
+}
+
+/// The answer to a legacy `resources/subscribe` of an output URI: the output changes
+/// too often for an update per line, and is followed by reading on.
+pub fn not_subscribable(uri: &str) -> RpcError {
+    RpcError::invalid_params(
+        "a task's output cannot be subscribed to: read it again from the URI its last \
+         answer names in _meta[\"dev.mcp-taskd/output\"].next",
+    )
+    .with_data(json!({ "uri": uri }))
+}
+
 /// The URI that reads the lines after `after`.
 fn next_uri(asked: &OutputUri<'_>, after: i64) -> String {
     let mut uri = format!("{URI_PREFIX}{}{URI_SUFFIX}?after={after}", asked.task_id);

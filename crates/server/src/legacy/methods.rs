@@ -94,6 +94,9 @@ impl Legacy {
                 let uri = envelope
                     .str_param("uri")
                     .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
+                if crate::handlers::output::is_output_uri(uri) {
+                    return Err(crate::handlers::output::not_subscribable(uri));
+                }
                 if !self.service.catalog().serves(uri) {
                     return Err(RpcError::new(-32002, "Resource not found")
                         .with_data(json!({ "uri": uri })));

@@ -25,7 +25,14 @@ use taskd_engine::config::Backend;
 use taskd_postgres as pg;
 
 /// The tables that hold tasks, parents before children (foreign keys).
-const TABLES: [&str; 4] = ["tasks", "input_keys", "jobs", "attempts"];
+const TABLES: [&str; 6] = [
+    "tasks",
+    "input_keys",
+    "jobs",
+    "attempts",
+    "task_output",
+    "task_output_totals",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
