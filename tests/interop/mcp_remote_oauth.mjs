@@ -18,6 +18,7 @@ import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { startIssuer, startServer } from './oauth_setup.mjs';
 
@@ -25,13 +26,32 @@ const NAME = 'mcp-remote-oauth';
 const BRIDGE = fileURLToPath(new URL('./node_modules/mcp-remote/dist/proxy.js', import.meta.url));
 const VERSION = '2025-11-25';
 
+/** A port in 20000-32000 (below Linux's ephemeral range) that nothing listens on now. */
+async function freePortBelowEphemeral() {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    const free = await new Promise((resolve) => {
+      const probe = createServer();
+      probe.once('error', () => resolve(false));
+      probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+  throw new Error('no free port in 20000-32000');
+}
+
 async function flow(binary, work, children) {
   const issuer = await startIssuer(children, { JWT_LIFETIME: '-15' });
   const url = await startServer(binary, work, issuer.url, children);
   mkdirSync(join(work, 'home'), { recursive: true });
+  // mcp-remote derives its callback port from a hash of the server URL, anywhere in
+  // 3335-49150: often inside the ephemeral range, where another connection on a busy
+  // box may hold it ("Callback port … is already in use"). A port below that range,
+  // free a moment ago, is given instead (its second argument).
+  const callbackPort = await freePortBelowEphemeral();
   const bridge = spawn(
     process.execPath,
-    [BRIDGE, url, '--static-oauth-client-info', JSON.stringify({ client_id: NAME })],
+    [BRIDGE, url, String(callbackPort), '--static-oauth-client-info', JSON.stringify({ client_id: NAME })],
     { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, HOME: join(work, 'home'), BROWSER: 'true' } },
   );
   children.push(bridge);
