@@ -514,11 +514,22 @@ fn the_output_expires_with_its_task() {
     let task = start_task(&server, json!({"mode": "lines", "count": 50}), &[]);
     wait_ended(&server, &task, &[]);
     assert_eq!(output(&server, &task, &[]).0.lines().count(), 50);
+    // Past its TTL the task is invisible at once; the janitor deletes it (and, in the
+    // same write, its output) at its next round: `tasks show` then knows it no more.
     poll_until(LIMIT, || {
-        let answer = read(&server, &output_uri(&task), &[]);
-        (answer["error"]["code"] == -32602).then_some(())
+        let shown = crate::common::binary()
+            .args(["tasks", "show", &task, "--config"])
+            .arg(server.dir.join("config.toml"))
+            .arg("--data-dir")
+            .arg(server.dir.join("data"))
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run tasks show");
+        (!shown.status.success()).then_some(())
     })
-    .expect("the output is gone with its task");
+    .expect("the task is deleted");
+    let answer = read(&server, &output_uri(&task), &[]);
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
     assert!(server.terminate(LIMIT), "the server stops");
     if crate::common::postgres::backend() == crate::common::postgres::Backend::Sqlite {
         let conn = rusqlite::Connection::open(dir.path().join("data/tasks.db")).expect("open");
