@@ -1,6 +1,7 @@
 //! The dashboard's JSON API through the real binary: who may use it (admin-role tokens,
 //! browser sessions, nobody else on a server with tokens), what protects its actions
-//! from cross-site requests, cancel and re-run, and keyset paging of the task list.
+//! from cross-site requests, cancel and re-run, keyset paging of the task list, and the
+//! task page's live tail of a task's output.
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -441,4 +442,264 @@ fn the_identities_view_shows_each_identitys_unfinished_tasks() {
         "not for a token without the admin role"
     );
     tasks::cancel(&server, &task, &[("Authorization", ALICE)]);
+}
+
+/// [`CONFIG`] with tests/scripts/chatty.py served as `chatty` (its `$WORK` is `work`;
+/// retries after 50 ms), and as `chatty_capped`, which keeps 1,000 bytes of output.
+fn chatty_config(work: &std::path::Path) -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/chatty.py");
+    let tool = |name: &str, extra: &str| {
+        format!(
+            "[[tools]]\nname = \"{name}\"\ndescription = \"prints\"\n\
+             command = [\"python3\", \"{script}\"]\nenv = {{ WORK = \"{work}\" }}\n\
+             backoff_ms = 50\n{extra}\n",
+            script = script.display(),
+            work = work.display(),
+        )
+    };
+    format!(
+        "{CONFIG}{}{}",
+        tool("chatty", ""),
+        tool("chatty_capped", "output_max_bytes = 1000")
+    )
+}
+
+/// The task page's live tail, read as the page reads it: `after` the last position.
+fn output_page(server: &Server, task: &str, after: i64) -> Value {
+    admin_get(
+        server,
+        &format!("/dashboard/api/tasks/{task}/output?after={after}"),
+    )
+}
+
+/// The texts of a page's lines.
+fn texts(page: &Value) -> Vec<String> {
+    page["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .map(|line| line["text"].as_str().expect("text").to_owned())
+        .collect()
+}
+
+/// A line a running command prints shows in the live tail while it runs (each attempt's
+/// in turn, with its stream), following from the last position reads each line once,
+/// and the last read after the task ends says nothing more will come.
+#[test]
+fn the_live_tail_shows_a_running_commands_lines_as_they_are_printed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("work dir");
+    let server = Server::start_in(dir.path(), &chatty_config(&work));
+    let task = tasks::create(
+        &server,
+        "chatty",
+        json!({"mode": "tail"}),
+        &[("Authorization", ALICE)],
+    );
+    // The first attempt fails; the second prints, then waits for `go`.
+    poll_until(Duration::from_secs(30), || {
+        work.join("printed-2").exists().then_some(())
+    })
+    .expect("the second attempt printed");
+    let printed = std::time::Instant::now();
+    let running = poll_until(Duration::from_secs(10), || {
+        let page = output_page(&server, &task, 0);
+        texts(&page)
+            .contains(&"step 003 of the build".to_owned())
+            .then_some(page)
+    })
+    .expect("the running attempt's lines show");
+    assert!(
+        printed.elapsed() < Duration::from_secs(2),
+        "shown {:?} after being printed",
+        printed.elapsed()
+    );
+    assert_eq!(running["status"], "working", "{running}");
+    assert_eq!(running["final"], false, "{running}");
+    assert_eq!(running["more"], false, "{running}");
+    assert_eq!(running["dropped"], 0, "{running}");
+    let lines = running["lines"].as_array().expect("lines");
+    assert_eq!(running["first"], lines[0]["position"], "{running}");
+    assert_eq!(running["next"], lines[lines.len() - 1]["position"]);
+    assert_eq!(
+        texts(&running)[..3],
+        [
+            "fetching sources (attempt 1)",
+            "error: mirror unreachable",
+            "<img src=x onerror=\"document.title='injected'\"> stays text",
+        ],
+        "{running}"
+    );
+    let attempt_of = |text: &str| {
+        let line = lines.iter().find(|line| line["text"] == text).expect(text);
+        (line["attempt"].clone(), line["stream"].clone())
+    };
+    assert_eq!(
+        attempt_of("error: mirror unreachable"),
+        (json!(1), json!("stderr"))
+    );
+    assert_eq!(
+        attempt_of("step 001 of the build"),
+        (json!(2), json!("stdout"))
+    );
+    // A small page says more lines wait.
+    let small = admin_get(
+        &server,
+        &format!("/dashboard/api/tasks/{task}/output?after=0&limit=2"),
+    );
+    assert_eq!(small["lines"].as_array().map(Vec::len), Some(2));
+    assert_eq!(small["more"], true, "{small}");
+
+    // Following from the last position: each line once, then the end.
+    let mut after = running["next"].as_i64().expect("next");
+    let mut followed = Vec::new();
+    std::fs::write(work.join("go"), b"").expect("go");
+    let last = poll_until(Duration::from_secs(30), || {
+        let page = output_page(&server, &task, after);
+        for line in page["lines"].as_array().expect("lines") {
+            let position = line["position"].as_i64().expect("position");
+            assert!(position > after, "{position} read again after {after}");
+            after = position;
+            followed.push(line["text"].as_str().expect("text").to_owned());
+        }
+        assert_eq!(page["next"], json!(after));
+        (page["final"] == true).then_some(page)
+    })
+    .expect("the tail ends once the task has ended");
+    assert_eq!(last["status"], "completed", "{last}");
+    assert_eq!(
+        followed,
+        [
+            "finishing 001",
+            "finishing 002",
+            "finishing 003",
+            "build finished"
+        ]
+    );
+    // Read again, nothing more comes.
+    let again = output_page(&server, &task, after);
+    assert_eq!(again["lines"], json!([]));
+    assert_eq!(again["final"], true);
+}
+
+/// A task whose output is over its cap: the tail holds only the kept (newest) lines,
+/// says how many were dropped, and where the kept lines begin.
+#[test]
+fn the_live_tail_holds_only_the_kept_lines_and_counts_the_dropped() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("work dir");
+    let server = Server::start_in(dir.path(), &chatty_config(&work));
+    // 400 lines of 50 bytes: 20,000 bytes, of which 1,000 are kept.
+    let task = tasks::create(
+        &server,
+        "chatty_capped",
+        json!({"mode": "lines", "count": 400, "width": 50}),
+        &[("Authorization", ALICE)],
+    );
+    let page = poll_until(Duration::from_secs(30), || {
+        let page = output_page(&server, &task, 0);
+        (page["final"] == true).then_some(page)
+    })
+    .expect("the task ends");
+    let kept = texts(&page);
+    assert_eq!(kept.len(), 20, "{page}");
+    assert!(kept[0].starts_with("line 000381 "), "{page}");
+    assert!(kept[19].starts_with("line 000400 "), "{page}");
+    assert_eq!(page["dropped"], 380, "{page}");
+    assert_eq!(page["first"], page["lines"][0]["position"], "{page}");
+    // After the last line: none, and still where the kept lines begin.
+    let next = page["next"].as_i64().expect("next");
+    let after = output_page(&server, &task, next);
+    assert_eq!(after["lines"], json!([]));
+    assert_eq!(after["first"], page["first"]);
+    assert_eq!(after["next"], json!(next));
+}
+
+/// Who may not see a task on the dashboard (anyone without the admin role, the task's
+/// own creator included) gets the answer an unknown task gets, byte for byte; bad
+/// positions are refused with a reason and change nothing.
+#[test]
+fn the_live_tail_is_for_whoever_sees_the_task_and_refuses_bad_positions() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("work dir");
+    let server = Server::start_in(dir.path(), &chatty_config(&work));
+    let task = tasks::create(
+        &server,
+        "chatty",
+        json!({"mode": "lines", "count": 3}),
+        &[("Authorization", ALICE)],
+    );
+    let done = poll_until(Duration::from_secs(30), || {
+        let page = output_page(&server, &task, 0);
+        (page["final"] == true).then_some(page)
+    })
+    .expect("the task ends");
+    assert_eq!(texts(&done).len(), 3, "{done}");
+
+    let unknown = "0123456789abcdef0123456789abcdef";
+    for headers in [
+        vec![("Authorization", ALICE)],
+        vec![],
+        vec![("Authorization", "Bearer wrong")],
+        vec![("Cookie", "mcp_taskd_dashboard=1.2.3.4")],
+    ] {
+        let theirs = get(
+            &server,
+            &format!("/dashboard/api/tasks/{task}/output"),
+            &headers,
+        );
+        let missing = get(
+            &server,
+            &format!("/dashboard/api/tasks/{unknown}/output"),
+            &headers,
+        );
+        assert!(
+            theirs.status == 401 || theirs.status == 403,
+            "{headers:?}: {}",
+            theirs.status
+        );
+        assert_eq!(
+            (theirs.status, theirs.text()),
+            (missing.status, missing.text()),
+            "{headers:?}"
+        );
+        assert!(!theirs.text().contains("line 0000"), "{}", theirs.text());
+    }
+    let missing = get(
+        &server,
+        &format!("/dashboard/api/tasks/{unknown}/output"),
+        &[("Authorization", ADMIN)],
+    );
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json(), json!({"error": "no such task"}));
+
+    for bad in ["-1", "abc", "1.5", "", "%zz", "99999999999999999999"] {
+        let response = get(
+            &server,
+            &format!("/dashboard/api/tasks/{task}/output?after={bad}"),
+            &[("Authorization", ADMIN)],
+        );
+        assert_eq!(response.status, 400, "after={bad}: {}", response.text());
+        assert_eq!(
+            response.json(),
+            json!({"error": "after: a line position, a whole number (0 or more)"}),
+            "after={bad}"
+        );
+    }
+    let limit = get(
+        &server,
+        &format!("/dashboard/api/tasks/{task}/output?limit=0"),
+        &[("Authorization", ADMIN)],
+    );
+    assert_eq!(limit.status, 400, "{}", limit.text());
+    assert_eq!(
+        output_page(&server, &task, 0),
+        done,
+        "the refused reads changed nothing"
+    );
+    let detail = admin_get(&server, &format!("/dashboard/api/tasks/{task}"));
+    assert_eq!(detail["status"], "completed");
 }

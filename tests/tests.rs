@@ -29,7 +29,8 @@
 //! - [`litestream`]: Litestream mode, replicated under load and restored (real binary);
 //! - [`oauth`]: `[auth.oauth]`: discovery, JWT access tokens, bad tokens, key-set
 //!   cooldown and outages, scopes and step-up, tasks that belong to the person;
-//! - [`dashboard`]: the dashboard's API: admin-only access, CSRF, actions, paging;
+//! - [`dashboard`]: the dashboard's API: admin-only access, CSRF, actions, paging, the
+//!   live tail of a task's output;
 //! - [`metrics`]: `GET /metrics` counts through tasks' lives, restarts and `kill -9`;
 //! - [`reload`]: SIGHUP and `mcp-taskd reload`: tokens, tools, limits, refused files
 //!   and restart-only keys, applied while serving;

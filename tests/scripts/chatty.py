@@ -6,7 +6,11 @@
 - "lines": `count` numbered lines of `width` bytes to stderr, then a result;
 - "secrets": lines carrying tokens to stderr, then a result;
 - "flood": `megabytes` MB of 100-byte lines to stderr as fast as it can, then a result;
-- "fail": a line to stderr, then exits 2 without a result.
+- "fail": a line to stderr, then exits 2 without a result;
+- "tail" (the dashboard's live tail): attempt 1 prints two lines to stderr and exits 2;
+  a later attempt prints a line of markup to stderr and `count` (3) numbered lines to
+  stdout, touches $WORK/printed-<attempt>, waits for $WORK/go, then prints `more` (3)
+  numbered lines and "build finished" to stderr, and a result.
 """
 import json
 import os
@@ -54,6 +58,22 @@ elif mode == "flood":
 elif mode == "fail":
     print("error: disk quota exceeded on /var/build", file=sys.stderr, flush=True)
     sys.exit(2)
+elif mode == "tail":
+    if attempt == "1":
+        print("fetching sources (attempt 1)", file=sys.stderr, flush=True)
+        print("error: mirror unreachable", file=sys.stderr, flush=True)
+        sys.exit(2)
+    print('<img src=x onerror="document.title=\'injected\'"> stays text', file=sys.stderr, flush=True)
+    for number in range(1, arguments.get("count", 3) + 1):
+        print(f"step {number:03d} of the build", flush=True)
+    open(os.path.join(work, f"printed-{attempt}"), "w").close()
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(work, "go")) and time.time() < deadline:
+        time.sleep(0.02)
+    for number in range(1, arguments.get("more", 3) + 1):
+        print(f"finishing {number:03d}", file=sys.stderr)
+    print("build finished", file=sys.stderr, flush=True)
+    result("tailed")
 else:
     print(f"unknown mode {mode}", file=sys.stderr)
     sys.exit(2)

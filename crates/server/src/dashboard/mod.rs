@@ -14,7 +14,7 @@
 //! Only admins: a bearer token with the `admin` role, or a browser session opened by
 //! showing one to the login form, or by signing in at `[auth.oauth]`'s provider with an
 //! account whose ID token carries the admin role; with no tokens configured (loopback only, unless
-//! overridden), everyone. An admin sees everything, arguments and results included:
+//! overridden), everyone. An admin sees everything, arguments, results and output included:
 //! that is what "the viewer's role allows" means here, since no other role reaches the
 //! dashboard at all. Actions (cancel, re-run) are POSTs; from a browser (a cookie, or
 //! the tokenless mode) they need the `X-CSRF-Token` the API hands out and an `Origin`
@@ -28,9 +28,11 @@
 //! (back from it: `auth::oauth::sign_in`), `POST /logout`; `GET /api/session`, `/api/overview`, `/api/tasks?status&tool&
 //! principal&since&before&limit` (keyset: `before` is the `next` of the previous
 //! page; a page examines a bounded number of tasks, and one cut short by that bound
-//! says `partial`), `/api/tasks/{id}`; `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`.
+//! says `partial`), `/api/tasks/{id}`, `/api/tasks/{id}/output?after&limit` (the task
+//! page's live tail: [`output`]); `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`.
 
 pub mod history;
+pub mod output;
 pub mod session;
 pub mod throttle;
 
@@ -442,6 +444,7 @@ impl Dashboard {
                 id: (*id).to_owned(),
                 payload: true,
             }),
+            (Method::Get, ["tasks", id, "output"]) => output::respond(&self.admin, id, query),
             (Method::Post, ["tasks", id, "cancel"]) => self.cancel(id),
             (Method::Post, ["tasks", id, "rerun"]) => self.rerun(id),
             (Method::Get | Method::Post, _) => refused(404, "not found"),
