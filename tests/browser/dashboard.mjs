@@ -5,9 +5,11 @@
 //
 // Checks that a non-admin token is refused at the login form, that an admin logs in and
 // sees the overview, that tasks created through MCP appear in the task table within 2 s
-// without a reload, and that a task is cancelled with its button (confirm dialog
-// accepted). Saves overview.png, tasks.png, task.png and tasks-phone.png in OUTDIR. Exits non-zero on
-// the first failed check.
+// without a reload, that a task is cancelled with its button (confirm dialog accepted),
+// and that a running command's task page tails its output live (tests/scripts/chatty.py:
+// a line shows while it runs, its last lines once it ends, appended, never as markup,
+// within its cap). Saves overview.png, tasks.png, task.png, task-output.png and
+// tasks-phone.png in OUTDIR. Exits non-zero on the first failed check.
 //
 // With MCP_TASKD_IDP (tests/interop/oauth_idp.mjs, where oauth2-mock-server is installed)
 // the server also names that real authorization server in [auth.oauth] with a client_id,
@@ -19,6 +21,7 @@ import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 
 const [binary, outDir] = process.argv.slice(2);
 if (!binary || !outDir) { console.error("usage: node dashboard.mjs BINARY OUTDIR"); process.exit(2); }
@@ -66,12 +69,22 @@ if (process.env.MCP_TASKD_IDP) {
   signIn = `[auth.oauth]\nissuer = "${issuer}"\nclient_id = "mcp-taskd-dashboard"\nroles_claim = "roles"\n`;
 }
 
-// ---- the server
+// ---- the server, with a command tool that prints (and one that keeps 1,000 bytes of it)
+const chatty = fileURLToPath(new URL("../scripts/chatty.py", import.meta.url));
+const chattyTool = (name, extra) => `[[tools]]
+name = "${name}"
+description = "prints"
+command = ["python3", ${JSON.stringify(chatty)}]
+env = { WORK = ${JSON.stringify(work)} }
+backoff_ms = 50
+${extra}
+`;
 writeFileSync(join(work, "config.toml"), `${signIn}
 [builtin]
 sets = ["conformance"]
 [workers]
-threads = 2
+# The slow tasks of steps 2 and 3 keep two busy while the command tool runs.
+threads = 4
 [[auth.tokens]]
 principal = "ops"
 roles = ["admin"]
@@ -79,6 +92,8 @@ sha256 = "${sha256(ADMIN)}"
 [[auth.tokens]]
 principal = "alice"
 sha256 = "${sha256(ALICE)}"
+${chattyTool("chatty", "")}
+${chattyTool("chatty_capped", "output_max_bytes = 1000")}
 `);
 const [, address] = await startAndMatch(binary, ["serve", "--config", join(work, "config.toml"),
   "--listen", "127.0.0.1:0", "--data-dir", join(work, "data")], "stdout",
@@ -87,15 +102,15 @@ const origin = `http://${address}`;
 const dashboard = `${origin}/dashboard/`;
 
 let rpcId = 0;
-async function createTask(seconds) {
+async function createTask(seconds, name = "slow_compute", args = { seconds }) {
   const version = "2026-07-28";
   const body = { jsonrpc: "2.0", id: ++rpcId, method: "tools/call", params: {
-    name: "slow_compute", arguments: { seconds }, _meta: {
+    name, arguments: args, _meta: {
       "io.modelcontextprotocol/protocolVersion": version,
       "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } } } } };
   const response = await fetch(`${origin}/mcp`, { method: "POST", body: JSON.stringify(body), headers: {
     "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-    "MCP-Protocol-Version": version, "Mcp-Method": "tools/call", "Mcp-Name": "slow_compute",
+    "MCP-Protocol-Version": version, "Mcp-Method": "tools/call", "Mcp-Name": name,
     "Authorization": `Bearer ${ALICE}` } });
   const answer = await response.json();
   const id = answer.result && answer.result.taskId;
@@ -217,7 +232,72 @@ if (dialogs !== dialogsBefore + 1) fail("cancelling did not ask for confirmation
 await screenshot("task.png");
 console.log("ok: cancelled from the task page after a confirmation");
 
-// 5. Back on the overview, the chart of the tool counts the tasks created (the history
+// 5. A running command's output, tailed live on its task page. Its first attempt prints
+// two lines and fails; the second prints a line of markup and 40 steps, then waits for
+// $WORK/go before its last lines.
+const tailed = await createTask(0, "chatty", { mode: "tail", count: 40 });
+await evaluate(`location.hash = "#task/${tailed}"; true`);
+const lineTexts = `[...document.querySelectorAll("#task-output .line .text")].map((n) => n.textContent)`;
+await waitFor(`document.getElementById("fact-status")?.textContent === "working" &&
+  ${lineTexts}.includes("step 040 of the build")`, 20000, "a running task's printed lines show on its page");
+const shown = await evaluate(`(() => {
+  const box = document.getElementById("task-output");
+  const separators = [...box.querySelectorAll(".attempt-separator")].map((n) => n.textContent);
+  const first = box.querySelector(".line");
+  first.__original = true; // re-rendering would lose this
+  return { texts: ${lineTexts}, separators, gutter: first.querySelector(".gutter").textContent,
+    images: box.querySelectorAll("img").length, title: document.title,
+    pinned: box.scrollHeight - box.scrollTop - box.clientHeight < 8,
+    overflows: box.scrollHeight > box.clientHeight + 20,
+    state: document.getElementById("output-state").textContent };
+})()`);
+if (shown.texts[0] !== "fetching sources (attempt 1)") fail("the output starts elsewhere: " + JSON.stringify(shown.texts));
+if (shown.separators.join() !== "attempt 2") fail("no separator where attempt 2 begins: " + JSON.stringify(shown.separators));
+if (shown.gutter !== "#1 err") fail("the stream and attempt are not shown: " + shown.gutter);
+if (!shown.texts.includes(`<img src=x onerror="document.title='injected'"> stays text`) || shown.images !== 0 ||
+  shown.title.includes("injected")) fail("output text was read as markup");
+if (!shown.overflows || !shown.pinned) fail(`the output does not follow its end (${JSON.stringify(shown)})`);
+if (!shown.state.startsWith("Following")) fail("the state says: " + shown.state);
+console.log(`ok: task ${tailed.slice(0, 8)}…'s ${shown.texts.length} lines show while it runs, attempt 2 set apart`);
+// Scrolled up, the reader stays where they are while the last lines arrive.
+await evaluate(`document.getElementById("task-output").scrollTop = 0; true`);
+writeFileSync(join(work, "go"), "");
+await waitFor(`document.getElementById("fact-status")?.textContent === "completed" &&
+  ${lineTexts}.includes("build finished") &&
+  document.getElementById("output-state").textContent.startsWith("The task has ended")`, 10000,
+  "the last lines show once the task has completed");
+const ended = await evaluate(`(() => {
+  const box = document.getElementById("task-output");
+  return { texts: ${lineTexts}, top: box.scrollTop, original: box.querySelector(".line").__original === true };
+})()`);
+if (ended.top !== 0) fail(`the output scrolled away from where the reader was (${ended.top})`);
+if (!ended.original) fail("the lines were rendered again instead of appended");
+const tailEnd = ["finishing 001", "finishing 002", "finishing 003", "build finished"];
+if (ended.texts.slice(-4).join() !== tailEnd.join() || ended.texts.length !== shown.texts.length + 4) {
+  fail("the last lines are not each shown once at the end: " + JSON.stringify(ended.texts.slice(-6)));
+}
+// Everything is read: the tail stops asking (the task itself is still polled).
+await evaluate(`performance.clearResourceTimings(); true`);
+await new Promise((resolve) => setTimeout(resolve, 2500));
+const asked = await evaluate(`(() => {
+  const names = performance.getEntriesByType("resource").map((entry) => entry.name);
+  return { output: names.filter((name) => name.includes("/output")).length,
+    task: names.filter((name) => name.includes("api/tasks/")).length };
+})()`);
+if (asked.output !== 0 || asked.task === 0) fail(`after the end the tail still polls: ${JSON.stringify(asked)}`);
+// Scrolled to its start: the first attempt's lines, where the second begins, the markup.
+await screenshot("task-output.png");
+console.log("ok: the last lines are appended once the task completes; the tail then stops polling");
+// A task over its cap: only the kept (newest) lines, and a note of the dropped ones.
+const capped = await createTask(0, "chatty_capped", { mode: "lines", count: 400, width: 50 });
+await evaluate(`location.hash = "#task/${capped}"; true`);
+await waitFor(`document.getElementById("output-state").textContent.startsWith("The task has ended") &&
+  ${lineTexts}.length === 20 && ${lineTexts}[19].startsWith("line 000400 ") &&
+  document.getElementById("output-dropped").textContent.startsWith("380 earlier lines were dropped")`, 15000,
+  "a task over its cap shows its 20 kept lines and says 380 were dropped");
+console.log("ok: a task over its output cap shows only its kept lines and the count dropped");
+
+// 6. Back on the overview, the chart of the tool counts the tasks created (the history
 // is sampled every 5 s).
 await evaluate(`location.hash = "#overview"; true`);
 await waitFor(`[...document.querySelectorAll("#charts svg")].some((svg) =>
@@ -226,7 +306,7 @@ await waitFor(`[...document.querySelectorAll("#charts svg")].some((svg) =>
 await screenshot("overview.png");
 console.log("ok: the per-minute chart shows the tasks created");
 
-// 6. At a phone's width the task list stays readable (no page-wide horizontal scroll).
+// 7. At a phone's width the task list stays readable (no page-wide horizontal scroll).
 await page("Emulation.setDeviceMetricsOverride", { width: 390, height: 844, deviceScaleFactor: 2, mobile: true });
 await evaluate(`location.hash = "#tasks"; true`);
 await waitFor(`!document.getElementById("tasks").hidden &&
@@ -237,12 +317,12 @@ await screenshot("tasks-phone.png");
 await page("Emulation.clearDeviceMetricsOverride");
 console.log("ok: readable at a phone's width");
 
-// 7. The API still refuses the non-admin token directly.
+// 8. The API still refuses the non-admin token directly.
 const refused = await fetch(`${dashboard}api/overview`, { headers: { Authorization: `Bearer ${ALICE}` } });
 if (refused.status !== 403) fail(`non-admin token on the API: ${refused.status}`);
 console.log("ok: the API refuses a non-admin token (403)");
 
-// 8. Sign in at the identity provider instead: log out, follow the login page's link
+// 9. Sign in at the identity provider instead: log out, follow the login page's link
 // through the provider and back, and see the overview.
 if (signIn) {
   await evaluate(`document.getElementById("logout").click(); true`);

@@ -1,5 +1,6 @@
 // The mcp-taskd dashboard: hash routes (#overview, #tasks, #task/ID), polling the JSON
-// API once a second for what is on screen, charts drawn as inline SVG.
+// API once a second for what is on screen (a task page also follows its output), charts
+// drawn as inline SVG.
 "use strict";
 
 const base = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
@@ -231,6 +232,81 @@ async function loadTask() {
   $("task-result").textContent = pretty(t.result);
 }
 
+// The task page's live tail: the task's kept output, then the lines after the last one
+// read (?after=N) with each tick until the task has ended and everything is read. Lines
+// are appended, never re-rendered; text goes in as textContent only (output is
+// untrusted); lines the server no longer keeps (before its `first`, the task's cap
+// keeping the newest) leave the page too, so it never holds more than the task keeps.
+const STREAMS = { stdout: "out", stderr: "err", status: "status", log: "log" };
+let tail = null; // { task, after, lastAttempt, done, busy }
+
+function resetTail(task) {
+  tail = { task, after: 0, lastAttempt: null, done: false, busy: false };
+  $("task-output").replaceChildren();
+  $("output-dropped").hidden = true;
+  $("output-state").textContent = "Reading the output…";
+}
+
+function outputLine(line) {
+  const stream = STREAMS[line.stream] || line.stream;
+  return el("div", { class: "line out-" + line.stream, "data-position": String(line.position),
+    title: `attempt ${line.attempt}, ${line.stream}, ${line.at}` },
+  el("span", { class: "gutter", text: `#${line.attempt} ${stream}` }),
+  el("span", { class: "text", text: line.text }));
+}
+
+function applyOutput(mine, page) {
+  const box = $("task-output");
+  // Following the end unless the reader scrolled up.
+  const pinned = box.scrollHeight - box.scrollTop - box.clientHeight < 8;
+  const gone = (position) => page.first === null || position < page.first;
+  for (let node = box.firstElementChild; node; node = box.firstElementChild) {
+    const separator = node.classList.contains("attempt-separator");
+    if (!separator && !gone(Number(node.dataset.position))) break;
+    node.remove();
+  }
+  if (!box.firstElementChild) mine.lastAttempt = null;
+  const added = document.createDocumentFragment();
+  for (const line of page.lines) {
+    if (line.position <= mine.after || gone(line.position)) continue;
+    if (mine.lastAttempt !== null && line.attempt !== mine.lastAttempt) {
+      added.append(el("div", { class: "attempt-separator", text: `attempt ${line.attempt}` }));
+    }
+    mine.lastAttempt = line.attempt;
+    mine.after = line.position;
+    added.append(outputLine(line));
+  }
+  box.append(added);
+  mine.after = Math.max(mine.after, page.next);
+  if (pinned) box.scrollTop = box.scrollHeight;
+  const dropped = $("output-dropped");
+  dropped.hidden = !page.dropped;
+  dropped.textContent = page.dropped ? `${page.dropped} earlier line${page.dropped === 1 ? " was" : "s were"} ` +
+    "dropped to keep this task's output within its cap; the newest are kept." : "";
+  mine.done = page.final;
+  const any = box.firstElementChild !== null;
+  $("output-state").textContent = page.final
+    ? (any ? "The task has ended: this is all of its output." : "The task has ended without output.")
+    : (any ? `Following: new lines appear while it runs (${page.status}).` : `No output yet (${page.status}).`);
+}
+
+async function loadOutput() {
+  const mine = tail;
+  if (!mine || mine.done || mine.busy) return;
+  mine.busy = true;
+  try {
+    // A few pages at once (a long output, on opening the page); the rest at the next tick.
+    for (let pages = 0; pages < 10; pages++) {
+      const page = await api(`api/tasks/${encodeURIComponent(mine.task)}/output?after=${mine.after}`);
+      if (tail !== mine) return; // another task's page by now
+      applyOutput(mine, page);
+      if (!page.more) break;
+    }
+  } finally {
+    mine.busy = false;
+  }
+}
+
 async function act(action, question) {
   if (!currentTask || !window.confirm(question)) return;
   try {
@@ -261,7 +337,8 @@ function route() {
   if (hash.startsWith("#task/")) {
     currentTask = decodeURIComponent(hash.slice("#task/".length));
     showOnly("task");
-    poll(loadTask);
+    resetTail(currentTask);
+    poll(() => Promise.all([loadTask(), loadOutput()]));
   } else if (hash === "#tasks") {
     showOnly("tasks");
     poll(loadTasks);
