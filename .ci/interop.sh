@@ -343,9 +343,6 @@ fi
 # wait, a failing tool, a task asking a person, a kill -9 and restart mid-call) on a server
 # of its own, and asserts on what the model received. They run side by side: each mostly
 # waits on its tasks (claude -p on its own 90 s watchdog after the kill), each bounded.
-# MCP_TASKD_EXPECT_NEXT_STEP=1 also insists that a handle's model-facing content names
-# task_wait; MCP_TASKD_EXPECT_RELAY_ANSWER=1 kills the server behind `stdio --connect`
-# in the middle of a call rather than between two.
 if [ -n "$BINARY" ]; then
   hosts=() pids=()
   while read -r name host transport; do

@@ -10,12 +10,8 @@ Usage: python host_agents.py HOST TRANSPORT BINARY
                      flow then goes through `BINARY stdio --connect URL` (a second run of
                      the host), the way a desktop host reaches a running service
 Environment: MCP_TASKD_INTEROP_CACHE (the folder .ci/interop-setup.sh printed),
-MCP_TASKD_EXPECT_NEXT_STEP=1 (also insist that the model-facing content of a task handle
-names task_wait; today's handles do not in structuredContent, which Claude Code and Codex
-hand their model), MCP_TASKD_EXPECT_RELAY_ANSWER=1 (kill the server behind `stdio
---connect` during the model's call, not between two calls: today's relay never answers
-such a call), MCP_TASKD_HOST_RECORD=DIR (keep the recorded model requests, the host's
-output and a summary of what the model saw there).
+MCP_TASKD_HOST_RECORD=DIR (keep the recorded model requests, the host's output and a
+summary of what the model saw there).
 
 Each host is configured as its documentation says (its own `mcp add` command, plus the
 settings its docs give for unattended use), with no network and no key: its model API is
@@ -29,9 +25,12 @@ tests/interop/scripted_model.py on loopback, which plays these flows as tool cal
             a person answers the host's dialog; elsewhere whatever the host does is recorded
   restart   generate_report (4 sections), the server killed (-9) in the middle of the
             model's call and started again on the same port and data dir; the model must
-            still get the report
+            still get the report (the run fails if the kill did not land inside the call)
 The assertions read what the model received: the tool results (and notifications) in the
-requests the host sent to the scripted model. Prints one PASS/FAIL line.
+requests the host sent to the scripted model. Every task handle the model is shown names
+its next step (task_wait, or task_status for a question only a person can answer) with
+the task id, in whichever part of the result its host hands the model (text or
+structuredContent). Prints one PASS/FAIL line.
 """
 
 import json
@@ -498,37 +497,34 @@ HOSTS = {
 # --- one conversation -----------------------------------------------------------------
 
 
-def converse(host_class, cache, work, target, phases, server, kill_in, mid_call=True):
+def converse(host_class, cache, work, target, phases, server, kill_in):
     """Runs the host once on `phases` against `target` (a URL or a command line) and
-    returns the conversation the model last saw, the decisions and the host's output.
-    `kill_in` names the phase in which the server is killed and restarted: during the
-    model's first task_wait call (`mid_call`), or just before the model answers with it;
-    where the host runs the task in the background, 1.5 s into it while the host polls."""
+    returns the conversation the model last saw, the host's output, the tools on offer
+    and when the kill came (None without one). `kill_in` names the phase in which the
+    server is killed and restarted: during the model's first task_wait call, or where
+    the host runs the task in the background, 1.5 s into it while the host polls."""
     script = Script(phases)
     model = ScriptedModel(script, work / "model-requests.jsonl")
-    decisions = []
+    decisions = []  # (when, history, tools, action): each time the host asked the model
     lock = threading.Lock()
     kill_call = next(((p[1], p[2]) for p in phases if p[0] == kill_in), None)
-    armed = []
+    armed = []  # (when, timer)
+    kills_before = len(server.kills)
 
     def listener(history, tools, action):
         with lock:
-            decisions.append((list(history), list(tools), action))
+            decisions.append((time.time(), list(history), list(tools), action))
             if kill_call is None or armed or not isinstance(action, Use):
                 return
             parts = script.split(history)
             if background(tools) and (action.tool, action.arguments) == kill_call:
                 delay = 1.5  # a background task: kill while the host polls it
             elif action.tool == "task_wait" and parts and parts[-1][0] == kill_in:
-                if not mid_call:
-                    armed.append(None)
-                    server.kill9_and_restart()  # before the host gets the model's answer
-                    return
                 delay = 0.3  # the model's task_wait is on its way: kill during it
             else:
                 return
-            armed.append(threading.Timer(delay, server.kill9_and_restart))
-            armed[-1].start()
+            armed.append((time.time(), threading.Timer(delay, server.kill9_and_restart)))
+            armed[-1][1].start()
 
     model.on_answer(listener)
     host = host_class(cache, work, model.url)
@@ -539,13 +535,33 @@ def converse(host_class, cache, work, target, phases, server, kill_in, mid_call=
     finally:
         model.close()
         (work / "host-output.txt").write_text(output)
-    for timer in armed:
-        if timer:
-            timer.join()
+    for _, timer in armed:
+        timer.join()
     if not decisions:
         raise Failure(f"the host never asked the model anything: {output[-400:]!r}")
-    history, tools, _ = max(decisions, key=lambda decision: len(decision[0]))
-    return history, decisions, output, tools
+    _, history, tools, _ = max(decisions, key=lambda decision: len(decision[1]))
+    kill = None
+    if armed and len(server.kills) > kills_before:
+        kill = landed(armed[0][0], server.kills[kills_before], decisions, kill_in, script)
+    return history, output, tools, kill
+
+
+def landed(armed_at, killed_at, decisions, phase, script):
+    """Checks that the kill fell inside the call it was aimed at, and says when: the host
+    had not come back to the model between the model's task_wait and the kill (else the
+    call was over before the server died), or, for a task the host runs in the
+    background, the report had not reached the model before the kill."""
+    before = [d for d in decisions if armed_at < d[0] < killed_at]
+    for _, history, tools, _ in before:
+        if not background(tools):
+            raise Failure(f"{phase}: the host came back to the model before the kill: the "
+                          "kill did not land inside the task_wait call")
+        items = dict(script.split(history)).get(phase, [])
+        if any(FINAL[phase] in text for text in script.texts(items)):
+            raise Failure(f"{phase}: the report reached the model before the kill")
+    after = [d[0] for d in decisions if d[0] > killed_at]
+    return {"after_call_s": round(killed_at - armed_at, 2),
+            "host_back_to_model_s": round(after[0] - killed_at, 1) if after else None}
 
 
 def seen(history, script):
@@ -569,9 +585,9 @@ def seen(history, script):
     return out
 
 
-def check(phases, phase_rows, tools, server, data, expect_next_step):
+def check(phases, phase_rows, tools, server, data, relay):
     """Assertions on what the model received, phase by phase; returns notes for the
-    summary."""
+    summary. `relay`: the host reached the server through `stdio --connect`."""
     notes = {}
     bg = background(tools)
     for phase in [p[0] for p in phases]:
@@ -590,6 +606,13 @@ def check(phases, phase_rows, tools, server, data, expect_next_step):
             notes[phase] = [t[:1500] for t in texts]
             if bg and not any("Deployed billing@2.4.1" in t for t in texts):
                 raise Failure(f"input: the person's approval did not reach the model: {texts}")
+            task_id = task_id_in(texts[:1])
+            if not bg and task_id:
+                # a handle of a task waiting for a person (claude -p: the host has no
+                # channel for the question)
+                for handle in [t for t in texts if task_id in t
+                               and re.search(r"input_required|waiting for a person", t)]:
+                    names_next_step(phase, handle, task_id, ("task_wait", "task_status"))
         if phase not in FINAL:
             continue
         if not any(FINAL[phase] in t for t in texts):
@@ -606,23 +629,38 @@ def check(phases, phase_rows, tools, server, data, expect_next_step):
             waits = [r for r in got if r["tool"] == "task_wait"]
             if not waits or any(r["arguments"] != {"taskId": task_id} for r in waits):
                 raise Failure(f"{phase}: task_wait was not called on the handed id {task_id}")
-            # Gated until the server's handles name the next step in structuredContent too
-            # (hosts that hand the model structuredContent hide the text that does).
+            # Claude Code and Codex hand the model structuredContent, Gemini CLI the text:
+            # each must name the next step.
             handles = [t for t in texts if task_id in t and FINAL[phase] not in t
                        and re.search(r"working|still running", t)]
-            for handle in handles if expect_next_step else []:
-                if "task_wait" not in handle:
-                    raise Failure(f"{phase}: the model-facing content of a handle does not name "
-                                  f"task_wait and the task id: {handle[:400]!r}")
+            for handle in handles:
+                names_next_step(phase, handle, task_id, ("task_wait",))
         notes[phase] = {"handle": first[:1500], "last": texts[-1][:1500],
                         "between": [t[:300] for t in texts[1:-1]]}
         if phase == "restart":
             if not server.kills:
                 raise Failure("restart: the server was never killed")
+            # The relay asks the server again, once it is back, for a call that only
+            # reads and whose answer broke off: the model sees no error.
+            errors = [r["text"] for r in got if r["kind"] == "error"
+                      or re.search(r"error|broke off|transport closed", r["text"], re.I)]
+            if relay and errors:
+                raise Failure(f"restart: through the relay the model got an error for a call "
+                              f"across the kill: {errors[0][:400]!r}")
             task = server.show(task_id_in(texts) or "-", data)
             if task is not None:
                 notes[phase]["attempts"] = len(task.get("attempts") or [])
     return notes
+
+
+def names_next_step(phase, handle, task_id, tools):
+    """The model-facing content of a task handle says which tool to call next on which
+    task: one of `tools` with {"taskId": task_id} (as text, or inside structuredContent's
+    JSON, its quotes escaped)."""
+    plain = handle.replace('\\"', '"')
+    if not any(f'{tool} with {{"taskId": "{task_id}"}}' in plain for tool in tools):
+        raise Failure(f"{phase}: the model-facing content of a handle does not name "
+                      f"{' or '.join(tools)} with the task id: {handle[:400]!r}")
 
 
 def origins(server, data, history):
@@ -643,8 +681,6 @@ def main():
     name = f"{HOSTS[host_name].name}-{host_name.split('-', 1)[1]}-{transport}"
     cache = Path(os.environ.get("MCP_TASKD_INTEROP_CACHE")
                  or Path.home() / ".cache/mcp-taskd-interop")
-    expect_next_step = os.environ.get("MCP_TASKD_EXPECT_NEXT_STEP") == "1"
-    expect_relay_answer = os.environ.get("MCP_TASKD_EXPECT_RELAY_ANSWER") == "1"
     record = os.environ.get("MCP_TASKD_HOST_RECORD")
     work = Path(tempfile.mkdtemp(prefix=f"mcp-taskd-{name}-"))
     server = Taskd(binary, work)
@@ -665,22 +701,18 @@ def main():
         for label, target, phases, data, kill_in in runs:
             run_work = work / label
             run_work.mkdir()
-            # The relay does not answer a call whose answer stream broke off when the
-            # server died (today's build): the host would wait for it for good. Unless
-            # MCP_TASKD_EXPECT_RELAY_ANSWER=1, its server dies between two calls instead.
-            mid_call = label != "relay" or expect_relay_answer
-            history, decisions, output, tools = converse(
-                host_class, cache, run_work, target, phases, server, kill_in, mid_call)
-            summary[label] = {"kill": "mid-call" if mid_call else "between calls"}
+            history, output, tools, kill = converse(
+                host_class, cache, run_work, target, phases, server, kill_in)
             script = Script(phases)
             rows = seen(history, script)
-            summary[label].update(seen=rows, origins=origins(server, data, history))
+            summary[label] = {"kill": kill, "seen": rows,
+                              "origins": origins(server, data, history)}
             missing = [p[0] for p in phases if p[0] not in rows]
             if missing:
                 raise Failure(f"{label}: the conversation stopped before {missing}; "
                               f"host said {output[-600:]!r}")
             summary[label]["notes"] = check(phases, rows, tools, server, data,
-                                            expect_next_step)
+                                            relay=label == "relay")
         summary["seconds"] = round(time.time() - started, 1)
         print(f"PASS {name} ({summary['seconds']} s)")
         status = 0
