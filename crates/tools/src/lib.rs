@@ -232,10 +232,15 @@ pub enum Outcome {
     Cancelled,
     /// The run failed in a way worth retrying (a crashed or timed-out program, malformed
     /// output). On a worker the attempt is retried with backoff, and the task fails after
-    /// the last attempt with this reason in its error message; inline, the client gets
-    /// `-32603` and the reason goes to the log only. The reason must not contain
-    /// arguments or results.
+    /// the last attempt with this reason in its error message; inline, the client gets a
+    /// tool error (`isError: true`) saying why. Either way the end of the run's output
+    /// follows the reason. The reason must not contain arguments or results.
     Retry(String),
+    /// The run failed in a way not worth retrying (an upstream call that may have had
+    /// its effect, cut off): on a worker the task fails at once with this reason in its
+    /// error message; inline, as [`Outcome::Retry`]. The end of the run's output follows
+    /// the reason; the reason must not contain arguments or results.
+    Failed(String),
 }
 
 /// What a task tool decides synchronously, inside `tools/call`, before a task exists.
@@ -264,6 +269,11 @@ pub trait InvocationHost {
     /// another worker took the lease over. What the run started elsewhere (an upstream's
     /// task) should then be left running for the attempt that follows, not cancelled.
     fn released(&self) -> bool {
+        false
+    }
+    /// Whether the run stops because its deadline (the tool's timeout) passed: a task
+    /// attempt's; an inline run has none of the host's (its tool bounds it).
+    fn timed_out(&self) -> bool {
         false
     }
     /// Keeps `state` with the task for the attempts that follow, now rather than when

@@ -299,6 +299,19 @@ fn run_tool_of(
                 reason: host.tail.explain(&reason),
             }
         }
+        // Not worth another attempt (an upstream call whose effect is unknown): the task
+        // fails now, saying why, with the end of the run's output.
+        Ok(Outcome::Failed(reason)) => {
+            log::warn!(
+                "tool {} failed attempt {} for good: {reason}",
+                claim.tool,
+                claim.attempt
+            );
+            Finish::failed(&RpcError::new(
+                taskd_protocol::code::INTERNAL_ERROR,
+                host.tail.explain(&format!("Task failed: {reason}")),
+            ))
+        }
         Ok(Outcome::Cancelled) => match control.reason() {
             Stop::Shutdown => Finish::Release,
             Stop::Deadline => Finish::Retry {
@@ -443,6 +456,10 @@ impl InvocationHost for TaskHost<'_> {
 
     fn released(&self) -> bool {
         matches!(self.control.reason(), Stop::Shutdown | Stop::LeaseLost)
+    }
+
+    fn timed_out(&self) -> bool {
+        self.control.reason() == Stop::Deadline
     }
 
     fn save_state(&mut self, state: &Value) -> bool {

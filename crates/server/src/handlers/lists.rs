@@ -195,7 +195,7 @@ impl Service {
             }
             Outcome::Error(error) => Err(error),
             Outcome::Cancelled => Err(RpcError::internal()),
-            Outcome::Retry(reason) => {
+            Outcome::Retry(reason) | Outcome::Failed(reason) => {
                 log::error!("prompt {name} failed: {reason}");
                 Err(RpcError::internal())
             }

@@ -183,7 +183,7 @@ impl Service {
             // Inline there is no retry: the tool ran and failed, which is no fault of
             // the request. The caller (often a model) gets a tool error saying why, with
             // the end of the run's output (redacted, as a task keeps it).
-            Outcome::Retry(reason) => {
+            Outcome::Retry(reason) | Outcome::Failed(reason) => {
                 log::warn!("tool {} failed during tools/call: {reason}", tool.spec.name);
                 Ok(complete(taskd_tools::error_result(
                     host.tail.explain(&format!("The tool failed: {reason}")),

@@ -431,7 +431,9 @@ mod fuzz {
                     prop_assert!(!malformed || final_kind);
                     prop_assert!(reason.len() < 512, "a bounded reason: {reason}");
                 }
-                Outcome::Cancelled => prop_assert!(false, "never from output alone"),
+                Outcome::Cancelled | Outcome::Failed(_) => {
+                    prop_assert!(false, "never from output alone")
+                }
             }
         }
     }
