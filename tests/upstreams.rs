@@ -2,6 +2,9 @@
 //! stdio MCP server, behind the real binary; every call observed through tools/list,
 //! tools/call and tasks/get|update|cancel, and what the upstream saw through its
 //! events log. Real upstream servers that no one here wrote are run by .ci/interop.sh.
+//! Calls that fail, and an upstream task's output, are in [`failures`].
+
+mod failures;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -254,10 +257,14 @@ fn after_kill_9_an_idempotent_call_runs_again_and_another_fails_saying_it_was_no
 fn a_crashed_upstream_is_started_again_for_the_next_call() {
     let (_temp, work) = work_dir();
     let server = Server::start(&config(&work, ""));
-    // Inline, the call that died with its upstream is an error saying so.
-    let crashed = server.call_tool("up_crash", json!({}), json!({})).json();
-    let message = crashed["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("exited during the call"), "{crashed}");
+    // Inline, the call that died with its upstream is a tool error saying so.
+    let crashed = server.call_tool("up_crash", json!({}), json!({})).result();
+    assert_eq!(crashed["isError"], true, "{crashed}");
+    let message = crashed["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"up\" exited with status 3 before it answered the call"),
+        "{crashed}"
+    );
     wait_for_event(&work, "crash");
     let result = poll_until(LIMIT, || {
         let result = server

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A small stdio MCP server (2025-11-25, plain JSON-RPC, no SDK) for tests/upstreams.rs.
 
-Its tools exercise what an upstream can do to mcp-taskd: report progress, ask its
-client (elicitation), be cancelled, record each call it receives (so that a test can
-count repeats after a kill -9), crash, and change its tool list. Every event the tests
-look at is appended to $WORK/events.log as one line. Real upstream servers that no one
+Its tools exercise what an upstream can do to mcp-taskd: report progress and log
+messages, ask its client (elicitation), be cancelled, record each call it receives (so
+that a test can count repeats after a kill -9), crash, fail in each way a call can
+(exit mid-call, never answer, answer too much, refuse the arguments), and change its
+tool list. Every event the tests look at is appended to $WORK/events.log as one line. Real upstream servers that no one
 here wrote are exercised by .ci/interop.sh; this one makes each case deterministic.
 """
 
@@ -50,6 +51,17 @@ def text(value):
     return {"content": [{"type": "text", "text": value}]}
 
 
+def log(level, data):
+    send({"jsonrpc": "2.0", "method": "notifications/message",
+          "params": {"level": level, "logger": "upstream.py", "data": data}})
+
+
+# What `fail` says before it fails: a status message, a log message, a stderr line.
+FAIL_STATUS = "writing section 4 of 10"
+FAIL_LOG = "disk quota exceeded on /var/build"
+FAIL_STDERR = "Traceback: OSError in /srv/upstream/build.py"
+
+
 TOOLS = [
     {"name": "echo", "description": "Returns the text.",
      "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
@@ -68,6 +80,11 @@ TOOLS = [
      "annotations": {"readOnlyHint": True}},
     {"name": "crash", "description": "Exits the server at once.",
      "inputSchema": {"type": "object"}},
+    {"name": "fail", "description": "Reports, logs and prints to stderr, then fails as "
+     "`how` says: exit (status 3), hang (until cancelled), flood (an answer over 64 MiB) "
+     "or refuse (a JSON-RPC -32602 error).",
+     "inputSchema": {"type": "object", "properties": {"how": {"type": "string"}},
+                     "required": ["how"]}},
     {"name": "grow", "description": "Adds the tool 'extra' and says the list changed.",
      "inputSchema": {"type": "object"}},
     {"name": "structured", "description": "Returns structured content.",
@@ -94,6 +111,7 @@ def run(request_id, name, arguments, meta):
                 event("cancelled %s" % request_id)
                 return None
             time.sleep(arguments.get("step_ms", 100) / 1000)
+            log("info", "working on step %d" % step)
             if token is not None:
                 send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
                     "progressToken": token, "progress": step, "total": steps,
@@ -115,6 +133,28 @@ def run(request_id, name, arguments, meta):
     if name == "crash":
         event("crash")
         os._exit(3)
+    if name == "fail":
+        how = arguments.get("how")
+        if how == "refuse":
+            return {"error": {"code": -32602, "message": "how must be exit, hang or flood"}}
+        if token is not None:
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                "progressToken": token, "progress": 4, "total": 10,
+                "message": FAIL_STATUS}})
+        log("error", FAIL_LOG)
+        sys.stderr.write(FAIL_STDERR + "\n")
+        sys.stderr.flush()
+        event("fail %s" % how)
+        if how == "exit":
+            os._exit(3)
+        if how == "hang":
+            while request_id not in cancelled:
+                time.sleep(0.05)
+            event("cancelled %s" % request_id)
+            return None
+        if how == "flood":
+            return text("x" * (65 * 1024 * 1024))
+        return None
     if name == "grow":
         extra_tools.append({"name": "extra", "description": "Appeared later.",
                             "inputSchema": {"type": "object"}})
@@ -140,6 +180,9 @@ def call(request_id, params):
     if result is None:
         send({"jsonrpc": "2.0", "id": request_id,
               "error": {"code": -32602, "message": "Unknown tool: %s" % name}})
+        return
+    if "error" in result:
+        send({"jsonrpc": "2.0", "id": request_id, "error": result["error"]})
         return
     send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
@@ -204,5 +247,111 @@ def main():
     event("stdin closed")
 
 
+def serve_http(port_file):
+    """`--http PORT_FILE`: the same server's `fail` and `echo` over Streamable HTTP
+    (2025-11-25 sessions), where a call fails as an HTTP upstream's can: an SSE answer
+    that carries a log message and then a message over 64 MiB (flood) or then breaks
+    off as the server exits (exit), a JSON answer over 64 MiB (flood_json), an HTTP
+    502 (status). Its port is written to PORT_FILE."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    tools = [tool for tool in TOOLS if tool["name"] in ("echo", "fail")]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def answer_json(self, message, headers=()):
+            body = json.dumps(message).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def start_events(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+
+        def event(self, message):
+            self.wfile.write(("data: %s\n\n" % json.dumps(message)).encode())
+            self.wfile.flush()
+
+        def do_GET(self):
+            self.send_response(405)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_DELETE(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length", "0"))
+            message = json.loads(self.rfile.read(length) or b"{}")
+            method = message.get("method")
+            request_id = message.get("id")
+            params = message.get("params") or {}
+            if request_id is None:
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if method == "initialize":
+                event("initialize http")
+                self.answer_json({"jsonrpc": "2.0", "id": request_id, "result": {
+                    "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "test-upstream-http", "version": "1"}}},
+                    [("Mcp-Session-Id", "s-%d" % os.getpid())])
+            elif method == "tools/list":
+                self.answer_json({"jsonrpc": "2.0", "id": request_id,
+                                  "result": {"tools": tools}})
+            elif method == "ping":
+                self.answer_json({"jsonrpc": "2.0", "id": request_id, "result": {}})
+            elif method == "tools/call" and params.get("name") == "echo":
+                text_ = (params.get("arguments") or {}).get("text", "")
+                self.answer_json({"jsonrpc": "2.0", "id": request_id, "result": text(text_)})
+            elif method == "tools/call" and params.get("name") == "fail":
+                self.fail(request_id, (params.get("arguments") or {}).get("how"))
+            else:
+                self.answer_json({"jsonrpc": "2.0", "id": request_id, "error": {
+                    "code": -32601, "message": "Method not found"}})
+
+        def fail(self, request_id, how):
+            event("fail %s" % how)
+            if how == "status":
+                body = b"bad gateway"
+                self.send_response(502)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            if how == "flood_json":
+                self.answer_json({"jsonrpc": "2.0", "id": request_id,
+                                  "result": text("x" * (65 * 1024 * 1024))})
+                return
+            self.start_events()
+            self.event({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "error", "data": FAIL_LOG}})
+            if how == "exit":
+                os._exit(3)
+            self.event({"jsonrpc": "2.0", "id": request_id,
+                        "result": text("x" * (65 * 1024 * 1024))})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with open(port_file + ".tmp", "w") as out:
+        out.write(str(server.server_address[1]))
+    os.rename(port_file + ".tmp", port_file)
+    event("start %d" % os.getpid())
+    server.serve_forever()
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "--http":
+        serve_http(sys.argv[2])
+    else:
+        main()

@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use crate::session::{too_large, MAX_MESSAGE};
 use taskd_protocol::headers::mcp_name;
 
 /// The stateless revision, spoken when the upstream says it serves it.
@@ -29,8 +30,6 @@ pub const MODERN_VERSION: &str = "2026-07-28";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a request's answer may take to start, or a stream may stay open.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60 * 60);
-/// Longest message read from an upstream.
-const MAX_MESSAGE: u64 = 64 * 1024 * 1024;
 /// Longest refusal body read.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
 
@@ -49,7 +48,9 @@ pub enum Delivery {
     Message(Value),
     /// The upstream forgot the session (404 with a session id): start another.
     SessionGone,
-    /// The POST failed (no connection, an error status): a sentence for the caller.
+    /// The POST failed (no connection, an error status, an answer too large or not
+    /// JSON): a phrase for the caller, after the upstream's name ("answered with HTTP
+    /// status 502").
     Failed(String),
 }
 
@@ -141,7 +142,7 @@ impl HttpWire {
         }
         let mut response = match request.send(message.to_string().as_bytes()) {
             Ok(response) => response,
-            Err(error) => return deliver(Delivery::Failed(format!("no answer: {error}"))),
+            Err(error) => return deliver(Delivery::Failed(format!("gave no answer ({error})"))),
         };
         let status = response.status().as_u16();
         if status == 404 && session_id.is_some() {
@@ -160,7 +161,9 @@ impl HttpWire {
                 .filter(|body| body.get("error").is_some_and(Value::is_object));
             return match refusal {
                 Some(refusal) if self.is_modern() => deliver(Delivery::Message(refusal)),
-                _ => deliver(Delivery::Failed(format!("HTTP status {status}"))),
+                _ => deliver(Delivery::Failed(format!(
+                    "answered with HTTP status {status}"
+                ))),
             };
         }
         if let Some(id) = response
@@ -175,16 +178,21 @@ impl HttpWire {
             .get("Content-Type")
             .and_then(|value| value.to_str().ok())
             .is_some_and(|kind| kind.starts_with("text/event-stream"));
-        let body = response.body_mut().as_reader().take(MAX_MESSAGE);
+        let body = response.body_mut().as_reader();
         if streamed {
             read_events(body, deliver);
         } else if status != 202 {
             let mut text = Vec::new();
-            let mut body = body;
+            let mut body = body.take(MAX_MESSAGE as u64 + 1);
             if body.read_to_end(&mut text).is_ok() && !text.is_empty() {
+                if text.len() > MAX_MESSAGE {
+                    return deliver(Delivery::Failed(too_large()));
+                }
                 match serde_json::from_slice(&text) {
                     Ok(message) => deliver(Delivery::Message(message)),
-                    Err(_) => deliver(Delivery::Failed("an answer that is not JSON".into())),
+                    Err(_) => deliver(Delivery::Failed(
+                        "answered with something that is not JSON".into(),
+                    )),
                 }
             }
         }
@@ -219,7 +227,7 @@ impl HttpWire {
             429 | 500..=599 => return Listened::Ended,
             _ => return Listened::Unsupported,
         }
-        read_events(response.body_mut().as_reader().take(MAX_MESSAGE), deliver);
+        read_events(response.body_mut().as_reader(), deliver);
         Listened::Ended
     }
 
@@ -236,37 +244,39 @@ impl HttpWire {
     }
 }
 
-/// Reads an SSE stream: each event's `data` lines joined are one message.
+/// Reads an SSE stream: each event's `data` lines joined are one message. An event
+/// larger than [`MAX_MESSAGE`] ends the stream, saying so.
 fn read_events(body: impl Read, deliver: &mut dyn FnMut(Delivery)) {
     let mut lines = BufReader::new(body);
-    let mut data = String::new();
-    let mut line = String::new();
+    let mut data: Vec<u8> = Vec::new();
+    let mut line = Vec::new();
     loop {
         line.clear();
-        match lines.read_line(&mut line) {
+        // Room for what the event may still hold, and a field name.
+        let room = (MAX_MESSAGE + 1 - data.len().min(MAX_MESSAGE)) as u64 + 16;
+        match (&mut lines).take(room).read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        let text = line.trim_end_matches(['\r', '\n']);
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
         if text.is_empty() {
             if !data.is_empty() {
-                if let Ok(message) = serde_json::from_str::<Value>(&data) {
+                if let Ok(message) = serde_json::from_slice::<Value>(&data) {
                     deliver(Delivery::Message(message));
                 }
                 data.clear();
             }
-        } else if let Some(value) = text.strip_prefix("data:") {
+        } else if let Some(value) = text.strip_prefix(b"data:") {
             if !data.is_empty() {
-                data.push('\n');
+                data.push(b'\n');
             }
-            data.push_str(value.strip_prefix(' ').unwrap_or(value));
+            data.extend_from_slice(value.strip_prefix(b" ").unwrap_or(value));
+        }
+        if data.len() > MAX_MESSAGE || line.len() as u64 >= room {
+            return deliver(Delivery::Failed(too_large()));
         }
     }
-}
-
-/// The error response a request gets when its POST failed.
-pub fn failed_response(id: &Value, why: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": why}})
 }
 
 /// A session's lock: each update is one assignment, so a poisoned one is whole.

@@ -3,11 +3,16 @@
 //! the `initialize` handshake, and the routing of every message it sends.
 //!
 //! The session speaks the 2025-11-25 revision as a client: newline-delimited JSON-RPC
-//! on a program's stdin and stdout (its stderr goes to the log at debug level, as a
-//! command tool's does), or POSTs to a URL. Every message that comes back (a stdout
-//! line, read by one thread; a POST's answer) is routed the same way:
-//! - a response goes to whoever sent the request (`pending`, by id);
+//! on a program's stdin and stdout, or POSTs to a URL. Every message that comes back (a
+//! stdout line, read by one thread; a POST's answer) is routed the same way:
+//! - a response goes to whoever sent the request (`pending`, by id); a POST that brought
+//!   none says why ([`Event::Failed`]);
 //! - `notifications/progress` goes to the call whose progress token it names;
+//! - a log message (`notifications/message`) goes to the call following the upstream
+//!   task its related-task `_meta` names, else to the request whose answer carried it
+//!   (an HTTP upstream's), else, in a session of one caller's (`per_call`,
+//!   `per_identity`), to that caller's calls in flight, and in a shared one to the one
+//!   call in flight, as a request does; with several, it is nobody's and is dropped;
 //! - a request of the upstream (`elicitation/create`, `sampling/createMessage`, …) goes
 //!   to the call following the upstream task its related-task `_meta` names, else to
 //!   the one call in flight; with none or several in flight it cannot be told whose it
@@ -19,14 +24,21 @@
 //! an HTTP upstream's messages outside any request come on its GET stream, which a
 //! thread of the session keeps open ([`listen`]).
 //!
-//! Nothing the upstream sends is logged: arguments, results and questions are the
-//! callers'.
+//! A program's stderr, and what it prints on stdout that is not JSON, is its output: in
+//! a session of one caller's it goes to that caller's calls in flight (kept with their
+//! tasks, shown when they fail); a shared session's, and any printed while no call is
+//! in flight, goes to the log at debug level, since it is no single caller's.
+//!
+//! Nothing the upstream sends on its protocol stream is logged: arguments, results and
+//! questions are the callers'. When the session ends, why is recorded ([`Ending`]):
+//! every call it cuts off says so.
 
+mod ending;
 mod route;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -35,9 +47,11 @@ use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Map, Value};
 
 use super::config::{Era, SessionScope, Transport, Upstream};
-use super::http::{self, Delivery, HttpWire, Listened, MODERN_VERSION};
-use taskd_protocol::TASKS_EXTENSION;
+use super::http::{Delivery, HttpWire, Listened, MODERN_VERSION};
+pub use ending::{too_large, Ending, MAX_MESSAGE};
+use taskd_protocol::{LogLevel, TASKS_EXTENSION};
 use taskd_tools::command::daemon::Daemon;
+use taskd_tools::OutputStream;
 
 /// The revision this client asks for; older ones the upstream answers with are spoken
 /// too (what this client uses of them did not change).
@@ -45,8 +59,12 @@ const PROTOCOL_VERSION: &str = "2025-11-25";
 const ACCEPTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 /// How long a closing upstream gets after its stdin closes, then after SIGTERM.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
-/// Longest line read from an upstream: a larger message ends the session.
-const MAX_LINE: usize = 64 * 1024 * 1024;
+/// How long a program whose stdout closed gets to exit by itself (its exit status is
+/// then why it ended), and its stderr to be read to its end.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+/// Most output lines and log messages queued for one call (a parked call reads none):
+/// beyond, they are dropped.
+const MAX_QUEUED: usize = 1000;
 
 /// What the session tells one call.
 #[derive(Debug)]
@@ -64,8 +82,18 @@ pub enum Event {
         method: String,
         params: Value,
     },
-    /// The session ended before the response came.
-    Closed,
+    /// A line of the program's output (stderr, or stdout that is not JSON) while the
+    /// call was in flight on a session of its caller's, at most
+    /// [`taskd_tools::MAX_OUTPUT_LINE`] bytes.
+    Output(OutputStream, String),
+    /// A log message of the upstream's about the call (`notifications/message`).
+    Log { level: LogLevel, data: Value },
+    /// The request's answer could not be had (an HTTP upstream: no connection, an error
+    /// status, an answer too large, not JSON or without a response): a phrase saying
+    /// so, after the upstream's name.
+    Failed(String),
+    /// The session ended before the response came, and why.
+    Closed(Ending),
 }
 
 /// What the session tells its supervisor.
@@ -73,7 +101,7 @@ pub enum Notice {
     /// Its tools, prompts or resources changed: list them again.
     ListsChanged,
     /// The session ended; `expected` when it was closed on purpose.
-    Closed { expected: bool },
+    Closed { expected: bool, ending: Ending },
 }
 
 /// Why a session could not start or answer.
@@ -89,8 +117,10 @@ pub enum SessionError {
         method: &'static str,
         timeout: Duration,
     },
-    #[error("it exited")]
-    Closed,
+    #[error("it {0}")]
+    Closed(Ending),
+    #[error("{method} failed: it {why}")]
+    Failed { method: &'static str, why: String },
     #[error("{method} failed: {message}")]
     Refused {
         method: &'static str,
@@ -128,6 +158,13 @@ pub struct Session {
     tasks: Mutex<HashMap<String, String>>,
     closing: AtomicBool,
     closed: AtomicBool,
+    /// Why it ended, once it did (the first cause recorded; see [`Session::ending`]).
+    ending: Mutex<Option<Ending>>,
+    /// All its calls are one caller's (`per_call`, `per_identity`): the program's output
+    /// and its log messages are theirs.
+    private: bool,
+    /// Disconnected once the program's stderr has been read to its end.
+    stderr_read: Mutex<Option<Receiver<()>>>,
     /// The server's `instructions`, `serverInfo` and `capabilities`.
     pub initialized: Mutex<Value>,
 }
@@ -153,10 +190,12 @@ impl Session {
                     },
                     notices,
                 );
-                let name = upstream.name.clone();
                 let stderr = pipes.stderr;
-                spawn_thread(&format!("upstream-err-{name}"), move || {
-                    log_stderr(&name, stderr)
+                let (read, stderr_read) = crossbeam_channel::bounded(0);
+                *lock(&session.stderr_read) = Some(stderr_read);
+                let passer = Arc::downgrade(&session);
+                spawn_thread(&format!("upstream-err-{}", upstream.name), move || {
+                    route::pass_stderr(&passer, stderr, read)
                 });
                 let reader = Arc::clone(&session);
                 spawn_thread(&format!("upstream-{}", upstream.name), move || {
@@ -191,7 +230,7 @@ impl Session {
         let result = match handshake {
             Ok(result) => result,
             Err(error) => {
-                session.close();
+                session.close("its start-up failed");
                 return Err(error);
             }
         };
@@ -200,7 +239,7 @@ impl Session {
             .and_then(Value::as_str)
             .unwrap_or_default();
         if !ACCEPTED_VERSIONS.contains(&version) {
-            session.close();
+            session.close("its start-up failed");
             return Err(SessionError::Version(version.to_owned()));
         }
         if let Wire::Http(http) = &session.wire {
@@ -209,7 +248,7 @@ impl Session {
         *lock(&session.initialized) = result;
         session
             .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .map_err(|_| SessionError::Closed)?;
+            .map_err(|_| SessionError::Closed(session.ending()))?;
         session.keep_listening(upstream);
         Ok(session)
     }
@@ -262,7 +301,7 @@ impl Session {
                 Ok(true)
             }
             (answer, _) if era == Era::Modern => {
-                self.close();
+                self.close("its start-up failed");
                 Err(match answer {
                     Err(error) => error,
                     Ok(_) => SessionError::Version("none of 2026-07-28".into()),
@@ -287,8 +326,27 @@ impl Session {
             tasks: Mutex::default(),
             closing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            ending: Mutex::new(None),
+            private: upstream.session != SessionScope::Shared,
+            stderr_read: Mutex::new(None),
             initialized: Mutex::new(Value::Null),
         })
+    }
+
+    /// Why the session ended (or is ending). Before its reader has recorded why, a
+    /// closed program's session is one whose stdout closed.
+    pub fn ending(&self) -> Ending {
+        lock(&self.ending).clone().unwrap_or(Ending::OutputClosed)
+    }
+
+    /// Records why the session ends, unless a cause was recorded first.
+    fn record(&self, ending: Ending) {
+        lock(&self.ending).get_or_insert(ending);
+    }
+
+    /// Whether a call is in flight (or parked) on the session.
+    pub fn busy(&self) -> bool {
+        !lock(&self.calls).is_empty()
     }
 
     /// Whether the upstream serves `tools/call` as tasks (2025-11-25 tasks).
@@ -336,7 +394,8 @@ impl Session {
                             .to_owned(),
                     })
                 }
-                Ok(Event::Closed) => return Err(SessionError::Closed),
+                Ok(Event::Closed(ending)) => return Err(SessionError::Closed(ending)),
+                Ok(Event::Failed(why)) => return Err(SessionError::Failed { method, why }),
                 Ok(_) => {}
                 Err(_) => {
                     lock(&self.pending).remove(&id);
@@ -387,7 +446,7 @@ impl Session {
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         if self.is_closed() || self.send_with(&message, headers).is_err() {
             lock(&self.pending).remove(&id);
-            return Err(SessionError::Closed);
+            return Err(SessionError::Closed(self.ending()));
         }
         Ok(())
     }
@@ -472,23 +531,15 @@ impl Session {
         let _ = self.send(&message);
     }
 
-    /// Ends the session: a program's stdin closes, then its process group is stopped;
-    /// an HTTP upstream is told (`DELETE`).
-    pub fn close(&self) {
+    /// Ends the session on purpose (`why`: what the calls still in flight on it hear):
+    /// a program's stdin closes, then its process group is stopped; an HTTP upstream is
+    /// told (`DELETE`).
+    pub fn close(&self, why: &'static str) {
+        self.record(Ending::Closed(why));
         self.closing.store(true, Ordering::Release);
         match &self.wire {
-            Wire::Stdio { stdin, daemon } => {
-                lock(stdin).take();
-                let daemon = lock(daemon).take();
-                if let Some(daemon) = daemon {
-                    let deadline = Instant::now() + CLOSE_GRACE;
-                    while !daemon.has_exited() && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    if let Err(error) = daemon.stop(CLOSE_GRACE) {
-                        log::warn!("upstream {}: reaping its process: {error}", self.upstream);
-                    }
-                }
+            Wire::Stdio { .. } => {
+                self.stop_program();
             }
             Wire::Http(http) => {
                 if !self.closed.swap(true, Ordering::AcqRel) {
@@ -496,6 +547,42 @@ impl Session {
                     self.ended(true);
                 }
             }
+        }
+    }
+
+    /// Closes a program's stdin, gives it [`CLOSE_GRACE`] to exit, then stops its
+    /// process group and reaps it: its exit status, unless it was stopped already.
+    fn stop_program(&self) -> Option<std::process::ExitStatus> {
+        let Wire::Stdio { stdin, daemon } = &self.wire else {
+            return None;
+        };
+        lock(stdin).take();
+        let daemon = lock(daemon).take()?;
+        let deadline = Instant::now() + CLOSE_GRACE;
+        while !daemon.has_exited() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        match daemon.stop(CLOSE_GRACE) {
+            Ok(status) => Some(status),
+            Err(error) => {
+                log::warn!("upstream {}: reaping its process: {error}", self.upstream);
+                None
+            }
+        }
+    }
+
+    /// Whether the program exits by itself within `wait` (it stays unreaped).
+    fn exits_within(&self, wait: Duration) -> bool {
+        let Wire::Stdio { daemon, .. } = &self.wire else {
+            return false;
+        };
+        let deadline = Instant::now() + wait;
+        loop {
+            let exited = lock(daemon).as_ref().is_none_or(Daemon::has_exited);
+            if exited || Instant::now() >= deadline {
+                return exited;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -522,6 +609,7 @@ impl Session {
                 if written.is_err() {
                     // The program is gone (its end of the pipe closed) even if its reader
                     // has not seen the end of its stdout yet: no new call picks it.
+                    self.record(Ending::InputClosed);
                     self.closed.store(true, Ordering::Release);
                 }
                 written
@@ -566,48 +654,52 @@ impl Session {
                 {
                     answered = true;
                 }
-                self.route(reply);
+                self.route_via(reply, id.and_then(Value::as_u64));
             }
             Delivery::SessionGone => {
                 log::info!(
                     "upstream {}: its session ended; the next call starts another",
                     self.upstream
                 );
+                self.record(Ending::SessionGone);
                 if !self.closed.swap(true, Ordering::AcqRel) {
                     self.ended(false);
                 }
                 answered = true;
             }
             Delivery::Failed(why) => {
-                log::warn!("upstream {}: {why}", self.upstream);
+                log::warn!("upstream {}: it {why}", self.upstream);
                 if let Some(id) = id {
-                    self.route(http::failed_response(
-                        id,
-                        &format!("the upstream MCP server gave {why}"),
-                    ));
+                    self.fail_request(id, why);
                     answered = true;
                 }
             }
         });
         if let (Some(id), false) = (id, answered) {
-            self.route(http::failed_response(
-                id,
-                "the upstream MCP server ended its answer without a response",
-            ));
+            self.fail_request(id, "ended its answer without a response".into());
         }
     }
 
-    /// The session is over: whoever waits on it hears so, and so does the supervisor
-    /// (`expected` when it was closed on purpose).
+    /// Tells whoever waits on the request `id` that its answer will not come, and why.
+    fn fail_request(&self, id: &Value, why: String) {
+        let waiting = id.as_u64().and_then(|id| lock(&self.pending).remove(&id));
+        if let Some(events) = waiting {
+            let _ = events.send(Event::Failed(why));
+        }
+    }
+
+    /// The session is over: whoever waits on it hears so and why, and so does the
+    /// supervisor (`expected` when it was closed on purpose).
     fn ended(&self, expected: bool) {
+        let ending = self.ending();
         for (_, events) in lock(&self.pending).drain() {
-            let _ = events.send(Event::Closed);
+            let _ = events.send(Event::Closed(ending.clone()));
         }
         for (_, events) in lock(&self.calls).drain() {
-            let _ = events.send(Event::Closed);
+            let _ = events.send(Event::Closed(ending.clone()));
         }
         lock(&self.tasks).clear();
-        (self.notices)(Notice::Closed { expected });
+        (self.notices)(Notice::Closed { expected, ending });
     }
 }
 
@@ -692,6 +784,7 @@ fn listen(session: &Weak<Session>) {
         match listened {
             Listened::Unsupported => return,
             Listened::SessionGone => {
+                live.record(Ending::SessionGone);
                 if !live.closed.swap(true, Ordering::AcqRel) {
                     live.ended(false);
                 }
@@ -712,22 +805,6 @@ fn listen(session: &Weak<Session>) {
             std::thread::sleep(Duration::from_millis(100));
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
-    }
-}
-
-fn log_stderr(upstream: &str, stderr: File) {
-    let mut lines = BufReader::new(stderr);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match (&mut lines).take(64 * 1024).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&line);
-                let text: String = text.trim_end().chars().take(512).collect();
-                log::debug!("upstream {upstream} stderr: {text}");
-            }
-        }
     }
 }
 

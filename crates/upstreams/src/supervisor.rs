@@ -101,7 +101,7 @@ impl Drop for SessionUse {
             // Closing waits for the program to exit: not on the caller's thread.
             let _ = std::thread::Builder::new()
                 .name("upstream-close".into())
-                .spawn(move || session.close());
+                .spawn(move || session.close("its call ended"));
         }
     }
 }
@@ -216,12 +216,17 @@ impl Supervisor {
                     return Ok(self.kept(session));
                 }
                 if sessions.len() >= MAX_IDENTITY_SESSIONS {
+                    // The least recently used with no call in flight, if there is one.
                     let oldest = sessions
                         .iter()
-                        .min_by_key(|(_, (_, used))| *used)
+                        .min_by_key(|(_, (session, used))| (session.busy(), *used))
                         .map(|(key, _)| key.clone());
                     if let Some((session, _)) = oldest.and_then(|key| sessions.remove(&key)) {
-                        close_later(session);
+                        close_later(
+                            session,
+                            "more per-identity sessions were needed at once than the 64 \
+                             allowed, and this was the least recently used",
+                        );
                     }
                 }
                 drop(sessions);
@@ -333,11 +338,14 @@ impl Supervisor {
                         .spawn(move || this.discover());
                 }
             }
-            Notice::Closed { expected: false } => {
+            Notice::Closed {
+                expected: false,
+                ending,
+            } => {
                 self.counters.restarts.fetch_add(1, Ordering::Relaxed);
-                self.failed("it exited unexpectedly");
+                self.failed(&format!("it {ending}"));
             }
-            Notice::Closed { expected: true } => {}
+            Notice::Closed { expected: true, .. } => {}
         }
     }
 
@@ -397,7 +405,7 @@ impl Supervisor {
             };
             if let Err(error) = session.ask(method, json!({}), PING_TIMEOUT) {
                 log::warn!("upstream {}: health check: {error}", self.upstream.name);
-                session.close();
+                session.close("it did not answer a health check within 10 s");
             }
         }
         close_idle(&mut lock(&self.by_identity));
@@ -406,10 +414,10 @@ impl Supervisor {
     /// Closes every session (the server is stopping).
     pub fn stop(&self) {
         if let Some(session) = lock(&self.shared).take() {
-            session.close();
+            session.close("mcp-taskd is stopping");
         }
         for (_, (session, _)) in lock(&self.by_identity).drain() {
-            session.close();
+            session.close("mcp-taskd is stopping");
         }
     }
 }
@@ -425,21 +433,22 @@ impl Drop for InFlight {
     }
 }
 
-/// Drops (and closes) the `per_identity` sessions that ended or sat idle too long.
+/// Drops (and closes) the `per_identity` sessions that ended, or sat idle too long
+/// with no call in flight (a call may last longer than the idle time).
 fn close_idle(sessions: &mut HashMap<String, (Arc<Session>, Instant)>) {
     sessions.retain(|_, (session, used)| {
-        let keep = !session.is_closed() && used.elapsed() < IDLE_SESSION;
+        let keep = !session.is_closed() && (used.elapsed() < IDLE_SESSION || session.busy());
         if !keep {
-            close_later(Arc::clone(session));
+            close_later(Arc::clone(session), "it sat idle for 10 minutes");
         }
         keep
     });
 }
 
-fn close_later(session: Arc<Session>) {
+fn close_later(session: Arc<Session>, why: &'static str) {
     let _ = std::thread::Builder::new()
         .name("upstream-close".into())
-        .spawn(move || session.close());
+        .spawn(move || session.close(why));
 }
 
 /// What an upstream lists: its tools, and its resources, resource templates and

@@ -2,7 +2,9 @@
 //! An upstream's tool as one of ours: each run is one `tools/call` to the upstream, held
 //! by whoever runs it (a worker for a task, the request's thread inline).
 //!
-//! - Upstream progress becomes the run's progress (a task's `statusMessage`).
+//! - Upstream progress becomes the run's progress (a task's `statusMessage`), and its
+//!   log messages about the call, and the program's output in a session of the caller's,
+//!   the run's output (kept with a task; the end of it shown when the call fails).
 //! - Our cancellation sends the upstream `notifications/cancelled`.
 //! - A request of the upstream during the call (elicitation, sampling) parks the call
 //!   and ends the run with `input_required` holding that request; the run that
@@ -25,15 +27,26 @@
 //! Only an upstream that still knows the task can be followed again: a stdio server's
 //! tasks usually die with its process, and what follows is the re-run rule below.
 //!
+//! # A call that ends badly
+//!
+//! The upstream timed out, exited or was killed, sent a message too large to read,
+//! could not be reached or started, or forgot its session: each ends the call with a
+//! reason naming what happened (the session records why it ended, see
+//! [`crate::session::Ending`]). Inline, the caller gets a tool error (`isError: true`)
+//! with that reason and the end of the run's output; a task fails with the same in its
+//! error. The upstream's own JSON-RPC error for the call (its `-32602` for bad
+//! arguments) is passed on as it is: it is about the request.
+//!
 //! # Re-running after an interruption
 //!
 //! A call interrupted by a crash (ours or the upstream's), a lost lease, a shutdown or
 //! its deadline may or may not have had its effect upstream. It is called again only
 //! when the tool is idempotent (`idempotent = true` in its settings, or annotated
 //! `idempotentHint` or `readOnlyHint` by the upstream). Otherwise the task fails with
-//! an error saying the call was interrupted, its outcome is unknown and it was not
-//! repeated. How it is told: such a tool never asks for a retry, so an attempt after
-//! the first with no parked call to resume is one whose predecessor was interrupted.
+//! an error saying the call was interrupted and why, that its outcome is unknown and
+//! that it was not repeated. How it is told: such a tool never asks for a retry, so an
+//! attempt after the first with no parked call to resume is one whose predecessor was
+//! interrupted.
 
 mod follow;
 
@@ -44,7 +57,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, TryRecvError};
 use serde_json::{json, Map, Value};
 
-use super::session::{lock, Event, Session, SessionError};
+use super::session::{lock, too_large, Ending, Event, Session, SessionError};
 use super::supervisor::{InFlight, SessionUse, Supervisor};
 use taskd_protocol::headers::param_headers;
 use taskd_protocol::headers::HeaderParam;
@@ -257,7 +270,10 @@ impl Tool for UpstreamTool {
         let round = call.state.and_then(|state| state.get(ROUND_KEY)).cloned();
         if let Some(round) = round {
             if flag(SENT_KEY) && !self.idempotent {
-                return self.interrupted("its attempt ended before the upstream answered");
+                return self.broke(
+                    "its attempt ended before the upstream answered".into(),
+                    call,
+                );
             }
             let mut sent = Map::new();
             sent.insert(ROUND_KEY.into(), round.clone());
@@ -282,7 +298,7 @@ impl Tool for UpstreamTool {
                     .task_attempt()
                     .is_some_and(|(_, attempt)| attempt > 1);
                 let lost = if task.is_some() {
-                    Some("the upstream no longer has the task it became")
+                    Some("the upstream no longer has the task the call became")
                 } else if parked.is_some() {
                     Some(
                         "while it waited for input, the server restarted, the upstream \
@@ -294,7 +310,7 @@ impl Tool for UpstreamTool {
                     None
                 };
                 if let (Some(why), false) = (lost, self.idempotent) {
-                    return self.interrupted(why);
+                    return self.broke(why.into(), call);
                 }
                 match self.send(call, None) {
                     Ok(flight) => flight,
@@ -328,6 +344,14 @@ impl UpstreamTool {
                 .supervisor
                 .session_for(call.caller)
                 .map_err(|why| why.0)?;
+            if Instant::now() >= deadline {
+                // Its start (or its restart's backoff) took the call's whole time.
+                return Err(self.said(&format!(
+                    "was not ready to take the call within the tool's timeout of {} ms (it \
+                     was being started)",
+                    self.timeout.as_millis()
+                )));
+            }
             let mut params = Map::new();
             params.insert("name".into(), json!(self.name));
             params.insert("arguments".into(), Value::Object(call.arguments.clone()));
@@ -359,7 +383,7 @@ impl UpstreamTool {
                     sent = Some((session, id, token, events));
                     break;
                 }
-                Err(SessionError::Closed) if !fresh => continue,
+                Err(SessionError::Closed(_)) if !fresh => continue,
                 Err(error) => {
                     return Err(format!(
                         "the upstream MCP server \"{}\" could not take the call: {error}",
@@ -391,13 +415,14 @@ impl UpstreamTool {
     }
 
     /// What a call the upstream could not take ends as: a retry of an idempotent task
-    /// (the upstream may be back by then), else a tool error saying why.
+    /// (the upstream may be back by then), else a failure saying why (nothing was sent:
+    /// the call had no effect).
     fn unavailable(&self, why: String, call: &Invocation<'_>) -> Outcome {
         self.count_error();
         if self.idempotent && call.host.task_attempt().is_some() {
             Outcome::Retry(why)
         } else {
-            Outcome::Complete(error_result(why))
+            Outcome::Failed(why)
         }
     }
 
@@ -446,12 +471,18 @@ impl UpstreamTool {
                     flight.leave();
                     return Outcome::Cancelled;
                 }
-                flight.cancel("cancelled by the caller");
-                return self.stopped();
+                flight.cancel(if call.host.timed_out() {
+                    "timed out"
+                } else if call.host.released() {
+                    "mcp-taskd is stopping"
+                } else {
+                    "cancelled by the caller"
+                });
+                return self.stopped(call);
             }
             if Instant::now() >= flight.deadline {
                 flight.cancel("timed out");
-                return self.timed_out();
+                return self.timed_out(call);
             }
             if let Some(task) = &mut flight.task {
                 task.poll(&flight.session.session, call.host);
@@ -459,7 +490,9 @@ impl UpstreamTool {
             let event = match flight.events.recv_timeout(TICK) {
                 Ok(event) => event,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Event::Closed,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    Event::Closed(flight.session.session.ending())
+                }
             };
             match event {
                 Event::Progress {
@@ -467,6 +500,8 @@ impl UpstreamTool {
                     total,
                     message,
                 } => call.host.progress(progress, total, message.as_deref()),
+                Event::Output(stream, line) => call.host.output(stream, &line),
+                Event::Log { level, data } => call.host.log(level, data),
                 Event::Request { id, method, params } => {
                     if let Err(why) = answerable(&method, &params, call.capabilities) {
                         flight
@@ -483,11 +518,10 @@ impl UpstreamTool {
                         Some("input_required") => return self.ask_caller(&result, call),
                         Some("task") => {
                             let Some(task_id) = result.get("taskId").and_then(Value::as_str) else {
-                                self.count_error();
-                                return Outcome::Error(RpcError::new(
-                                    code::INTERNAL_ERROR,
-                                    "the upstream answered with a task that has no taskId",
-                                ));
+                                return self.broke(
+                                    self.said("answered with a task that has no taskId"),
+                                    call,
+                                );
                             };
                             let task_id = task_id.to_owned();
                             let mut state = Map::new();
@@ -550,27 +584,37 @@ impl UpstreamTool {
                         .unwrap_or("the upstream failed the call");
                     return Outcome::Error(RpcError::new(code, message));
                 }
-                Event::Closed => {
+                Event::Failed(_) | Event::Closed(_) => {
+                    flight.leave();
                     if let Some(task) = &flight.task {
-                        // The session ended, not necessarily the upstream's task (an HTTP
-                        // upstream's outlives its session): follow it on another.
+                        // The session (or the request's answer) ended, not necessarily
+                        // the upstream's task (an HTTP upstream's outlives its session):
+                        // follow it on another.
                         if let Some(next) = self.reattach(&task.id.clone(), call) {
                             flight = next;
                             continue;
                         }
                     }
-                    self.count_error();
-                    let why = "the upstream MCP server exited during the call";
-                    return if self.idempotent && call.host.task_attempt().is_some() {
-                        Outcome::Retry(why.into())
-                    } else if self.idempotent {
-                        Outcome::Complete(error_result(why))
-                    } else {
-                        self.interrupted(why)
+                    let why = match event {
+                        Event::Failed(why) => self.said(&why),
+                        Event::Closed(Ending::TooLarge) => self.said(&too_large()),
+                        Event::Closed(ending) => {
+                            self.said(&format!("{ending} before it answered the call"))
+                        }
+                        _ => unreachable!("matched above"),
                     };
+                    return self.broke(why, call);
                 }
             }
         }
+    }
+
+    /// `what` (a phrase) said of the upstream: "the upstream MCP server \"x\" {what}".
+    fn said(&self, what: &str) -> String {
+        format!(
+            "the upstream MCP server \"{}\" {what}",
+            self.supervisor.upstream.name
+        )
     }
 
     /// A stateless upstream's questions for our caller (an `input_required` result):
@@ -578,11 +622,7 @@ impl UpstreamTool {
     /// upstream's `requestState`.
     fn ask_caller(&self, result: &Value, call: &Invocation<'_>) -> Outcome {
         let Some(requests) = result.get("inputRequests").and_then(Value::as_object) else {
-            self.count_error();
-            return Outcome::Error(RpcError::new(
-                code::INTERNAL_ERROR,
-                "the upstream asked for input without inputRequests",
-            ));
+            return self.broke(self.said("asked for input without inputRequests"), call);
         };
         for request in requests.values() {
             let method = request.get("method").and_then(Value::as_str).unwrap_or("");
@@ -656,42 +696,57 @@ impl UpstreamTool {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// What a call given up because its run was stopped ends as (the upstream was told).
-    fn stopped(&self) -> Outcome {
-        if self.idempotent {
-            Outcome::Cancelled
-        } else {
-            self.interrupted(
-                "it was stopped (cancelled, past its deadline, or the server is stopping)",
-            )
+    /// What a call given up because its run was stopped ends as (the upstream was
+    /// told): its deadline passing is a timeout; a cancellation is one; a shutdown or a
+    /// lost lease is a retry of an idempotent tool's task (the next attempt calls
+    /// again), an interruption of another's.
+    fn stopped(&self, call: &Invocation<'_>) -> Outcome {
+        if call.host.timed_out() {
+            return self.timed_out(call);
         }
+        if self.idempotent || !call.host.released() {
+            return Outcome::Cancelled;
+        }
+        self.broke(
+            "mcp-taskd stopped waiting for the answer: the server is stopping, or another \
+             worker took the task over"
+                .into(),
+            call,
+        )
     }
 
     /// What a call given up at the tool's timeout ends as (the upstream was told).
-    fn timed_out(&self) -> Outcome {
-        if self.idempotent {
-            Outcome::Retry(format!(
-                "the upstream did not answer within {} ms",
+    fn timed_out(&self, call: &Invocation<'_>) -> Outcome {
+        self.broke(
+            self.said(&format!(
+                "did not answer within {} ms (the tool's timeout)",
                 self.timeout.as_millis()
-            ))
-        } else {
-            self.interrupted("the upstream did not answer within the tool's timeout")
-        }
+            )),
+            call,
+        )
     }
 
-    /// The honest failure of a call that may or may not have had its effect.
-    fn interrupted(&self, why: &str) -> Outcome {
+    /// What a call that ended badly (`why`: what happened) ends as: an idempotent
+    /// tool's task attempt is retried; another task fails saying the call was
+    /// interrupted, its outcome unknown and not repeated; inline, the caller gets a tool
+    /// error saying why (and, for a tool that is not idempotent, that its effect is
+    /// unknown). Each with the end of the run's output.
+    fn broke(&self, why: String, call: &Invocation<'_>) -> Outcome {
         self.count_error();
-        Outcome::Error(RpcError::new(
-            code::INTERNAL_ERROR,
-            format!(
-                "The call to tool \"{}\" of upstream \"{}\" was interrupted ({why}). Its outcome \
-                 is unknown, and it was not repeated: the tool is not marked idempotent \
-                 (set idempotent = true in its [upstreams.tools] settings if repeating it is \
-                 safe).",
+        match (call.host.task_attempt().is_some(), self.idempotent) {
+            (true, true) => Outcome::Retry(why),
+            (true, false) => Outcome::Failed(format!(
+                "the call to tool \"{}\" of upstream \"{}\" was interrupted ({why}); its \
+                 outcome is unknown, and it was not repeated: the tool is not marked \
+                 idempotent (set idempotent = true in its [upstreams.tools] settings if \
+                 repeating it is safe)",
                 self.name, self.supervisor.upstream.name
-            ),
-        ))
+            )),
+            (false, true) => Outcome::Failed(why),
+            (false, false) => Outcome::Failed(format!(
+                "{why}; whether the call had its effect upstream is unknown"
+            )),
+        }
     }
 }
 

@@ -151,11 +151,11 @@ impl UpstreamTool {
                     return Outcome::Cancelled;
                 }
                 session.tell("tasks/cancel", json!({ "taskId": task_id }));
-                return self.stopped();
+                return self.stopped(call);
             }
             if Instant::now() >= polling.deadline {
                 session.tell("tasks/cancel", json!({ "taskId": task_id }));
-                return self.timed_out();
+                return self.timed_out(call);
             }
             if Instant::now() < next_poll {
                 call.host.sleep(TICK.min(next_poll - Instant::now()));
@@ -173,13 +173,11 @@ impl UpstreamTool {
                 Err(error) => {
                     failures += 1;
                     if failures >= POLL_FAILURES {
-                        self.count_error();
-                        let why = format!("its status could not be read: {error}");
-                        return if self.idempotent && call.host.task_attempt().is_some() {
-                            Outcome::Retry(why)
-                        } else {
-                            self.interrupted(&why)
-                        };
+                        let why = self.said(&format!(
+                            "could not say how the task the call became is doing \
+                             ({POLL_FAILURES} tasks/get in a row failed; the last: {error})"
+                        ));
+                        return self.broke(why, call);
                     }
                     next_poll = Instant::now() + interval;
                     continue;
@@ -211,14 +209,9 @@ impl UpstreamTool {
                     ));
                 }
                 Some("cancelled") => {
+                    // Its end is known: nothing to repeat, nothing interrupted.
                     self.count_error();
-                    return Outcome::Error(RpcError::new(
-                        code::INTERNAL_ERROR,
-                        format!(
-                            "the upstream MCP server \"{}\" cancelled the task the call became",
-                            self.supervisor.upstream.name
-                        ),
-                    ));
+                    return Outcome::Failed(self.said("cancelled the task the call became"));
                 }
                 Some("input_required") => {
                     let mut asking = task.clone();
@@ -244,14 +237,10 @@ impl UpstreamTool {
     /// The upstream no longer has the task a call became: an idempotent call runs
     /// again (its state forgotten), any other is reported as interrupted.
     pub(super) fn lost_task(&self, call: &mut Invocation<'_>) -> Outcome {
-        self.count_error();
-        let why = "the upstream no longer has the task it became";
         if self.idempotent && call.host.task_attempt().is_some() {
             call.host.save_state(&json!({}));
-            Outcome::Retry(why.into())
-        } else {
-            self.interrupted(why)
         }
+        self.broke(self.said("no longer has the task the call became"), call)
     }
 
     /// The call became an upstream task this run cannot follow: the attempt was
@@ -260,12 +249,7 @@ impl UpstreamTool {
         if call.host.cancelled() {
             return Outcome::Cancelled;
         }
-        self.count_error();
-        let why = "the upstream created a task for the call but it could not be followed";
-        if self.idempotent && call.host.task_attempt().is_some() {
-            Outcome::Retry(why.into())
-        } else {
-            self.interrupted(why)
-        }
+        let why = self.said("created a task for the call, but it could not be followed");
+        self.broke(why, call)
     }
 }
