@@ -427,3 +427,101 @@ CREATE TABLE task_output_totals (
     kept_bytes bigint NOT NULL,
     dropped    bigint NOT NULL
 );
+
+-- migration 10
+-- Flow control (issue 48), as schema.sql's migration 15: a keyed job's gate, its
+-- places (admitted jobs and inline holds), held jobs admitted in creation order when a
+-- place is given back, rate buckets, paused tools. Nodes take turns on a gate with a
+-- transaction advisory lock of its id (taskd_gate_lock): creation, every admission and
+-- every hold count the gate's places under it, so two nodes never both fill its last
+-- place. Each statement of a VOLATILE function reads what committed before it (READ
+-- COMMITTED), so a count taken under the lock sees the previous holder's commit.
+-- The database's clock as it reads now (now() is the transaction's start: a
+-- transaction that waited for a gate's lock, or a bucket's row, would record the time
+-- before it waited). Attempts' starts and ends, and rate buckets, use it, so that what
+-- the attempts table records of one key never shows two runs overlapping that did not.
+CREATE FUNCTION taskd_clock_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
+    $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+ALTER TABLE jobs ADD COLUMN gate text;
+ALTER TABLE jobs ADD COLUMN gate_label text;
+ALTER TABLE jobs ADD COLUMN gate_limit bigint;
+ALTER TABLE jobs ADD COLUMN held boolean NOT NULL DEFAULT false;
+CREATE INDEX jobs_gates ON jobs (gate, held, task_id) WHERE gate IS NOT NULL;
+DROP INDEX jobs_due;
+CREATE INDEX jobs_due ON jobs (run_after) WHERE state = 'queued' AND turn IS NULL AND NOT held;
+CREATE TABLE gate_holds (
+    gate       text NOT NULL,
+    holder     text NOT NULL,
+    expires_at bigint NOT NULL,
+    PRIMARY KEY (gate, holder)
+);
+CREATE INDEX gate_holds_expiry ON gate_holds (expires_at);
+
+CREATE FUNCTION taskd_gate_lock(g text) RETURNS void LANGUAGE sql VOLATILE AS
+    $$ SELECT pg_advisory_xact_lock(1734439525, hashtext(g)) $$;
+
+-- The places gate g has taken, but that of job `but`.
+CREATE FUNCTION taskd_gate_places(g text, but text) RETURNS bigint
+    LANGUAGE sql VOLATILE AS $$
+    SELECT (SELECT count(*) FROM jobs WHERE gate = g AND NOT held AND state <> 'waiting'
+            AND task_id IS DISTINCT FROM but)
+         + (SELECT count(*) FROM gate_holds WHERE gate = g) $$;
+
+-- Admits the oldest held jobs of gate g as far as its limit (the newest held job's)
+-- allows.
+CREATE FUNCTION taskd_gate_admit(g text) RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    free bigint;
+BEGIN
+    PERFORM taskd_gate_lock(g);
+    SELECT (SELECT gate_limit FROM jobs WHERE gate = g AND held ORDER BY task_id DESC LIMIT 1)
+         - taskd_gate_places(g, NULL) INTO free;
+    IF free > 0 THEN
+        UPDATE jobs SET held = false WHERE task_id IN (
+            SELECT task_id FROM jobs WHERE gate = g AND held ORDER BY task_id LIMIT free);
+    END IF;
+END $$;
+
+CREATE FUNCTION taskd_gate_job_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        IF NOT OLD.held AND OLD.state <> 'waiting' THEN
+            PERFORM taskd_gate_admit(OLD.gate);
+        END IF;
+    ELSIF NOT NEW.held AND OLD.state <> 'waiting' AND NEW.state = 'waiting' THEN
+        PERFORM taskd_gate_admit(NEW.gate);
+    ELSIF NOT NEW.held AND OLD.state = 'waiting' AND NEW.state = 'queued' THEN
+        PERFORM taskd_gate_lock(NEW.gate);
+        IF taskd_gate_places(NEW.gate, NEW.task_id) >= NEW.gate_limit
+           OR EXISTS (SELECT 1 FROM jobs WHERE gate = NEW.gate AND held
+                      AND task_id < NEW.task_id) THEN
+            UPDATE jobs SET held = true, turn = NULL WHERE task_id = NEW.task_id;
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_gate_deleted AFTER DELETE ON jobs
+    FOR EACH ROW WHEN (OLD.gate IS NOT NULL) EXECUTE FUNCTION taskd_gate_job_changed();
+CREATE TRIGGER jobs_gate_state AFTER UPDATE OF state ON jobs
+    FOR EACH ROW WHEN (NEW.gate IS NOT NULL) EXECUTE FUNCTION taskd_gate_job_changed();
+
+CREATE FUNCTION taskd_gate_hold_freed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM taskd_gate_admit(OLD.gate);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER gate_holds_deleted AFTER DELETE ON gate_holds
+    FOR EACH ROW EXECUTE FUNCTION taskd_gate_hold_freed();
+
+CREATE TABLE rate_buckets (
+    bucket     text PRIMARY KEY,
+    tokens     double precision NOT NULL,
+    updated_at bigint NOT NULL,
+    per_ms     double precision NOT NULL,
+    burst      double precision NOT NULL
+);
+CREATE TABLE tool_pauses (
+    tool      text PRIMARY KEY,
+    reason    text NOT NULL,
+    paused_at bigint NOT NULL
+);

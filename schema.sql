@@ -514,3 +514,88 @@ CREATE TABLE task_output_totals (
     kept_bytes INTEGER NOT NULL,
     dropped    INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- migration 15
+-- Flow control (issue 48; the scheme is told at crates/engine/src/flow.rs).
+-- Concurrency keys: a job of a keyed tool carries its gate (the tool and the key's
+-- value), how messages name the key, and the gate's limit. Its *places* are its
+-- admitted jobs (held = 0, queued or running: not those waiting for input) and the
+-- inline calls holding one (gate_holds). A job the gate cannot admit is held (held = 1):
+-- no turn, not due (jobs_due leaves it out), never seen by a claim. The triggers below
+-- admit the oldest held jobs of a gate, as far as its limit allows (the newest held
+-- job's: the configuration in force), whenever a place is
+-- given back: an admitted job's task ends (its job row goes) or waits for input, or an
+-- inline call lets go. An admitted job joins the queue as a retry whose backoff has
+-- passed (turn NULL, due now: sql::turns gives it its turn). A job answered after
+-- waiting for input is held again when its gate is full or an older job of it is held.
+-- Triggers, not the code that ends jobs: no path (a cancel, an expiry, a reclaim) can
+-- forget to hand its place on. Every step OR FAIL (see migration 5).
+ALTER TABLE jobs ADD COLUMN gate TEXT;
+ALTER TABLE jobs ADD COLUMN gate_label TEXT;
+ALTER TABLE jobs ADD COLUMN gate_limit INTEGER;
+ALTER TABLE jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX jobs_gates ON jobs (gate, held, task_id) WHERE gate IS NOT NULL;
+DROP INDEX jobs_due;
+CREATE INDEX jobs_due ON jobs (run_after) WHERE state = 'queued' AND turn IS NULL AND held = 0;
+CREATE TABLE gate_holds (
+    gate       TEXT NOT NULL,
+    holder     TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (gate, holder)
+) WITHOUT ROWID;
+CREATE INDEX gate_holds_expiry ON gate_holds (expires_at);
+CREATE TRIGGER jobs_gate_place_freed AFTER DELETE ON jobs
+    WHEN OLD.gate IS NOT NULL AND OLD.held = 0 AND OLD.state <> 'waiting' BEGIN
+    UPDATE OR FAIL jobs SET held = 0 WHERE task_id IN (
+        SELECT task_id FROM jobs WHERE gate = OLD.gate AND held = 1 ORDER BY task_id
+        LIMIT max(0, coalesce((SELECT gate_limit FROM jobs WHERE gate = OLD.gate AND held = 1
+                               ORDER BY task_id DESC LIMIT 1), 0)
+            - (SELECT count(*) FROM jobs WHERE gate = OLD.gate AND held = 0
+               AND state <> 'waiting')
+            - (SELECT count(*) FROM gate_holds WHERE gate = OLD.gate)));
+END;
+CREATE TRIGGER jobs_gate_place_left AFTER UPDATE OF state ON jobs
+    WHEN NEW.gate IS NOT NULL AND NEW.held = 0 AND OLD.state <> 'waiting'
+        AND NEW.state = 'waiting' BEGIN
+    UPDATE OR FAIL jobs SET held = 0 WHERE task_id IN (
+        SELECT task_id FROM jobs WHERE gate = NEW.gate AND held = 1 ORDER BY task_id
+        LIMIT max(0, coalesce((SELECT gate_limit FROM jobs WHERE gate = NEW.gate AND held = 1
+                               ORDER BY task_id DESC LIMIT 1), 0)
+            - (SELECT count(*) FROM jobs WHERE gate = NEW.gate AND held = 0
+               AND state <> 'waiting')
+            - (SELECT count(*) FROM gate_holds WHERE gate = NEW.gate)));
+END;
+CREATE TRIGGER gate_holds_place_freed AFTER DELETE ON gate_holds BEGIN
+    UPDATE OR FAIL jobs SET held = 0 WHERE task_id IN (
+        SELECT task_id FROM jobs WHERE gate = OLD.gate AND held = 1 ORDER BY task_id
+        LIMIT max(0, coalesce((SELECT gate_limit FROM jobs WHERE gate = OLD.gate AND held = 1
+                               ORDER BY task_id DESC LIMIT 1), 0)
+            - (SELECT count(*) FROM jobs WHERE gate = OLD.gate AND held = 0
+               AND state <> 'waiting')
+            - (SELECT count(*) FROM gate_holds WHERE gate = OLD.gate)));
+END;
+CREATE TRIGGER jobs_gate_rejoined AFTER UPDATE OF state ON jobs
+    WHEN NEW.gate IS NOT NULL AND NEW.held = 0 AND OLD.state = 'waiting'
+        AND NEW.state = 'queued'
+        AND ((SELECT count(*) FROM jobs WHERE gate = NEW.gate AND held = 0
+              AND state <> 'waiting' AND task_id <> NEW.task_id)
+             + (SELECT count(*) FROM gate_holds WHERE gate = NEW.gate) >= NEW.gate_limit
+            OR EXISTS (SELECT 1 FROM jobs WHERE gate = NEW.gate AND held = 1
+                       AND task_id < NEW.task_id)) BEGIN
+    UPDATE OR FAIL jobs SET held = 1, turn = NULL WHERE task_id = NEW.task_id;
+END;
+-- Rates: one token bucket per rate-limited tool (or tool and key), with the rate it
+-- was last used under (so that tasks/get can say when the next token comes).
+CREATE TABLE rate_buckets (
+    bucket     TEXT PRIMARY KEY,
+    tokens     REAL NOT NULL,
+    updated_at INTEGER NOT NULL,
+    per_ms     REAL NOT NULL,
+    burst      REAL NOT NULL
+) WITHOUT ROWID;
+-- Paused tools: claims pass their queued jobs over.
+CREATE TABLE tool_pauses (
+    tool      TEXT PRIMARY KEY,
+    reason    TEXT NOT NULL,
+    paused_at INTEGER NOT NULL
+) WITHOUT ROWID;

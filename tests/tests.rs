@@ -16,6 +16,7 @@
 //! - [`fair_workers`]: a tool at its `max_concurrency` never starves the others;
 //! - [`fair_share`]: one identity neither locks out nor starves the others (turns,
 //!   priorities);
+//! - [`flow_control`]: concurrency keys, rate limits and paused tools;
 //! - [`task_input`]: tasks that ask for input, and `tasks/update`;
 //! - [`task_output`]: what a task's tool prints, kept with the task and read back;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
@@ -57,6 +58,7 @@ mod demo_tools;
 mod durable_tasks;
 mod fair_share;
 mod fair_workers;
+mod flow_control;
 mod fuzz;
 mod hardening;
 mod layout;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
 
+use super::flow::{Gate, Pause, RateLimit};
 use super::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
@@ -83,6 +84,15 @@ pub trait Claimant: Send {
     /// rolled back, and runs again (a write that failed among others sharing its
     /// savepoint runs again alone). Their slots and registrations are free again.
     fn give_back(&mut self);
+    /// The rate limit a start of this claimed job draws a token from, if its tool has
+    /// one (asked before [`Claimant::take`]; see [`crate::flow`]).
+    fn rate_limit(&self, _claim: &Claim) -> Option<RateLimit> {
+        None
+    }
+    /// The bucket of `tool` (a tool-wide rate) is empty until `until` (Unix ms, the
+    /// store's clock): the claimant passes the tool over until then
+    /// ([`Claimant::saturated`]).
+    fn rate_exhausted(&mut self, _tool: &str, _until: i64) {}
 }
 
 /// Which ready jobs to claim, and who takes each before the claim commits.
@@ -196,6 +206,23 @@ pub trait TaskStore: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// Lines of a task's output. Not authorized: the caller found the task first.
     fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError>;
+    /// Pauses `tool` (see [`crate::flow`]): claims pass its queued jobs over until it is
+    /// resumed, on every node. `false` when it was paused already (the reason is
+    /// replaced).
+    fn pause_tool(&self, tool: &str, reason: &str) -> Result<bool, StoreError>;
+    /// Resumes `tool`; `false` when it was not paused.
+    fn resume_tool(&self, tool: &str) -> Result<bool, StoreError>;
+    /// The paused tools, by name.
+    fn paused_tools(&self) -> Result<Vec<Pause>, StoreError>;
+    /// An inline call of a keyed tool takes a place of `gate` for at most `hold_ms`
+    /// (then it lapses, should the call's process die) when the gate admits it: fewer
+    /// than its limit taken, and no task of the gate held. `false`: try again later.
+    fn hold_gate(&self, gate: &Gate, holder: &str, hold_ms: i64) -> Result<bool, StoreError>;
+    /// The inline call gives its place back; the gate's oldest held task may go.
+    fn release_gate(&self, gate: &str, holder: &str) -> Result<(), StoreError>;
+    /// An inline start of a rate-limited tool takes a token: `Err(until)` (Unix ms, the
+    /// store's clock) when the bucket is empty.
+    fn take_token(&self, limit: &RateLimit) -> Result<Result<(), i64>, StoreError>;
     /// A fenced write of the tool's own state by a running attempt, kept for the
     /// attempts that follow (what an upstream call became, so that a restart follows it
     /// instead of calling again). Clients never see it.

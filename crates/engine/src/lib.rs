@@ -44,6 +44,7 @@
 
 pub mod backend;
 pub mod config;
+pub mod flow;
 pub mod ids;
 pub mod model;
 pub mod output;
@@ -56,5 +57,5 @@ pub mod workers;
 
 pub use backend::{StoreError, TaskStore};
 pub use model::{Origin, Stats};
-pub use service::{RerunError, Submission, TaskService};
+pub use service::{InlinePlace, NoPlace, RerunError, Submission, TaskService};
 pub use settings::{EngineSettings, QuotaCounter, SettingsSource};

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::flow::{Gate, Waiting};
 use taskd_protocol::input::response_matches;
 use taskd_protocol::Identity;
 use taskd_protocol::{code, RpcError, TaskStatus, TraceContext};
@@ -83,6 +84,9 @@ pub struct TaskRow {
     pub version: i64,
     /// The trace context the task was created in (see [`NewTask::trace`]).
     pub trace: Option<TraceContext>,
+    /// Why its queued job is not running, where `tasks/get` reads it (else `None`).
+    /// Boxed: rarely there, and every task row would carry its room.
+    pub waiting: Option<Box<Waiting>>,
 }
 
 /// How far one job moves its identity along the queue at weight 1 (see [`NewTask::stride`]).
@@ -130,6 +134,8 @@ pub struct NewTask {
     /// How far each job of this identity moves it along the queue: [`TURN`] divided by
     /// its weight (see [`NewTask::stride`]).
     pub stride: i64,
+    /// Its gate, when its tool has a concurrency key (see [`crate::flow`]).
+    pub gate: Option<Gate>,
 }
 
 impl NewTask {
@@ -159,6 +165,7 @@ impl NewTask {
             input_requests: None,
             version: 1,
             trace: self.trace.clone(),
+            waiting: None,
         }
     }
 }
@@ -264,6 +271,8 @@ pub struct Claim {
     pub tool_state: Option<String>,
     /// The task's stored trace context.
     pub trace: Option<TraceContext>,
+    /// The job's gate's id, when its tool has a concurrency key.
+    pub gate: Option<String>,
 }
 
 #[cfg(any(test, feature = "test-support"))]
@@ -283,6 +292,7 @@ impl Claim {
             input_responses: "{}".into(),
             tool_state: None,
             trace: None,
+            gate: None,
         }
     }
 }

@@ -133,6 +133,7 @@ mod tests {
             input_requests: None,
             version: 1,
             trace: None,
+            waiting: None,
         };
         let read =
             Admitted::after_sizing(&gate, Some(2 * UNGATED_BYTES), || Ok::<_, ()>(Some(row)));

@@ -8,7 +8,11 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 use serde_json::{json, Map, Value};
 
+mod flow;
+
+pub use self::flow::{InlinePlace, NoPlace};
 use super::backend::{StoreError, TaskStore};
+use super::flow::{Gate, Waiting};
 use super::model::{
     arguments_digest, CancelEffect, Created, KeyConflict, NewTask, Origin, Stats, TaskRow,
     UpdateEffect, ORIGIN_VERSION,
@@ -60,6 +64,8 @@ pub struct TaskService {
     live_tasks: LiveTaskEstimates,
     /// Counts the creations refused by a quota.
     quotas: Arc<dyn QuotaCounter>,
+    /// The paused tools as last read (see [`flow`]).
+    pauses: flow::PauseCache,
 }
 
 /// Seconds a client over its quota of tasks not yet terminal is asked to wait: tasks
@@ -149,6 +155,7 @@ impl TaskService {
             pacer: Pacer::default(),
             live_tasks: LiveTaskEstimates::default(),
             quotas,
+            pauses: flow::PauseCache::default(),
         }
     }
 
@@ -185,7 +192,10 @@ impl TaskService {
             .then(|| arguments_digest(arguments));
         let key = idempotency_key.clone();
         let task = match self.new_task(identity, tool, origin, responses, idempotency_key, digest) {
-            Ok(task) => task,
+            Ok(task) => NewTask {
+                gate: Gate::of(&tool.spec.name, &tool.spec.flow, arguments),
+                ..task
+            },
             Err(error) => return Later::ready(Err(error)),
         };
         // The creation's span, from here to the commit: every later span of the task
@@ -318,6 +328,7 @@ impl TaskService {
             trace: None,
             priority: i64::from(tool.spec.priority) + i64::from(share.priority),
             stride: NewTask::stride(share.weight),
+            gate: None,
         })
     }
 
@@ -677,6 +688,10 @@ impl TaskService {
         let tool = tools
             .get(&source.tool)
             .ok_or_else(|| RerunError::ToolGone(source.tool.clone()))?;
+        // A stored origin that no longer reads has no key: the rerun takes none.
+        let gate = serde_json::from_slice::<Origin>(&source.origin)
+            .ok()
+            .and_then(|origin| Gate::of(&tool.spec.name, &tool.spec.flow, &origin.arguments));
         let task = self
             .new_task(
                 &source.identity,
@@ -687,6 +702,7 @@ impl TaskService {
                 None,
             )
             .map_err(|error| RerunError::Refused(error.to_json().to_string()))?;
+        let task = NewTask { gate, ..task };
         let (sender, created) = crossbeam_channel::bounded(1);
         self.store.create(task).then(move |row| {
             let _ = sender.send(row);
@@ -722,7 +738,10 @@ fn task_fields(task: &TaskRow) -> Value {
         "ttlMs": task.ttl_ms,
         "pollIntervalMs": task.poll_interval_ms,
     });
-    if let Some(message) = &task.status_message {
+    // A queued task says why it waits (a pause, its key, its rate) rather than what
+    // its last attempt said.
+    let waiting = task.waiting.as_deref().map(Waiting::message);
+    if let Some(message) = waiting.as_ref().or(task.status_message.as_ref()) {
         fields["statusMessage"] = json!(message);
     }
     fields

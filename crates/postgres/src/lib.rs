@@ -72,12 +72,13 @@ use self::groups::{failed_together, Groups};
 use self::leader::Leader;
 use self::listener::Listener;
 use self::notifier::Notifier;
-use self::sql::{admin, attempts, client, create, output, sessions, upkeep};
+use self::sql::{admin, attempts, client, create, flow, output, sessions, upkeep};
 use self::statements::{Db, Tx};
 use taskd_base::clock::now_ms;
 use taskd_base::later::Later;
 use taskd_engine::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
 use taskd_engine::config::StoreConfig;
+use taskd_engine::flow::{Gate, Pause, RateLimit};
 use taskd_engine::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
@@ -581,8 +582,9 @@ fn node_id(data_dir: &Path) -> Result<String, OpenError> {
 impl TaskStore for Store {
     fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
         // Answered on the caller's thread, after commit. Creations without a key share
-        // transactions (see [`creations`]); one with a key runs alone.
-        if task.idempotency_key.is_some() {
+        // transactions (see [`creations`]); one with a key, or a gate (whose lock it
+        // holds to its commit), runs alone.
+        if task.idempotency_key.is_some() || task.gate.is_some() {
             return Later::ready(self.queueing(|tx| create::create_task(tx, &task)));
         }
         Later::ready(
@@ -695,6 +697,32 @@ impl TaskStore for Store {
         self.read(|conn| output::read(conn, task_id, read))
     }
 
+    fn pause_tool(&self, tool: &str, reason: &str) -> Result<bool, StoreError> {
+        self.transaction(|tx| flow::pause(tx, tool, reason))
+    }
+
+    fn resume_tool(&self, tool: &str) -> Result<bool, StoreError> {
+        // Other nodes' idle workers may take its queued jobs now.
+        self.queueing(|tx| flow::resume(tx, tool))
+    }
+
+    fn paused_tools(&self) -> Result<Vec<Pause>, StoreError> {
+        self.read(flow::paused)
+    }
+
+    fn hold_gate(&self, gate: &Gate, holder: &str, hold_ms: i64) -> Result<bool, StoreError> {
+        self.transaction(|tx| flow::hold(tx, gate, holder, hold_ms))
+    }
+
+    fn release_gate(&self, gate: &str, holder: &str) -> Result<(), StoreError> {
+        // The job it admits may run on any node.
+        self.queueing(|tx| flow::release(tx, gate, holder))
+    }
+
+    fn take_token(&self, limit: &RateLimit) -> Result<Result<(), i64>, StoreError> {
+        self.transaction(|tx| flow::take_token(tx, limit))
+    }
+
     /// [`Reclaim::Orphaned`]: the leases claimed by this node's earlier runs, and the
     /// expired ones; never another node's live lease, nor this run's.
     fn reclaim_leases(
@@ -711,7 +739,13 @@ impl TaskStore for Store {
     }
 
     fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError> {
-        self.transaction(|tx| upkeep::delete_expired(tx, limit))
+        // The same pass lets lapsed inline holds of gates go, and admits held jobs a
+        // gate has places for.
+        self.transaction(|tx| {
+            let expired = upkeep::delete_expired(tx, limit)?;
+            flow::upkeep(tx, limit)?;
+            Ok(expired)
+        })
     }
 
     fn outbox_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, String)>, StoreError> {

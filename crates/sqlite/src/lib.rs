@@ -126,11 +126,12 @@ use self::connection::{
     configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
 use self::health::{Health, Problem};
-use self::sql::{admin, attempts, client, output, sessions, upkeep};
+use self::sql::{admin, attempts, client, flow, output, sessions, upkeep};
 use taskd_base::clock::now_ms;
 use taskd_base::later::Later;
 use taskd_engine::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
 use taskd_engine::config::{Checkpoints, StoreConfig};
+use taskd_engine::flow::{Gate, Pause, RateLimit};
 use taskd_engine::ids;
 use taskd_engine::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
@@ -515,6 +516,36 @@ impl TaskStore for Store {
         output::read(&conn, task_id, read).map_err(classify)
     }
 
+    fn pause_tool(&self, tool: &str, reason: &str) -> Result<bool, StoreError> {
+        let (tool, reason) = (tool.to_owned(), reason.to_owned());
+        self.write(move |conn| flow::pause(conn, &tool, &reason, now_ms()))
+    }
+
+    fn resume_tool(&self, tool: &str) -> Result<bool, StoreError> {
+        let tool = tool.to_owned();
+        self.write(move |conn| flow::resume(conn, &tool))
+    }
+
+    fn paused_tools(&self) -> Result<Vec<Pause>, StoreError> {
+        let conn = self.read()?;
+        flow::paused(&conn).map_err(classify)
+    }
+
+    fn hold_gate(&self, gate: &Gate, holder: &str, hold_ms: i64) -> Result<bool, StoreError> {
+        let (gate, holder) = (gate.clone(), holder.to_owned());
+        self.write(move |conn| flow::hold(conn, &gate, &holder, now_ms() + hold_ms))
+    }
+
+    fn release_gate(&self, gate: &str, holder: &str) -> Result<(), StoreError> {
+        let (gate, holder) = (gate.to_owned(), holder.to_owned());
+        self.write(move |conn| flow::release(conn, &gate, &holder))
+    }
+
+    fn take_token(&self, limit: &RateLimit) -> Result<Result<(), i64>, StoreError> {
+        let limit = limit.clone();
+        self.write(move |conn| flow::take_token(conn, &limit, now_ms()))
+    }
+
     fn reclaim_leases(
         &self,
         leases: Reclaim,
@@ -547,10 +578,13 @@ impl TaskStore for Store {
 
     fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError> {
         // The same pass forgets the queue places of identities without jobs (they only
-        // cost a row each, so once per upkeep pass is plenty).
+        // cost a row each, so once per upkeep pass is plenty), lets lapsed inline holds
+        // of gates go, and admits held jobs a gate has places for.
         self.write(move |conn| {
-            let expired = upkeep::delete_expired(conn, now_ms(), limit)?;
+            let now = now_ms();
+            let expired = upkeep::delete_expired(conn, now, limit)?;
             upkeep::prune_identity_queue(conn)?;
+            flow::upkeep(conn, now, limit)?;
             Ok(expired)
         })
     }

@@ -109,7 +109,7 @@ mod tests {
     use crate::sql;
     use taskd_protocol::TaskStatus;
 
-    const LATEST: u32 = 14;
+    const LATEST: u32 = 15;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -168,7 +168,11 @@ mod tests {
     }
 
     /// Columns added after version 1 (checked by the test of their migration).
-    const ADDED: [(&str, &str); 8] = [
+    const ADDED: [(&str, &str); 12] = [
+        ("jobs", "gate"),
+        ("jobs", "gate_label"),
+        ("jobs", "gate_limit"),
+        ("jobs", "held"),
         ("jobs", "tool"),
         ("tasks", "arguments_digest"),
         ("tasks", "issuer"),
@@ -510,7 +514,7 @@ mod tests {
         assert!(last.contains("PRIMARY KEY"), "{last}");
         let due = plan(
             "SELECT task_id FROM jobs WHERE state = 'queued' AND turn IS NULL \
-             AND run_after <= ?1 ORDER BY run_after LIMIT ?2",
+             AND held = 0 AND run_after <= ?1 ORDER BY run_after LIMIT ?2",
         );
         assert!(due.contains("jobs_due"), "{due}");
     }

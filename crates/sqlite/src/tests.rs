@@ -42,6 +42,7 @@ pub(crate) fn task_at(id: &str, now: i64) -> NewTask {
         trace: None,
         priority: 0,
         stride: NewTask::stride(1),
+        gate: None,
     }
 }
 

@@ -15,6 +15,7 @@
 
 pub mod catalog;
 pub mod command;
+pub mod flow;
 pub mod panics;
 mod registry;
 pub mod schema;
@@ -149,6 +150,8 @@ pub struct ToolSpec {
     /// identity's priority is added): a quick interactive tool is not stuck behind a
     /// batch tool's backlog. Identities take turns within a priority.
     pub priority: i32,
+    /// Concurrency by key, the rate limit, what a pause does (issue 48).
+    pub flow: flow::FlowControl,
 }
 
 impl ToolSpec {
@@ -169,6 +172,7 @@ impl ToolSpec {
             inline_wait: None,
             scopes: Vec::new(),
             priority: 0,
+            flow: flow::FlowControl::default(),
         }
     }
 

@@ -12,6 +12,7 @@ use thiserror::Error;
 
 use taskd_tools::command::spawn::Launch;
 use taskd_tools::command::{check_env, resolve_program, DeclarationError};
+use taskd_tools::flow::{FlowConfig, OnPause};
 use taskd_tools::{TaskPolicy, MAX_INLINE_WAIT_MS};
 
 /// Default `startup_timeout_ms`: `npx` fetching a package on a cold cache takes a while.
@@ -94,6 +95,13 @@ pub struct ToolSettings {
     /// Bytes of a task's captured output kept (its status and log messages);
     /// `output.max_bytes_per_task` by default, `0` keeps none.
     pub output_max_bytes: Option<u64>,
+    /// Flow control, as for `[[tools]]` ([`taskd_tools::flow`]).
+    pub concurrency_key: Option<String>,
+    pub max_concurrency_per_key: Option<u32>,
+    pub rate: Option<String>,
+    pub rate_burst: Option<u32>,
+    pub rate_per_key: Option<bool>,
+    pub on_pause: Option<OnPause>,
 }
 
 impl ToolSettings {
@@ -109,6 +117,29 @@ impl ToolSettings {
             priority: self.priority.or(fallback.priority),
             scopes: self.scopes.clone().or_else(|| fallback.scopes.clone()),
             output_max_bytes: self.output_max_bytes.or(fallback.output_max_bytes),
+            concurrency_key: self
+                .concurrency_key
+                .clone()
+                .or_else(|| fallback.concurrency_key.clone()),
+            max_concurrency_per_key: self
+                .max_concurrency_per_key
+                .or(fallback.max_concurrency_per_key),
+            rate: self.rate.clone().or_else(|| fallback.rate.clone()),
+            rate_burst: self.rate_burst.or(fallback.rate_burst),
+            rate_per_key: self.rate_per_key.or(fallback.rate_per_key),
+            on_pause: self.on_pause.or(fallback.on_pause),
+        }
+    }
+
+    /// The flow-control keys of these settings.
+    pub fn flow(&self) -> FlowConfig {
+        FlowConfig {
+            concurrency_key: self.concurrency_key.clone(),
+            max_concurrency_per_key: self.max_concurrency_per_key,
+            rate: self.rate.clone(),
+            rate_burst: self.rate_burst,
+            rate_per_key: self.rate_per_key,
+            on_pause: self.on_pause,
         }
     }
 }
@@ -436,6 +467,12 @@ fn check_settings(key: &str, settings: &ToolSettings) -> Result<(), UpstreamErro
         return Err(UpstreamError::ToolEntry {
             key: key.to_owned(),
             detail: format!("scopes: \"{scope}\" is not a scope"),
+        });
+    }
+    if let Err(error) = settings.flow().build() {
+        return Err(UpstreamError::ToolEntry {
+            key: key.to_owned(),
+            detail: error.to_string(),
         });
     }
     Ok(())

@@ -526,6 +526,8 @@ fn tool_spec(upstream: &Upstream, listed: &Value) -> Option<(ToolSpec, bool)> {
             .inline_wait_ms
             .filter(|_| task_policy != TaskPolicy::Inline)
             .map(Duration::from_millis),
+        // Checked with the configuration (`config::check_settings`).
+        flow: settings.flow().build().unwrap_or_default(),
         scopes: settings.scopes.unwrap_or_default(),
         priority: settings.priority.unwrap_or(0),
     };

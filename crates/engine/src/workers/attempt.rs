@@ -64,6 +64,7 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
     let claim_next = !shared.stopping.load(Ordering::Acquire);
     let (next, registered) = registering(
         &shared.inflight,
+        &shared.rate_waits,
         shared.settings.current().tools(),
         1,
         shared.lease_ms,

@@ -10,7 +10,9 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::{ClaimRequest, Claimant};
+use crate::flow::RateLimit;
 use crate::model::Claim;
+use taskd_base::clock::now_ms;
 use taskd_tools::slots::Slot;
 use taskd_tools::Registry;
 
@@ -182,13 +184,57 @@ impl Registered {
 /// arriving in between was recorded but never reached the attempt.)
 struct Registering {
     inflight: Arc<Inflight>,
+    rate_waits: Arc<RateWaits>,
     tools: Arc<Registry>,
     registered: Registered,
 }
 
+/// The tools whose rate's bucket a claim found empty, each until its next token (the
+/// store's clock): claims pass them over till then, and the dispatcher wakes then.
+#[derive(Default)]
+pub struct RateWaits(Mutex<HashMap<String, i64>>);
+
+impl RateWaits {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The tools still waiting at `now`.
+    fn waiting(&self, now: i64) -> Vec<String> {
+        let mut waits = self.lock();
+        waits.retain(|_, until| *until > now);
+        waits.keys().cloned().collect()
+    }
+
+    fn wait(&self, tool: &str, until: i64) {
+        self.lock().insert(tool.to_owned(), until);
+    }
+
+    /// How long until the first waiting tool's next token, if any waits.
+    pub(super) fn next_token_in(&self, now: i64) -> Option<Duration> {
+        let mut waits = self.lock();
+        waits.retain(|_, until| *until > now);
+        let first = waits.values().copied().min()?;
+        Some(Duration::from_millis(
+            u64::try_from(first - now).unwrap_or(0),
+        ))
+    }
+}
+
 impl Claimant for Registering {
     fn saturated(&self) -> Vec<String> {
-        self.tools.saturated()
+        let mut passed_over = self.tools.saturated();
+        passed_over.extend(self.rate_waits.waiting(now_ms()));
+        passed_over
+    }
+
+    fn rate_limit(&self, claim: &Claim) -> Option<RateLimit> {
+        let tool = self.tools.get(&claim.tool)?;
+        RateLimit::of(&claim.tool, &tool.spec.flow, claim.gate.as_deref())
+    }
+
+    fn rate_exhausted(&mut self, tool: &str, until: i64) {
+        self.rate_waits.wait(tool, until);
     }
 
     fn take(&mut self, claim: &Claim) -> bool {
@@ -220,6 +266,7 @@ impl Claimant for Registering {
 /// they never run.
 pub(super) fn registering(
     inflight: &Arc<Inflight>,
+    rate_waits: &Arc<RateWaits>,
     tools: &Arc<Registry>,
     limit: usize,
     lease_ms: i64,
@@ -227,6 +274,7 @@ pub(super) fn registering(
     let registered = Registered::default();
     let claimant = Registering {
         inflight: Arc::clone(inflight),
+        rate_waits: Arc::clone(rate_waits),
         tools: Arc::clone(tools),
         registered: registered.clone(),
     };
@@ -257,8 +305,9 @@ mod tests {
             .register(ToolSpec::new("free", "unbounded", schema), Arc::new(run))
             .unwrap();
         let (tools, inflight) = (Arc::new(tools), Arc::new(Inflight::default()));
+        let waits = Arc::new(RateWaits::default());
 
-        let (mut request, registered) = registering(&inflight, &tools, 4, 1000);
+        let (mut request, registered) = registering(&inflight, &waits, &tools, 4, 1000);
         assert!(request.claimant.saturated().is_empty());
         assert!(request.claimant.take(&Claim::of("a", "limited")));
         assert_eq!(request.claimant.saturated(), vec!["limited".to_owned()]);
@@ -278,7 +327,7 @@ mod tests {
         assert!(tools.saturated().is_empty());
 
         // A run that ends frees its slot, even while its control is still held.
-        let (mut request, _) = registering(&inflight, &tools, 1, 1000);
+        let (mut request, _) = registering(&inflight, &waits, &tools, 1, 1000);
         assert!(request.claimant.take(&Claim::of("e", "limited")));
         let control = inflight.get("e", "e-token").unwrap();
         assert_eq!(tools.saturated(), vec!["limited".to_owned()]);

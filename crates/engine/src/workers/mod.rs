@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use self::inflight::RateWaits;
 pub use self::inflight::{AttemptControl, Inflight, Stop};
 use crate::backend::TaskStore;
 use crate::config::WorkerConfig;
@@ -62,6 +63,8 @@ struct Shared {
     /// The tools in force: an attempt runs the definition it was claimed under.
     settings: Arc<dyn SettingsSource>,
     inflight: Arc<Inflight>,
+    /// Tools whose rate passed them over, until their next token.
+    rate_waits: Arc<RateWaits>,
     idle: AtomicUsize,
     stopping: Arc<AtomicBool>,
     wake: Sender<()>,
@@ -85,6 +88,7 @@ impl WorkerPool {
             observer,
             settings,
             inflight: Arc::clone(&inflight),
+            rate_waits: Arc::new(RateWaits::default()),
             idle: AtomicUsize::new(config.threads),
             stopping: Arc::clone(&stopping),
             wake: wake.clone(),
@@ -183,6 +187,7 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
         if idle > 0 {
             let (request, registered) = inflight::registering(
                 &shared.inflight,
+                &shared.rate_waits,
                 shared.settings.current().tools(),
                 idle,
                 shared.lease_ms,
@@ -206,14 +211,19 @@ fn dispatch(shared: &Shared, jobs: Sender<Claim>, woken: Receiver<()>) {
         }
         drop(working);
         if claimed == 0 || claimed == idle {
+            // A tool passed over for its rate is claimed again at its next token.
+            let wait = shared
+                .rate_waits
+                .next_token_in(taskd_base::clock::now_ms())
+                .map_or(POLL, |next| next.min(POLL));
             match &queued {
                 Some(queued) => crossbeam_channel::select! {
                     recv(woken) -> _ => {}
                     recv(queued) -> _ => {}
-                    default(POLL) => {}
+                    default(wait) => {}
                 },
                 None => {
-                    let _ = woken.recv_timeout(POLL);
+                    let _ = woken.recv_timeout(wait);
                 }
             }
         }

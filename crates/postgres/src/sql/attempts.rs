@@ -10,7 +10,7 @@ use postgres::{GenericClient, Row};
 use super::super::statements::{Db, Tx};
 use serde_json::{Map, Value};
 
-use super::{append_outbox, set_terminal, set_terminals, Ending, Failure};
+use super::{append_outbox, flow, set_terminal, set_terminals, Ending, Failure};
 use taskd_base::clock::now_ms;
 use taskd_engine::backend::Claimant;
 use taskd_engine::model::{Claim, Finish, Lease};
@@ -30,7 +30,7 @@ use taskd_protocol::TaskStatus;
 /// no row is changed twice.
 const CLAIM_BATCH: &str = "WITH due AS ( \
        SELECT task_id, owner, priority, stride, run_after FROM jobs \
-       WHERE state = 'queued' AND turn IS NULL AND run_after <= taskd_now_ms() \
+       WHERE state = 'queued' AND turn IS NULL AND NOT held AND run_after <= taskd_now_ms() \
        ORDER BY run_after LIMIT 64 FOR UPDATE SKIP LOCKED), \
      ranked AS ( \
        SELECT task_id, taskd_turn(owner, priority, stride) + (row_number() OVER \
@@ -50,7 +50,7 @@ const CLAIM_BATCH: &str = "WITH due AS ( \
      RETURNING jobs.task_id, jobs.lease_token, jobs.attempt, \
        jobs.deadline - taskd_now_ms(), taskd_now_ms() - jobs.run_after, jobs.priority, \
        jobs.turn, tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state, \
-       tasks.trace_context, jobs.owner";
+       tasks.trace_context, jobs.owner, jobs.gate";
 
 /// Most claim statements per claim: a round whose jobs the claimant partly refuses
 /// (its tool filled up meanwhile) is followed by one that passes over that tool.
@@ -67,7 +67,8 @@ pub fn claim(
     claimant: &mut dyn Claimant,
 ) -> Result<Vec<Claim>, Failure> {
     let mut claims = Vec::new();
-    let mut refused_tools: Vec<String> = Vec::new();
+    // Paused tools, and tools refused in this claim (no slot, or no rate token).
+    let mut refused_tools: Vec<String> = flow::paused_names(tx)?;
     for _ in 0..CLAIM_ROUNDS {
         let wanted = limit - claims.len();
         if wanted == 0 {
@@ -92,12 +93,32 @@ pub fn claim(
         // RETURNING keeps no order: the claimant takes them in turn.
         batch.sort_by(|(a, first), (b, second)| a.cmp(b).then(first.task_id.cmp(&second.task_id)));
         let mut refused: Vec<String> = Vec::new();
+        // Jobs whose key's bucket is empty, with when its next token comes.
+        let mut deferred: Vec<(String, i64)> = Vec::new();
         let mut started: Vec<(String, i64)> = Vec::new();
         for (_, claim) in batch {
-            if refused_tools.contains(&claim.tool) || !claimant.take(&claim) {
-                if !refused_tools.contains(&claim.tool) {
-                    refused_tools.push(claim.tool.clone());
+            if refused_tools.contains(&claim.tool) {
+                refused.push(claim.task_id);
+                continue;
+            }
+            let rate = claimant.rate_limit(&claim);
+            if let Some(rate) = &rate {
+                if let Err(until) = flow::take_token(tx, rate)? {
+                    if rate.per_key {
+                        deferred.push((claim.task_id, until));
+                    } else {
+                        claimant.rate_exhausted(&claim.tool, until);
+                        refused_tools.push(claim.tool.clone());
+                        refused.push(claim.task_id);
+                    }
+                    continue;
                 }
+            }
+            if !claimant.take(&claim) {
+                if let Some(rate) = &rate {
+                    flow::give_token_back(tx, rate)?;
+                }
+                refused_tools.push(claim.tool.clone());
                 refused.push(claim.task_id);
                 continue;
             }
@@ -112,17 +133,30 @@ pub fn claim(
                 &[&refused],
             )?;
         }
+        let put_back = refused.len() + deferred.len();
+        if !deferred.is_empty() {
+            // They wait as a retry waits for its backoff: no turn until the token.
+            let (ids, untils): (Vec<String>, Vec<i64>) = deferred.into_iter().unzip();
+            tx.execute(
+                "UPDATE jobs SET state = 'queued', attempt = jobs.attempt - 1, \
+                 lease_token = NULL, lease_node = NULL, lease_expires = NULL, \
+                 deadline = NULL, turn = NULL, run_after = d.until \
+                 FROM unnest($1::text[], $2::bigint[]) AS d(id, until) \
+                 WHERE jobs.task_id = d.id",
+                &[&ids, &untils],
+            )?;
+        }
         if !started.is_empty() {
             let (ids, numbers): (Vec<String>, Vec<i64>) = started.into_iter().unzip();
             tx.execute(
                 "INSERT INTO attempts (task_id, attempt, started_at) \
-                 SELECT id, n, taskd_now_ms() FROM unnest($1::text[], $2::bigint[]) AS a(id, n) \
+                 SELECT id, n, taskd_clock_ms() FROM unnest($1::text[], $2::bigint[]) AS a(id, n) \
                  ON CONFLICT (task_id, attempt) DO UPDATE \
                  SET started_at = excluded.started_at, ended_at = NULL, outcome = NULL",
                 &[&ids, &numbers],
             )?;
         }
-        if got < wanted || refused.is_empty() {
+        if got < wanted || put_back == 0 {
             break;
         }
     }
@@ -150,6 +184,7 @@ fn claimed_job(row: &Row) -> Result<((std::cmp::Reverse<i64>, i64), Claim), Fail
             tool_state: row.try_get(10)?,
             trace: super::trace_column(row, 11)?,
             owner: row.try_get(12)?,
+            gate: row.try_get(13)?,
         },
     ))
 }
@@ -269,7 +304,7 @@ fn end_attempt(
     outcome: &Finish,
 ) -> Result<(), Failure> {
     tx.execute(
-        "UPDATE attempts SET ended_at = taskd_now_ms(), outcome = $3 \
+        "UPDATE attempts SET ended_at = taskd_clock_ms(), outcome = $3 \
          WHERE task_id = $1 AND attempt = $2",
         &[&task_id, &job.attempt, &outcome.label()],
     )?;

@@ -7,6 +7,7 @@ use postgres::GenericClient;
 use super::super::statements::{Db, Tx};
 use serde_json::{Map, Value};
 
+use super::flow::{waiting_at, waiting_columns, waiting_joins};
 use super::{append_outbox, set_terminal, task_row, Ending, Failure};
 use taskd_base::clock::now_ms;
 use taskd_engine::model::InputRound;
@@ -44,7 +45,13 @@ pub fn find_authorized(
             &identity.issuer,
         ],
     )?;
-    row.as_ref().map(task_row).transpose()
+    let Some(mut task) = row.as_ref().map(task_row).transpose()? else {
+        return Ok(None);
+    };
+    if task.status == TaskStatus::Working {
+        task.waiting = super::flow::waiting(conn, &task.id)?.map(Box::new);
+    }
+    Ok(Some(task))
 }
 
 /// [`find_authorized`], locking the row until the transaction ends.
@@ -114,18 +121,24 @@ pub fn find_sized_authorized(
     small_bytes: usize,
 ) -> Result<Option<(usize, Option<TaskRow>)>, Failure> {
     let small = i64::try_from(small_bytes).unwrap_or(i64::MAX);
+    // Why a queued job waits comes in the same round trip (see `flow::waiting`).
     let row = conn.query_opt(
         concat!(
-            "SELECT id, tool, status, status_message, created_at, updated_at, ttl_ms, \
-             poll_interval_ms, CASE WHEN size <= $6 THEN result END, \
-             CASE WHEN size <= $6 THEN error END, \
-             CASE WHEN size <= $6 THEN input_requests END, version, trace_context, size \
-             FROM (SELECT tasks.*, (coalesce(octet_length(result), 0) \
+            "SELECT sized.id, sized.tool, sized.status, sized.status_message, \
+             sized.created_at, sized.updated_at, sized.ttl_ms, sized.poll_interval_ms, \
+             CASE WHEN size <= $6 THEN sized.result END, \
+             CASE WHEN size <= $6 THEN sized.error END, \
+             CASE WHEN size <= $6 THEN sized.input_requests END, sized.version, \
+             sized.trace_context, size, ",
+            waiting_columns!(),
+            " FROM (SELECT tasks.*, (coalesce(octet_length(result), 0) \
              + coalesce(octet_length(error), 0) \
              + coalesce(octet_length(input_requests), 0))::bigint AS size \
              FROM tasks WHERE ",
             authorized!(),
-            ") AS sized"
+            ") AS sized LEFT JOIN jobs ON jobs.task_id = sized.id \
+             AND jobs.state = 'queued' AND sized.status = 'working'",
+            waiting_joins!()
         ),
         &[
             &task_id,
@@ -142,7 +155,9 @@ pub fn find_sized_authorized(
     let size: i64 = row.try_get(13)?;
     let bytes = usize::try_from(size).unwrap_or(usize::MAX);
     let task = if size <= small {
-        Some(task_row(&row)?)
+        let mut task = task_row(&row)?;
+        task.waiting = waiting_at(&row, 14)?.map(Box::new);
+        Some(task)
     } else {
         None
     };

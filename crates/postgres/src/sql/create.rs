@@ -3,11 +3,11 @@
 
 use super::super::statements::Tx;
 
-use super::{append_outbox, task_row_at, Failure};
+use super::{append_outbox, flow, task_row_at, Failure};
 use taskd_engine::model::{arguments_digest, Created, KeyConflict, NewTask, Origin};
 use taskd_protocol::TraceContext;
 
-/// Creates tasks without an idempotency key, their jobs and their outbox rows, in ONE
+/// Creates tasks without an idempotency key or a gate, their jobs and their outbox rows, in ONE
 /// statement however many there are: the group commit of concurrent creations
 /// ([`super::super::creations`]) runs one of these per transaction. The foreign key of
 /// each job is checked at the end of the statement, when its task row is there.
@@ -76,7 +76,8 @@ pub fn create_tasks(tx: &mut Tx<'_, '_>, tasks: &[&NewTask]) -> Result<(), Failu
     Ok(())
 }
 
-/// Creates the task, its job and its outbox row. With an idempotency key, a live task
+/// Creates the task, its job (admitted or held by its gate, if it has one) and its
+/// outbox row. With an idempotency key, a live task
 /// of the same identity that holds the key answers instead: itself when it has the same
 /// tool and arguments, a [`KeyConflict`] otherwise (nothing is stored either way).
 ///
@@ -137,10 +138,18 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
             &stored_trace(task),
         ],
     )?;
+    // A keyed task's job is admitted by its gate, or held (no turn) until a place
+    // frees: counted under the gate's lock, held until this commits (see `flow`).
+    let held = match &task.gate {
+        Some(gate) => !flow::admits(tx, gate)?,
+        None => false,
+    };
+    let gate = task.gate.as_ref();
     tx.execute(
         "INSERT INTO jobs (task_id, tool, state, max_attempts, backoff_ms, timeout_ms, \
-         run_after, owner, priority, stride, turn) VALUES ($1, $2, 'queued', $3, $4, $5, \
-         taskd_now_ms(), $6, $7, $8, taskd_turn($6, $7, $8))",
+         run_after, owner, priority, stride, turn, gate, gate_label, gate_limit, held) \
+         VALUES ($1, $2, 'queued', $3, $4, $5, taskd_now_ms(), $6, $7, $8, \
+         CASE WHEN $12 THEN NULL ELSE taskd_turn($6, $7, $8) END, $9, $10, $11, $12)",
         &[
             &task.id,
             &task.tool,
@@ -150,6 +159,10 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
             &task.identity.key(),
             &task.priority,
             &task.stride,
+            &gate.map(|gate| gate.id.as_str()),
+            &gate.map(|gate| gate.label.as_str()),
+            &gate.map(|gate| gate.limit),
+            &held,
         ],
     )?;
     append_outbox(tx, &task.id)?;

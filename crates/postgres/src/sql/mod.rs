@@ -27,6 +27,7 @@ pub mod admin;
 pub mod attempts;
 pub mod client;
 pub mod create;
+pub mod flow;
 pub mod output;
 pub mod sessions;
 pub mod upkeep;
@@ -72,6 +73,7 @@ fn task_row_at(row: &Row, first: usize) -> Result<TaskRow, Failure> {
         input_requests: row.try_get(first + 10)?,
         version: row.try_get(first + 11)?,
         trace: trace_column(row, first + 12)?,
+        waiting: None,
     })
 }
 
@@ -114,7 +116,7 @@ fn set_terminals(
                 "WITH ending AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], \
                  $4::text[], $5::bigint[]) AS e(task_id, new_status, new_result, new_error, \
                  attempt)), \
-                 attempt_ended AS (UPDATE attempts SET ended_at = taskd_now_ms(), \
+                 attempt_ended AS (UPDATE attempts SET ended_at = taskd_clock_ms(), \
                  outcome = ending.new_status FROM ending \
                  WHERE attempts.task_id = ending.task_id AND attempts.attempt = ending.attempt), \
                  ended AS (UPDATE tasks SET status = ending.new_status, \

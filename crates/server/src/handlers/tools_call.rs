@@ -11,9 +11,11 @@ use super::request_state::Binding;
 use super::tasks::tasks_required;
 use super::{complete, input_responses, object_param, Emitter, Reply, Request, Service};
 use taskd_base::liveness;
+use taskd_engine::flow::Pause;
 use taskd_engine::output::{log_lines, OutputRules, OutputTail};
-use taskd_engine::Submission;
+use taskd_engine::{NoPlace, Submission};
 use taskd_protocol::{LogLevel, RpcError, TraceContext, META_IDEMPOTENCY_KEY};
+use taskd_tools::flow::OnPause;
 use taskd_tools::panics::run_tool;
 use taskd_tools::{Admission, Invocation, InvocationHost, Outcome, OutputStream, TaskPolicy};
 
@@ -61,6 +63,13 @@ impl Service {
             TaskPolicy::Required if capabilities.tasks() || bridged => true,
             TaskPolicy::Required => return Err(tasks_required()),
         };
+        // A paused tool's calls wait in its queue as tasks; what cannot wait there (an
+        // inline run, or any call of a tool that says so) is told it is paused.
+        if let Some(pause) = self.tasks.pause_of(name)? {
+            if !as_task || tool.spec.flow.on_pause == OnPause::Refuse {
+                return Ok(Reply::Result(complete(paused(name, &pause))));
+            }
+        }
         if let Some(required) = &tool.spec.required_capabilities {
             let missing: Map<String, Value> = required
                 .iter()
@@ -130,6 +139,25 @@ impl Service {
             },
             _ => None,
         };
+        // An inline run takes its key's place and a token of its rate, as a task's
+        // attempt does, waiting for them up to the tool's timeout.
+        let _place = if as_task {
+            None
+        } else {
+            match self.tasks.enter_inline(&tool, &arguments, timeout) {
+                Ok(place) => Some(place),
+                Err(NoPlace::Store(error)) => {
+                    log::error!("tool {}: flow control: {error}", tool.spec.name);
+                    return Err(RpcError::internal());
+                }
+                Err(why) => {
+                    return Ok(Reply::Result(complete(taskd_tools::error_result(format!(
+                        "The tool did not run: {why} for {} ms. Try again later.",
+                        timeout.as_millis()
+                    )))))
+                }
+            }
+        };
         // Inline tools run here; task tools only decide here whether the task can be
         // created yet (an MRTR exchange may come first).
         let admission = run_tool(|| {
@@ -192,6 +220,19 @@ impl Service {
         };
         answer.map(Reply::Result)
     }
+}
+
+/// The answer to a call of a paused tool that cannot wait in its queue.
+fn paused(name: &str, pause: &Pause) -> Value {
+    let why = if pause.reason.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", pause.reason)
+    };
+    taskd_tools::error_result(format!(
+        "The tool {name} is paused{why}: nothing was started. Try again once an operator \
+         resumes it."
+    ))
 }
 
 /// The idempotency key of a task submission: `_meta["dev.mcp-taskd/idempotencyKey"]`,

@@ -7,8 +7,8 @@
 //!
 //! `data_dir/admin.sock`, a Unix stream socket of mode 0600 owned by the server's user.
 //! One request per connection: a JSON object on one line (at most [`MAX_REQUEST`]
-//! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "output" | "stats" | "backup" |
-//! "reload", …}`. The
+//! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "output" | "pause" | "resume" |
+//! "tools" | "stats" | "backup" | "reload", …}`. The
 //! answer is zero or more `{"progress": [done, total]}` lines, then exactly one line
 //! `{"result": …}` or `{"error": "…"}`; then the server closes the connection.
 //!
@@ -32,10 +32,12 @@ use serde_json::{json, Value};
 use super::reload::Reloader;
 use crate::metrics::Metrics;
 use taskd_base::clock::rfc3339;
+use taskd_engine::flow::Pause;
 use taskd_engine::model::{CancelEffect, Origin, StatsDetail, TaskDetail, TaskFilter, TaskSummary};
 use taskd_engine::output::{OutputPage, OutputRead};
 use taskd_engine::{TaskService, TaskStore};
 use taskd_protocol::TaskStatus;
+use taskd_tools::flow::{FlowControl, OnPause};
 
 mod peer_user;
 
@@ -81,6 +83,17 @@ pub enum Request {
         attempt: Option<i64>,
         limit: usize,
     },
+    /// Pauses a tool on every node ([`taskd_engine::flow`]).
+    Pause {
+        tool: String,
+        #[serde(default)]
+        reason: String,
+    },
+    Resume {
+        tool: String,
+    },
+    /// The tools served, with their flow control and pauses.
+    Tools,
     Stats,
     /// Copies the store into a new file in the data dir (the staging file); the answer
     /// names it. The CLI moves it where the operator asked: the server's user may not
@@ -100,6 +113,9 @@ impl Request {
             Request::Cancel { .. } => "cancel",
             Request::Rerun { .. } => "rerun",
             Request::Output { .. } => "output",
+            Request::Pause { .. } => "pause",
+            Request::Resume { .. } => "resume",
+            Request::Tools => "tools",
             Request::Stats => "stats",
             Request::Backup => "backup",
             Request::Reload => "reload",
@@ -199,6 +215,22 @@ impl Admin {
                     .ok_or_else(|| format!("no task {id}"))?;
                 Ok(output_json(status, &page))
             }
+            Request::Pause { tool, reason } => {
+                self.check_served(&tool)?;
+                let newly = self.tasks.pause_tool(&tool, &reason).map_err(store_error)?;
+                Ok(json!({"tool": tool, "paused": true, "already": !newly}))
+            }
+            Request::Resume { tool } => {
+                let was = self.tasks.resume_tool(&tool).map_err(store_error)?;
+                if !was {
+                    return Err(format!("tool {tool} is not paused"));
+                }
+                Ok(json!({"tool": tool, "paused": false}))
+            }
+            Request::Tools => {
+                let pauses = self.tasks.paused_tools().map_err(store_error)?;
+                Ok(tools_json(&self.tasks.served_tools(), &pauses))
+            }
             Request::Stats => {
                 let stats = self.store.stats_detail().map_err(store_error)?;
                 let workers = self.worker_threads.map(
@@ -233,6 +265,58 @@ impl Admin {
             }
         }
     }
+}
+
+impl Admin {
+    /// An operator's pause must name a tool the server serves (a typo would pause
+    /// nothing). Without a server, upstream servers' tools are not known: any name goes.
+    fn check_served(&self, tool: &str) -> Result<(), String> {
+        let served = self.tasks.served_tools();
+        if self.worker_threads.is_none() || served.iter().any(|(name, _)| name == tool) {
+            return Ok(());
+        }
+        Err(format!(
+            "no tool {tool} is served (mcp-taskd tools list shows those that are)"
+        ))
+    }
+}
+
+/// `tools list`: each tool served, its flow control and its pause; then paused names
+/// the configuration no longer serves.
+fn tools_json(served: &[(String, FlowControl)], pauses: &[Pause]) -> Value {
+    let pause_of = |name: &str| pauses.iter().find(|pause| pause.tool == name);
+    let mut tools: Vec<Value> = served
+        .iter()
+        .map(|(name, flow)| {
+            let pause = pause_of(name);
+            json!({
+                "name": name,
+                "paused": pause.is_some(),
+                "pauseReason": pause.map(|pause| pause.reason.clone()),
+                "pausedAt": pause.map(|pause| rfc3339(pause.since)),
+                "concurrencyKey": flow.key.is_some(),
+                "maxConcurrencyPerKey": flow.key.as_ref().map(|_| flow.max_per_key),
+                "rate": flow.rate.map(|rate| rate.describe()),
+                "ratePerKey": flow.rate_per_key,
+                "onPause": match flow.on_pause {
+                    OnPause::Queue => "queue",
+                    OnPause::Refuse => "refuse",
+                },
+            })
+        })
+        .collect();
+    for pause in pauses {
+        if !served.iter().any(|(name, _)| *name == pause.tool) {
+            tools.push(json!({
+                "name": pause.tool,
+                "served": false,
+                "paused": true,
+                "pauseReason": pause.reason,
+                "pausedAt": rfc3339(pause.since),
+            }));
+        }
+    }
+    Value::Array(tools)
 }
 
 /// A listed task as operators and scripts see it (no contents).

@@ -1,11 +1,16 @@
 // Over 600 lines: one short function per operator command, over one shared path.
-//! The operator commands on the client side: `tasks list|show|cancel|rerun|logs`, `stats`,
+//! The operator commands on the client side: `tasks list|show|cancel|rerun|logs`,
+//! `tools list|pause|resume` ([`tools`]), `stats`,
 //! `backup` and `restore`. Each one asks the running server through its admin socket,
 //! or, when the data-dir lock says no server runs, opens the database itself and
 //! answers the same request the same way ([`super::admin::Admin::handle`]).
 //!
 //! Output: a readable table or layout by default, JSON (lines, for lists) with
 //! `--json`. Task contents are printed only by `tasks show --payload`.
+
+mod tools;
+
+pub use self::tools::{tools, ToolsCommand};
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
-use super::{append_outbox, set_terminal, turns};
+use super::{append_outbox, flow, set_terminal, turns};
 use taskd_engine::backend::Claimant;
 use taskd_engine::model::{Claim, Finish};
 use taskd_protocol::TaskStatus;
@@ -20,7 +20,7 @@ macro_rules! claim_columns {
     () => {
         "jobs.task_id, jobs.attempt + 1, ?1 + jobs.timeout_ms, ?1 - jobs.run_after, \
          tasks.tool, tasks.origin, tasks.input_responses, tasks.tool_state, \
-         tasks.trace_context, jobs.owner"
+         tasks.trace_context, jobs.owner, jobs.gate"
     };
 }
 
@@ -85,7 +85,8 @@ pub fn claim(
 ) -> rusqlite::Result<Vec<Claim>> {
     turns::give_due(conn, now)?;
     let mut claims = Vec::new();
-    let mut refused: Vec<String> = Vec::new();
+    // Paused tools, and tools refused in this claim (no slot, or no rate token).
+    let mut refused: Vec<String> = flow::paused_names(conn)?;
     while claims.len() < limit {
         let mut passed_over = claimant.saturated();
         passed_over.extend(refused.iter().cloned());
@@ -101,7 +102,27 @@ pub fn claim(
         let Some(claim) = found else {
             break;
         };
+        let rate = claimant.rate_limit(&claim);
+        if let Some(rate) = &rate {
+            if let Err(until) = flow::take_token(conn, rate, now)? {
+                if rate.per_key {
+                    // Its key's bucket is empty: the job waits as a retry waits for
+                    // its backoff, and the tool's other keys go on.
+                    conn.prepare_cached(
+                        "UPDATE OR FAIL jobs SET turn = NULL, run_after = ?2 WHERE task_id = ?1",
+                    )?
+                    .execute(params![claim.task_id, until])?;
+                } else {
+                    claimant.rate_exhausted(&claim.tool, until);
+                    refused.push(claim.tool);
+                }
+                continue;
+            }
+        }
         if !claimant.take(&claim) {
+            if let Some(rate) = &rate {
+                flow::give_token_back(conn, rate)?;
+            }
             refused.push(claim.tool);
             continue;
         }
@@ -137,6 +158,7 @@ fn ready_job(
         tool_state: row.get(7)?,
         trace: super::trace_column(row, 8)?,
         owner: row.get(9)?,
+        gate: row.get(10)?,
         token: token(),
     })
 }

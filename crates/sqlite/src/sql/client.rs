@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use super::turns::Turns;
 use super::{append_outbox, set_terminal, task_row};
+use taskd_engine::flow::{Bucket, Waiting};
 use taskd_engine::ids;
 use taskd_engine::model::InputRound;
 use taskd_engine::model::{CancelEffect, TaskRow, UpdateEffect};
@@ -63,7 +64,56 @@ pub fn find_authorized(
         authorized_params(identity, &task_id, &ids::row_key(task_id), &now),
         task_row,
     )
+    .optional()?
+    .map(|mut task| {
+        if task.status == TaskStatus::Working {
+            task.waiting = waiting(conn, &task.id, now)?.map(Box::new);
+        }
+        Ok(task)
+    })
+    .transpose()
+}
+
+/// Why a working task's job waits in the queue, if it does (see
+/// `taskd_engine::flow::Waiting`): one read of its job, its tool's pause and its
+/// buckets.
+fn waiting(conn: &Connection, task_id: &str, now: i64) -> rusqlite::Result<Option<Waiting>> {
+    let bucket = |row: &rusqlite::Row<'_>, first: usize| -> rusqlite::Result<Option<Bucket>> {
+        let tokens: Option<f64> = row.get(first)?;
+        Ok(match tokens {
+            None => None,
+            Some(tokens) => Some(Bucket {
+                tokens,
+                updated_at: row.get(first + 1)?,
+                per_ms: row.get(first + 2)?,
+                burst: row.get(first + 3)?,
+            }),
+        })
+    };
+    conn.prepare_cached(
+        "SELECT tool_pauses.reason, jobs.held, jobs.gate_label, jobs.gate_limit, \
+           tb.tokens, tb.updated_at, tb.per_ms, tb.burst, \
+           kb.tokens, kb.updated_at, kb.per_ms, kb.burst \
+         FROM jobs LEFT JOIN tool_pauses ON tool_pauses.tool = jobs.tool \
+         LEFT JOIN rate_buckets AS tb ON tb.bucket = jobs.tool \
+         LEFT JOIN rate_buckets AS kb ON kb.bucket = jobs.gate \
+         WHERE jobs.task_id = ?1 AND jobs.state = 'queued'",
+    )?
+    .query_row([task_id], |row| {
+        let held: bool = row.get(1)?;
+        let gate = if held {
+            Some((
+                row.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                row.get::<_, Option<i64>>(3)?.unwrap_or(1),
+            ))
+        } else {
+            None
+        };
+        let bucket = bucket(row, 8)?.or(bucket(row, 4)?);
+        Ok(Waiting::of(row.get(0)?, gate, bucket, now))
+    })
     .optional()
+    .map(Option::flatten)
 }
 
 /// Up to `limit` unexpired tasks bound to `identity` after the task id `after`, in id

@@ -3,6 +3,7 @@
 
 use rusqlite::{params, params_from_iter, Connection, ToSql};
 
+use super::flow::Admissions;
 use super::task_row_at;
 use super::turns::Turns;
 use taskd_engine::ids;
@@ -23,8 +24,9 @@ const TASK_INSERT: &str = "INSERT OR FAIL INTO tasks (rowid, id, endpoint, issue
 const TASK_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, 'working', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 /// The columns of a new `jobs` row, and the values of one row ([`job_values`]).
 const JOB_INSERT: &str = "INSERT OR FAIL INTO jobs (task_id, state, max_attempts, backoff_ms, \
-     timeout_ms, run_after, tool, owner, priority, stride, turn) VALUES ";
-const JOB_ROW: &str = "(?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+     timeout_ms, run_after, tool, owner, priority, stride, turn, gate, gate_label, \
+     gate_limit, held) VALUES ";
+const JOB_ROW: &str = "(?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 const OUTBOX_INSERT: &str = "INSERT OR FAIL INTO outbox (task_id, created_at) VALUES ";
 const OUTBOX_ROW: &str = "(?, ?)";
 
@@ -53,8 +55,17 @@ fn task_values<'t>(
     ]
 }
 
-/// The values of a job row; `queued` is its owner's key and its turn.
-fn job_values<'t>(task: &'t NewTask, queued: &'t (String, i64)) -> [&'t dyn ToSql; 10] {
+/// Where a new job joins the queue: its owner's key, and its turn (`None`: it is held
+/// by its gate, see [`Admissions`]).
+struct Queued {
+    owner: String,
+    turn: Option<i64>,
+    held: bool,
+}
+
+/// The values of a job row.
+fn job_values<'t>(task: &'t NewTask, queued: &'t Queued) -> [&'t dyn ToSql; 14] {
+    let gate = task.gate.as_ref();
     [
         &task.id,
         &task.max_attempts,
@@ -62,27 +73,49 @@ fn job_values<'t>(task: &'t NewTask, queued: &'t (String, i64)) -> [&'t dyn ToSq
         &task.timeout_ms,
         &task.now,
         &task.tool,
-        &queued.0,
+        &queued.owner,
         &task.priority,
         &task.stride,
-        &queued.1,
+        &queued.turn,
+        gate.map(|gate| &gate.id as &dyn ToSql).unwrap_or(&NULL),
+        gate.map(|gate| &gate.label as &dyn ToSql).unwrap_or(&NULL),
+        gate.map(|gate| &gate.limit as &dyn ToSql).unwrap_or(&NULL),
+        &queued.held,
     ]
 }
+
+/// A SQL NULL, for the gate columns of a job without a gate.
+const NULL: rusqlite::types::Null = rusqlite::types::Null;
 
 /// The `trace_context` column of a new task.
 fn stored_trace(task: &NewTask) -> Option<String> {
     task.trace.as_ref().map(TraceContext::to_stored)
 }
 
-/// Each task's owner key and the turn its job takes (see [`Turns`]), in order.
-fn turns_of(conn: &Connection, tasks: &[NewTask]) -> rusqlite::Result<Vec<(String, i64)>> {
+/// Where each task's job joins the queue, in order: the turn it takes (see [`Turns`]),
+/// unless its gate holds it (see [`Admissions`]).
+fn turns_of(conn: &Connection, tasks: &[NewTask]) -> rusqlite::Result<Vec<Queued>> {
     let mut turns = Turns::default();
+    let mut admissions = Admissions::default();
     tasks
         .iter()
         .map(|task| {
             let owner = task.identity.key();
+            if let Some(gate) = &task.gate {
+                if !admissions.admits(conn, gate)? {
+                    return Ok(Queued {
+                        owner,
+                        turn: None,
+                        held: true,
+                    });
+                }
+            }
             let turn = turns.take(conn, &owner, task.priority, task.stride)?;
-            Ok((owner, turn))
+            Ok(Queued {
+                owner,
+                turn: Some(turn),
+                held: false,
+            })
         })
         .collect()
 }
@@ -145,7 +178,7 @@ fn insert_chunk(
     conn: &Connection,
     sql: &[String; 3],
     chunk: &[NewTask],
-    turns: &[(String, i64)],
+    turns: &[Queued],
 ) -> rusqlite::Result<()> {
     let derived: Vec<_> = chunk
         .iter()

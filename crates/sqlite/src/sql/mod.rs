@@ -21,6 +21,7 @@ pub mod admin;
 pub mod attempts;
 pub mod client;
 pub mod create;
+pub mod flow;
 pub mod output;
 pub mod sessions;
 pub mod turns;
@@ -70,6 +71,7 @@ fn task_row_at(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<TaskRo
         input_requests: row.get(first + 10)?,
         version: row.get(first + 11)?,
         trace: trace_column(row, first + 12)?,
+        waiting: None,
     })
 }
 

@@ -63,7 +63,7 @@ impl Turns {
 /// take its value into account), and a re-prepare on every claim cost 11% of the
 /// writer's time draining a backlog.
 const DUE: &str = "SELECT task_id, owner, priority, stride FROM jobs \
-     WHERE state = 'queued' AND turn IS NULL AND run_after <= ?1 \
+     WHERE state = 'queued' AND turn IS NULL AND held = 0 AND run_after <= ?1 \
      ORDER BY run_after LIMIT 64";
 
 /// Gives their turns to up to 64 jobs whose `run_after` has passed while they

@@ -69,6 +69,33 @@ pub struct CommandToolConfig {
     /// OAuth scopes an access token needs to call the tool (and to reach its tasks).
     #[serde(default)]
     pub scopes: Vec<String>,
+    /// Runs with the same value here exclude each other (a JSON pointer into the
+    /// arguments, or a template of pointers): see [`crate::flow`].
+    pub concurrency_key: Option<String>,
+    /// Runs of one key's value at once (1 by default).
+    pub max_concurrency_per_key: Option<u32>,
+    /// How fast runs may start (`"6/min"`).
+    pub rate: Option<String>,
+    /// Starts the rate's bucket holds (1 by default: evenly spaced).
+    pub rate_burst: Option<u32>,
+    /// Each key's value has a rate of its own.
+    pub rate_per_key: Option<bool>,
+    /// What a paused tool does with new calls: `"queue"` (default) or `"refuse"`.
+    pub on_pause: Option<crate::flow::OnPause>,
+}
+
+impl CommandToolConfig {
+    /// The flow-control keys of this table.
+    pub fn flow(&self) -> crate::flow::FlowConfig {
+        crate::flow::FlowConfig {
+            concurrency_key: self.concurrency_key.clone(),
+            max_concurrency_per_key: self.max_concurrency_per_key,
+            rate: self.rate.clone(),
+            rate_burst: self.rate_burst,
+            rate_per_key: self.rate_per_key,
+            on_pause: self.on_pause,
+        }
+    }
 }
 
 fn default_task_policy() -> TaskPolicy {
@@ -78,6 +105,10 @@ fn default_task_policy() -> TaskPolicy {
 /// What is wrong with a declaration; the message names the field, the caller the tool.
 #[derive(Debug, Error)]
 pub enum DeclarationError {
+    #[error(transparent)]
+    Flow(#[from] crate::flow::FlowError),
+    #[error("concurrency_key: argument \"{argument}\" is not a property of input_schema")]
+    KeyUndeclared { argument: String },
     #[error("{field}: not valid JSON: {source}")]
     NotJson {
         field: &'static str,
@@ -237,6 +268,15 @@ impl CommandTool {
             });
         }
 
+        let flow = config.flow().build()?;
+        if let (Some(key), Some(properties)) = (
+            &flow.key,
+            input_schema.get("properties").and_then(Value::as_object),
+        ) {
+            if let Some(argument) = key.arguments().find(|name| !properties.contains_key(name)) {
+                return Err(DeclarationError::KeyUndeclared { argument });
+            }
+        }
         let spec = ToolSpec {
             name: config.name.clone(),
             title: config.title.clone(),
@@ -259,6 +299,7 @@ impl CommandTool {
             inline_wait: config.inline_wait_ms.map(Duration::from_millis),
             scopes: config.scopes.clone(),
             priority: config.priority,
+            flow,
         };
         let launch = Launch::new(&program, args, &working_dir, &env, MARKER);
         Ok(CommandTool {
