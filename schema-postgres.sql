@@ -525,3 +525,89 @@ CREATE TABLE tool_pauses (
     reason    text NOT NULL,
     paused_at bigint NOT NULL
 );
+
+-- migration 11
+-- Webhooks (issue 49), as schema.sql's migration 16: the routes the configured webhooks
+-- want, and one pending delivery per matching webhook inserted in the transaction of
+-- the task's change, by statement triggers that read the statement's transition tables
+-- (as the counting triggers do) and stop at once while there are no routes. Deliveries
+-- of one task are ordered by `seq`: two changes of one task lock its row in turn, so
+-- the later change's deliveries take later values of the sequence and commit after.
+-- A node claims due deliveries with FOR UPDATE SKIP LOCKED and leases them by moving
+-- `next_at` past the delivery's time and naming itself in `holder`, so each delivery
+-- is made by one node at a time; a lease that lapses (the node died) makes it due
+-- again for any node.
+CREATE TABLE webhook_routes (
+    event     text NOT NULL,
+    webhook   text NOT NULL,
+    tool      text NOT NULL,
+    tenant    text NOT NULL,
+    principal text NOT NULL,
+    PRIMARY KEY (event, webhook, tool, tenant, principal)
+);
+CREATE TABLE webhook_deliveries (
+    seq         bigserial PRIMARY KEY,
+    webhook     text NOT NULL,
+    id          text NOT NULL,
+    task_id     text NOT NULL,
+    event       text NOT NULL,
+    tool        text NOT NULL,
+    status      text NOT NULL,
+    at_ms       bigint NOT NULL,
+    since       bigint NOT NULL,
+    state       text NOT NULL DEFAULT 'pending',
+    attempts    bigint NOT NULL DEFAULT 0,
+    next_at     bigint NOT NULL DEFAULT 0,             -- database clock
+    holder      text,
+    done_at     bigint,                                -- database clock
+    last_status integer,
+    last_error  text
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (webhook, next_at, seq)
+    WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_by_task ON webhook_deliveries (webhook, task_id, seq)
+    WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_done ON webhook_deliveries (done_at) WHERE state <> 'pending';
+
+CREATE FUNCTION taskd_webhook_inserted_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM webhook_routes) THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT m.webhook, 'msg_' || replace(gen_random_uuid()::text, '-', ''), m.id, m.event,
+               m.tool, m.status, m.updated_at, m.updated_at
+        FROM (SELECT DISTINCT r.webhook, i.id, e.n, e.event, i.tool, i.status, i.updated_at
+              FROM inserted i
+              CROSS JOIN LATERAL (VALUES (1, 'task.created'), (2, 'task.' || i.status))
+                  AS e (n, event)
+              JOIN webhook_routes r ON r.event = e.event AND r.tool IN ('*', i.tool)
+                  AND r.tenant IN ('*', i.tenant) AND r.principal IN ('*', i.principal)
+              WHERE e.n = 1 OR i.status <> 'working') AS m
+        ORDER BY m.id, m.n;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER tasks_webhook_inserts AFTER INSERT ON tasks
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION taskd_webhook_inserted_tasks();
+
+CREATE FUNCTION taskd_webhook_updated_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM webhook_routes) THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT m.webhook, 'msg_' || replace(gen_random_uuid()::text, '-', ''), m.id, m.event,
+               m.tool, m.status, m.updated_at, m.updated_at
+        FROM (SELECT DISTINCT r.webhook, n.id, 'task.' || n.status AS event, n.tool, n.status,
+                     n.updated_at
+              FROM old_rows o JOIN new_rows n ON n.id = o.id
+              JOIN webhook_routes r ON r.event = 'task.' || n.status AND r.tool IN ('*', n.tool)
+                  AND r.tenant IN ('*', n.tenant) AND r.principal IN ('*', n.principal)
+              WHERE n.status <> o.status AND n.status <> 'working') AS m
+        ORDER BY m.id;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER tasks_webhook_updates AFTER UPDATE ON tasks
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION taskd_webhook_updated_tasks();

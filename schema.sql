@@ -599,3 +599,74 @@ CREATE TABLE tool_pauses (
     reason    TEXT NOT NULL,
     paused_at INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- migration 16
+-- Webhooks (issue 49; crates/engine/src/webhooks.rs, crates/webhooks/). webhook_routes
+-- holds what the configured webhooks want (written at start-up and by reloads; '*'
+-- matches any tool, tenant or principal). The triggers below insert, in the
+-- transaction of the task's change, one pending delivery per webhook a route of which
+-- matches it: `task.created` at the insert (and the task's status event, should it be
+-- inserted in another status), `task.<status>` when the status becomes completed,
+-- failed, cancelled or input_required. Without routes they stop at the EXISTS. A
+-- delivery is pending until delivered or given up (dead), and a pending one is due
+-- once `next_at` has passed: 0 at first, then the time of its next retry. `id` is the
+-- `webhook-id` header, the same on every attempt. Deliveries of one webhook and task go
+-- out in `seq` order, one at a time (webhook_deliveries_by_task). Every step OR FAIL
+-- (see migration 5).
+CREATE TABLE webhook_routes (
+    event     TEXT NOT NULL,
+    webhook   TEXT NOT NULL,
+    tool      TEXT NOT NULL,
+    tenant    TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    PRIMARY KEY (event, webhook, tool, tenant, principal)
+) WITHOUT ROWID;
+CREATE TABLE webhook_deliveries (
+    seq         INTEGER PRIMARY KEY,
+    webhook     TEXT NOT NULL,
+    id          TEXT NOT NULL,
+    task_id     TEXT NOT NULL,
+    event       TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    at_ms       INTEGER NOT NULL,
+    since       INTEGER NOT NULL,
+    state       TEXT NOT NULL DEFAULT 'pending',
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    next_at     INTEGER NOT NULL DEFAULT 0,
+    holder      TEXT,
+    done_at     INTEGER,
+    last_status INTEGER,
+    last_error  TEXT
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (webhook, next_at, seq)
+    WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_by_task ON webhook_deliveries (webhook, task_id, seq)
+    WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_done ON webhook_deliveries (done_at) WHERE state <> 'pending';
+CREATE TRIGGER tasks_webhook_created AFTER INSERT ON tasks
+    WHEN EXISTS (SELECT 1 FROM webhook_routes) BEGIN
+    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT webhook, 'msg_' || lower(hex(randomblob(16))), NEW.id, event, NEW.tool,
+               NEW.status, NEW.updated_at, NEW.updated_at
+        FROM webhook_routes WHERE event = 'task.created' AND tool IN ('*', NEW.tool)
+            AND tenant IN ('*', NEW.tenant) AND principal IN ('*', NEW.principal)
+        GROUP BY webhook;
+    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT webhook, 'msg_' || lower(hex(randomblob(16))), NEW.id, event, NEW.tool,
+               NEW.status, NEW.updated_at, NEW.updated_at
+        FROM webhook_routes WHERE NEW.status <> 'working' AND event = 'task.' || NEW.status
+            AND tool IN ('*', NEW.tool) AND tenant IN ('*', NEW.tenant)
+            AND principal IN ('*', NEW.principal)
+        GROUP BY webhook;
+END;
+CREATE TRIGGER tasks_webhook_status AFTER UPDATE OF status ON tasks
+    WHEN OLD.status IS NOT NEW.status AND NEW.status <> 'working'
+        AND EXISTS (SELECT 1 FROM webhook_routes) BEGIN
+    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT webhook, 'msg_' || lower(hex(randomblob(16))), NEW.id, event, NEW.tool,
+               NEW.status, NEW.updated_at, NEW.updated_at
+        FROM webhook_routes WHERE event = 'task.' || NEW.status AND tool IN ('*', NEW.tool)
+            AND tenant IN ('*', NEW.tenant) AND principal IN ('*', NEW.principal)
+        GROUP BY webhook;
+END;

@@ -13,6 +13,7 @@
 //! upkeep     outbox relay → notifications; janitor (leases, TTL, outbox, log); recovery
 //! settings   what it reads of the configuration in force, and where it reports
 //! config     the settings it owns: `[store]`, `[workers]`, `[tasks]`
+//! webhooks   WebhookStore: webhook deliveries as the stores keep them (sent by `taskd-webhooks`)
 //! ```
 //!
 //! Dependencies point one way: `model` ← `backend` ← the stores; `service`, `workers`
@@ -53,6 +54,7 @@ mod service;
 pub mod settings;
 pub mod shares;
 pub mod upkeep;
+pub mod webhooks;
 pub mod workers;
 
 pub use backend::{StoreError, TaskStore};

@@ -55,6 +55,7 @@ mod migrations;
 mod notifier;
 mod sql;
 mod statements;
+mod webhooks;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

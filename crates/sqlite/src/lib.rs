@@ -105,6 +105,7 @@ mod integrity;
 mod migrations;
 mod reply;
 mod sql;
+mod webhooks;
 mod writer;
 
 use std::error::Error;
