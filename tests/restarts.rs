@@ -2,12 +2,12 @@
 //! passes (`LISTEN_FDS`, as systemd passes a socket unit's), a server that stops leaves
 //! the connections arriving meanwhile in the kernel's queue for the next process, and
 //! still answers requests on the connections it has open, each with its id and
-//! `Connection: close`.
+//! `Connection: close`. Streams end with their response, so a stop is quick.
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -114,4 +114,155 @@ fn a_draining_server_answers_its_open_connections_with_their_ids_and_closes_them
     let mut rest = Vec::new();
     let _ = stream.read_to_end(&mut rest);
     assert!(rest.is_empty(), "nothing after the last answer: {rest:?}");
+}
+
+/// A 2025-era client's session: `initialize` and `notifications/initialized`, as the
+/// SDKs run them. Returns the session id.
+fn legacy_session(server: &Server) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": {},
+        "clientInfo": {"name": "restart-test", "version": "1.0.0"}}});
+    let opened = legacy_post(server, None, &initialize);
+    assert_eq!(opened.status, 200, "{}", opened.text());
+    let session = opened
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let acknowledged = legacy_post(server, Some(&session), &initialized);
+    assert_eq!(acknowledged.status, 202, "{}", acknowledged.text());
+    session
+}
+
+/// The legacy revision the test's client speaks (as Codex CLI and Gemini CLI do).
+const LEGACY: &str = "2025-06-18";
+
+fn legacy_post(server: &Server, session: Option<&str>, body: &Value) -> HttpResponse {
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", LEGACY),
+    ];
+    headers.extend(session.map(|id| ("Mcp-Session-Id", id)));
+    server.post_raw("/mcp", &headers, body.to_string().as_bytes())
+}
+
+/// The bytes of the session's standalone GET request, on a kept-alive connection as the
+/// hosts' clients send it.
+fn get_stream_request(server: &Server, session: &str) -> Vec<u8> {
+    let headers = [
+        ("Mcp-Session-Id", session),
+        ("MCP-Protocol-Version", LEGACY),
+        ("Accept", "text/event-stream"),
+        ("Connection", "keep-alive"),
+    ];
+    server.raw_request("GET", "/mcp", &headers, b"")
+}
+
+/// Reads the head of a GET stream's response, which must be a chunked `200`; returns it
+/// in lower case.
+fn read_stream_head(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            other => panic!(
+                "the stream's head broke off ({other:?}): {}",
+                String::from_utf8_lossy(&head)
+            ),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    head
+}
+
+/// Reads a GET stream's body up to its last chunk (the end of the response), which must
+/// come before the connection ends or fails.
+fn read_stream_body(stream: &mut TcpStream) -> String {
+    let mut body = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !body.ends_with(b"0\r\n\r\n") {
+        match stream.read(&mut buffer) {
+            Ok(0) => panic!(
+                "the connection ended before the response did: {:?}",
+                String::from_utf8_lossy(&body)
+            ),
+            Ok(n) => body.extend_from_slice(&buffer[..n]),
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => panic!(
+                "the stream broke off ({error}) after {:?}",
+                String::from_utf8_lossy(&body)
+            ),
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[test]
+fn a_stop_ends_a_legacy_get_stream_at_once_and_the_session_goes_on_in_the_next_process() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut first = Server::start_in_with_listener(dir.path(), CONFIG, &listener, &[]);
+    let session = legacy_session(&first);
+    let mut stream = TcpStream::connect(first.addr).expect("connect");
+    stream
+        .write_all(&get_stream_request(&first, &session))
+        .expect("send");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let head = read_stream_head(&mut stream);
+    assert!(!head.contains("connection: close"), "{head}");
+
+    // Codex CLI and Gemini CLI keep such a stream open: the stop must end it (it used to
+    // wait out its 10 s connection drain), with the end of its response.
+    let stopping = Instant::now();
+    first.signal("TERM");
+    read_stream_body(&mut stream);
+    // The client opens it again at once, on the same connection: answered here, as the
+    // connection's last answer, with what it missed and the end.
+    stream
+        .write_all(&get_stream_request(&first, &session))
+        .expect("send");
+    let head = read_stream_head(&mut stream);
+    assert!(head.contains("connection: close"), "{head}");
+    read_stream_body(&mut stream);
+    let mut rest = Vec::new();
+    let ended = stream.read_to_end(&mut rest);
+    assert!(
+        ended.is_ok() && rest.is_empty(),
+        "the connection ended with {ended:?} after {:?}",
+        String::from_utf8_lossy(&rest)
+    );
+    let stopped = poll_until(Duration::from_secs(30), || {
+        (!first.is_running()).then(|| stopping.elapsed())
+    });
+    let took = stopped.expect("the server stopped");
+    assert!(
+        took < Duration::from_secs(3),
+        "a stop with a GET stream open took {took:?}"
+    );
+
+    // Its next try goes to a new connection, which waits in the socket's queue; the
+    // next process, on the same data dir, answers it, and the session serves on.
+    let mut again = TcpStream::connect(first.addr).expect("connect while no server runs");
+    again
+        .write_all(&get_stream_request(&first, &session))
+        .expect("send");
+    again
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let second = Server::start_in_with_listener(dir.path(), CONFIG, &listener, &[]);
+    read_stream_head(&mut again);
+    let ping = legacy_post(
+        &second,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+    );
+    assert_eq!(ping.status, 200, "the session lives on: {}", ping.text());
+    assert_eq!(ping.json()["result"], json!({}), "{}", ping.text());
 }

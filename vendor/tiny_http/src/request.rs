@@ -606,6 +606,13 @@ impl Request {
             .push(header);
     }
 
+    /// mcp-taskd patch: whether the connection ends after this request's answer (the
+    /// server drains), for a caller that writes the response head itself and must say
+    /// `Connection: close` there.
+    pub fn closes_connection(&self) -> bool {
+        self.closes_connection
+    }
+
     /// mcp-taskd patch: the headers of `add_response_header`, for a caller that writes
     /// the response head itself.
     pub fn take_response_headers(&mut self) -> Vec<Header> {

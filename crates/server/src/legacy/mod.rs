@@ -76,7 +76,8 @@ fn session_not_found() -> Response<Body> {
 
 impl Legacy {
     /// Sets up the session table and the relay that copies list-change announcements
-    /// and task status changes onto sessions' GET streams.
+    /// and task status changes onto sessions' GET streams, and ends those streams when
+    /// the hub closes (a graceful stop).
     pub fn start(
         service: Arc<Service>,
         hub: Arc<Hub>,
@@ -107,6 +108,7 @@ impl Legacy {
             .spawn(move || {
                 let keep = sessions.limits().replay_events;
                 let Some(mailbox) = hub.relay() else {
+                    sessions.end_streams();
                     return;
                 };
                 // The mailbox coalesces: a burst never cuts the relay off, and one change
@@ -115,7 +117,14 @@ impl Legacy {
                     let frames = match mailbox.wait(RELAY_WAIT) {
                         Delivery::Frames(frames) => frames,
                         Delivery::Idle => continue,
-                        Delivery::Close | Delivery::Revoked => return,
+                        // The hub closed (the server stops: `Hub::close_all`, which ends
+                        // the listen streams): the GET streams end too, and the sessions
+                        // stay for the next process.
+                        Delivery::Close => {
+                            sessions.end_streams();
+                            return;
+                        }
+                        Delivery::Revoked => return,
                     };
                     for frame in frames {
                         let (message, uri) = match frame {

@@ -299,6 +299,12 @@ impl Session {
         state.followed.iter().map(|(id, _)| id.clone()).collect()
     }
 
+    /// Ends its GET stream, if one is open (gracefully: the stream sees its channel
+    /// close), and nothing else: the session lives on, and so does its event log.
+    fn detach_stream(&self) {
+        self.lock().live = None;
+    }
+
     /// Nothing in flight and no open stream: ending it interrupts nobody.
     fn is_idle(&self) -> bool {
         let state = self.lock();
@@ -350,6 +356,9 @@ pub struct Sessions {
     /// Where sessions opened over HTTP are written (see the module's doc); `None` keeps
     /// them in memory only.
     store: Option<Arc<dyn TaskStore>>,
+    /// Set by [`Sessions::end_streams`] (the server is stopping): a GET stream opened
+    /// from then on ends after its replay.
+    streams_ended: AtomicBool,
 }
 
 struct Entry {
@@ -368,6 +377,7 @@ impl Sessions {
             hub,
             table: Mutex::new(HashMap::new()),
             store,
+            streams_ended: AtomicBool::new(false),
         }
     }
 
@@ -413,6 +423,24 @@ impl Sessions {
         for session in self.all() {
             self.record(&session, false);
         }
+    }
+
+    /// A graceful stop: every open GET stream ends now, with the end of its response,
+    /// and every one opened later ends after its replay. The sessions stay (in the
+    /// table, and in the store for the next process): their clients open their GET
+    /// stream again there, which then replays what they missed.
+    pub fn end_streams(&self) {
+        // Before the sessions are listed: a stream attached after this store finds it
+        // set (see [`Sessions::streams_ended`]); one attached before is detached below.
+        self.streams_ended.store(true, Ordering::SeqCst);
+        for session in self.all() {
+            session.detach_stream();
+        }
+    }
+
+    /// Whether [`Sessions::end_streams`] ran: a GET stream replays and ends.
+    pub fn streams_ended(&self) -> bool {
+        self.streams_ended.load(Ordering::SeqCst)
     }
 
     pub fn limits(&self) -> &SessionLimits {

@@ -175,7 +175,9 @@ impl Emitter for CallSink {
 }
 
 /// Serves a session's standalone GET stream until the session ends, a newer GET
-/// replaces it, or the client goes away. Replays kept events after `last_event_id`.
+/// replaces it, the server stops ([`Sessions::end_streams`]), or the client goes away.
+/// Replays kept events after `last_event_id`. Every end but the client's own finishes
+/// the response (its last chunk), so that the client opens the stream again.
 pub fn run_get_stream(
     request: tiny_http::Request,
     session: &Session,
@@ -188,6 +190,12 @@ pub fn run_get_stream(
     let mut stream = SseWriter::start(request)?;
     for event in replay {
         stream.send_with_id(event.id, &event.message)?;
+    }
+    // Opened while the server stops (the client came back at once on a connection still
+    // open): what it missed, then the end; it opens its next one on the next process.
+    // Checked after attaching, so that a stop between the two detaches this stream.
+    if sessions.streams_ended() {
+        return stream.finish();
     }
     loop {
         match events.recv_timeout(keep_alive) {

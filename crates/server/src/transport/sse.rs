@@ -16,10 +16,16 @@ pub struct SseWriter {
 }
 
 impl SseWriter {
-    /// Writes the `200 text/event-stream` head and takes over the connection.
+    /// Writes the `200 text/event-stream` head and takes over the connection. A request
+    /// read while the server drains is its connection's last: the head says so.
     pub fn start(mut request: tiny_http::Request) -> io::Result<SseWriter> {
         let version = request.http_version();
         let chunked = (version.0, version.1) >= (1, 1);
+        let last = if chunked && request.closes_connection() {
+            "Connection: close\r\n"
+        } else {
+            ""
+        };
         // Headers every answer to this request carries (CORS), written here since this
         // answer writes its own head.
         let extra: String = request
@@ -36,7 +42,7 @@ impl SseWriter {
         write!(
             out,
             "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
-             X-Accel-Buffering: no\r\n{extra}{framing}\r\n\r\n"
+             X-Accel-Buffering: no\r\n{extra}{last}{framing}\r\n\r\n"
         )?;
         out.flush()?;
         Ok(SseWriter {

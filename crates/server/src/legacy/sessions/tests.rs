@@ -178,3 +178,26 @@ fn replay_starts_after_the_last_seen_event() {
     let ids: Vec<u64> = replay.iter().map(|event| event.id).collect();
     assert_eq!(ids, vec![4, 5]);
 }
+
+#[test]
+fn a_stop_ends_every_get_stream_and_keeps_the_sessions_and_their_events() {
+    let sessions = Sessions::new(limits(4, 60_000), hub(), None);
+    let alice = someone("alice");
+    let session = open(&sessions, &alice).unwrap();
+    let (live, events) = crossbeam_channel::bounded(4);
+    session.attach_stream(live, None);
+    session.push_event(serde_json::json!({"n": 1}), 8);
+    assert!(!sessions.streams_ended());
+
+    sessions.end_streams();
+    assert!(sessions.streams_ended(), "a stream opened now ends at once");
+    // The stream reads what was sent, then its channel's end: it finishes its response.
+    assert_eq!(events.recv().map(|event| event.id).ok(), Some(1));
+    assert!(events.recv().is_err(), "the stream's channel ended");
+    // The session goes on, and keeps its events for the stream its client opens next.
+    assert!(sessions.get(&session.id, &alice).is_ok());
+    session.push_event(serde_json::json!({"n": 2}), 8);
+    let (again, _events) = crossbeam_channel::bounded(4);
+    let replay = session.attach_stream(again, Some(1));
+    assert_eq!(replay.iter().map(|event| event.id).collect::<Vec<_>>(), [2]);
+}
