@@ -14,9 +14,13 @@ setups measured in the same run:
 Clients (CLIENTS, default 8, each on one keep-alive connection like an SDK's, and no
 retries: a request that fails is counted): inline `echo` calls, task creations
 (`noop_task`), `tasks/get` of created tasks, and a legacy (2025-11-25) session calling
-`echo`. For each setup: requests, failed requests (by reason), and the latency a
-restart added to the requests it caught (p99 and max, against the median of requests
-that caught none). A client whose request failed waits 50 ms before its next one.
+`echo`. Each legacy session also holds its standalone GET stream open, as Codex CLI and
+Gemini CLI do, and opens it again (with `Last-Event-ID`) as soon as it ends. For each
+setup: requests, failed requests (by reason), the latency a restart added to the
+requests it caught (p99 and max, against the median of requests that caught none), how
+long each stop took (SIGTERM to exit), and how the GET streams ended (with the end of
+their response, or broken off). A client whose request failed waits 50 ms before its
+next one.
 
   RESTARTS=10 GAP=1.0 CLIENTS=8 python3 benches/restart.py target/release/mcp-taskd
 """
@@ -72,6 +76,7 @@ class Client(threading.Thread):
         self.samples = []  # (start, end, ok, reason)
         self.rid = 0
         self.session = None
+        self.stream = None  # the legacy session's GET stream
         self.task_ids = []
 
     def connection(self):
@@ -137,6 +142,8 @@ class Client(threading.Thread):
             note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
             self.post(note, {**h, "MCP-Protocol-Version": "2025-11-25",
                              "Mcp-Session-Id": self.session})
+            self.stream = GetStream(self.port, self.session, self.shared)
+            self.stream.start()
         task_id = result.get("taskId") or result.get("task", {}).get("taskId")
         if task_id and len(self.task_ids) < 64:
             self.task_ids.append(task_id)
@@ -155,6 +162,58 @@ class Client(threading.Thread):
             self.samples.append((start, time.monotonic(), reason is None, reason))
             if reason is not None:
                 # A client that failed tries again a little later, not in a tight loop.
+                time.sleep(FAILURE_PAUSE)
+
+
+class GetStream(threading.Thread):
+    """A legacy session's standalone GET stream, on a keep-alive connection of its own:
+    held open, and opened again as soon as it ends."""
+
+    def __init__(self, port, session, shared):
+        super().__init__(daemon=True)
+        self.port, self.session, self.shared = port, session, shared
+        self.opened = 0
+        self.ended = 0  # with the end of the response (its last chunk)
+        self.broken = 0  # broken off mid-stream
+        self.refused = {}  # failed to open, by reason
+
+    def run(self):
+        conn = None
+        last_id = None
+        while not self.shared["stop"]:
+            if conn is None:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+            h = {"Accept": "text/event-stream", "MCP-Protocol-Version": "2025-11-25",
+                 "Mcp-Session-Id": self.session}
+            if last_id is not None:
+                h["Last-Event-ID"] = last_id
+            streaming = False
+            try:
+                conn.request("GET", "/mcp", headers=h)
+                response = conn.getresponse()
+                if response.status != 200:
+                    response.read()
+                    raise ValueError(f"HTTP {response.status}")
+                streaming = True
+                self.opened += 1
+                while True:
+                    line = response.readline()
+                    if not line:
+                        break
+                    if line.startswith(b"id:"):
+                        last_id = line[3:].strip().decode()
+                self.ended += 1
+                if response.will_close:
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException, ValueError) as error:
+                if streaming:
+                    self.broken += 1
+                else:
+                    reason = str(error) if isinstance(error, ValueError) else type(error).__name__
+                    self.refused[reason] = self.refused.get(reason, 0) + 1
+                conn.close()
+                conn = None
                 time.sleep(FAILURE_PAUSE)
 
 
@@ -249,12 +308,21 @@ def run_setup(binary, setup):
         return added[min(len(added) - 1, int(q * len(added)))]
 
     restart_s = [w[1] - w[0] for w in windows]
+    streams = [c.stream for c in clients if c.stream is not None]
+    refused = {}
+    for stream in streams:
+        for reason, count in stream.refused.items():
+            refused[reason] = refused.get(reason, 0) + count
     return {
         "setup": setup, "requests": len(samples), "failed": len(failed),
         "reasons": reasons, "caught": len(caught), "median_ms": base * 1000,
         "added_p99_ms": pick(0.99) * 1000, "added_max_ms": (added[-1] if added else 0) * 1000,
         "restart_median_s": statistics.median(restart_s) if restart_s else 0,
         "stop_median_s": statistics.median(stops) if stops else 0,
+        "stop_max_s": max(stops) if stops else 0,
+        "streams": len(streams), "streams_opened": sum(s.opened for s in streams),
+        "streams_ended": sum(s.ended for s in streams),
+        "streams_broken": sum(s.broken for s in streams), "streams_refused": refused,
     }
 
 
@@ -266,13 +334,19 @@ def main():
     print(f"{RESTARTS} restarts, {CLIENTS} clients (inline, create, get, legacy), "
           f"{GAP} s between restarts")
     print(f"{'setup':<8} {'requests':>9} {'failed':>7} {'caught':>7} {'median ms':>10} "
-          f"{'added p99 ms':>13} {'added max ms':>13} {'restart s':>10} {'stop s':>7}")
+          f"{'added p99 ms':>13} {'added max ms':>13} {'restart s':>10} {'stop s':>7} "
+          f"{'stop max s':>11}")
     for r in results:
         print(f"{r['setup']:<8} {r['requests']:>9} {r['failed']:>7} {r['caught']:>7} "
               f"{r['median_ms']:>10.2f} {r['added_p99_ms']:>13.1f} {r['added_max_ms']:>13.1f} "
-              f"{r['restart_median_s']:>10.2f} {r['stop_median_s']:>7.2f}")
+              f"{r['restart_median_s']:>10.2f} {r['stop_median_s']:>7.2f} "
+              f"{r['stop_max_s']:>11.2f}")
         for reason, count in sorted(r["reasons"].items(), key=lambda x: -x[1]):
             print(f"    {count:>6}  {reason}")
+        print(f"    GET streams ({r['streams']}): opened {r['streams_opened']}, ended with "
+              f"their response {r['streams_ended']}, broken off {r['streams_broken']}")
+        for reason, count in sorted(r["streams_refused"].items(), key=lambda x: -x[1]):
+            print(f"    {count:>6}  GET not opened: {reason}")
 
 
 if __name__ == "__main__":
