@@ -29,8 +29,9 @@ tests/interop/scripted_model.py on loopback, which plays these flows as tool cal
 The assertions read what the model received: the tool results (and notifications) in the
 requests the host sent to the scripted model. Every task handle the model is shown names
 its next step (task_wait, or task_status for a question only a person can answer) with
-the task id, in whichever part of the result its host hands the model (text or
-structuredContent). Prints one PASS/FAIL line.
+the task id, and a handle of a task waiting for a person names the question, in whichever
+part of the result its host hands the model (text or structuredContent). Prints one
+PASS/FAIL line.
 """
 
 import json
@@ -53,6 +54,9 @@ TASK_ID = re.compile(r"\b[0-9a-f]{32,64}\b")
 PROMPT = "Run the mcp-taskd checks."
 WAITS = 40  # task_wait calls the model makes on one task at most
 GEMINI_TIMEOUT_MS = 15000
+
+# What approve_deployment asks the person, for the input phase's arguments.
+QUESTION = "Deploy billing@2.4.1 to production?"
 
 PHASES = [
     ("quick", "echo", {"text": "hello from the scripted model"}),
@@ -613,6 +617,11 @@ def check(phases, phase_rows, tools, server, data, relay):
                 for handle in [t for t in texts if task_id in t
                                and re.search(r"input_required|waiting for a person", t)]:
                     names_next_step(phase, handle, task_id, ("task_wait", "task_status"))
+                    # ... and what the person is asked, so that the model can tell its
+                    # user (claude -p hands it only the structuredContent)
+                    if QUESTION not in handle.replace('\\"', '"'):
+                        raise Failure(f"input: the model-facing content of a handle does not "
+                                      f"name the question {QUESTION!r}: {handle[:600]!r}")
         if phase not in FINAL:
             continue
         if not any(FINAL[phase] in t for t in texts):

@@ -613,39 +613,33 @@ fn handle(task: &Value, task_id: &str, subject: &str, can_ask: bool, output: &[S
             .flatten()
             .map(|(_, request)| question(request))
             .collect();
+        // The question goes into the status message and the next step too, not only the
+        // text: hosts that hand their model the structured content (`claude -p`, Codex)
+        // drop the text, and the model could not tell the user what is being asked.
+        let asked = in_words(&questions);
         if status_message.is_empty() {
-            status_message = "Waiting for a person to answer".into();
+            status_message = match &asked {
+                Some(asked) => format!("Waiting for a person to answer {asked}"),
+                None => "Waiting for a person to answer".into(),
+            };
         }
-        if can_ask {
-            let next = format!(
-                "Call {TASK_WAIT} with {{\"taskId\": \"{task_id}\"}}: it puts the question to \
-                 the person through this client, then waits for the task. Only the person can \
-                 answer it, not you."
-            );
-            let text = format!(
-                "{subject} is waiting for a person to answer: {}. {}{next}",
-                questions.join("; "),
-                output_block(output)
-            );
-            return handle_json(
-                text,
-                next,
-                task_id,
-                status,
-                &status_message,
-                poll_after_ms,
-                output,
-            );
-        }
-        let next = format!(
-            "Only a person can answer it, from an MCP client that supports such questions \
-             (elicitation) or tasks; it cannot be answered from this conversation. Once \
-             answered, the task continues; call {TASK_STATUS} with {{\"taskId\": \
-             \"{task_id}\"}} to follow it, or {TASK_CANCEL} to stop it."
-        );
+        let asked = asked.unwrap_or_else(|| "its question".into());
+        let next = if can_ask {
+            format!(
+                "Call {TASK_WAIT} with {{\"taskId\": \"{task_id}\"}}: it puts the question \
+                 ({asked}) to the person through this client, then waits for the task. Only \
+                 the person can answer it, not you."
+            )
+        } else {
+            format!(
+                "Only a person can answer {asked}, from an MCP client that supports such \
+                 questions (elicitation) or tasks; it cannot be answered from this \
+                 conversation. Once answered, the task continues; call {TASK_STATUS} with \
+                 {{\"taskId\": \"{task_id}\"}} to follow it, or {TASK_CANCEL} to stop it."
+            )
+        };
         let text = format!(
-            "{subject} is waiting for a person to answer: {}. {}{next}",
-            questions.join("; "),
+            "{subject} is waiting for a person. {}{next}",
             output_block(output)
         );
         (text, next)
@@ -708,6 +702,16 @@ fn handle_json(
         answer["structuredContent"]["latestOutput"] = json!(output);
     }
     answer
+}
+
+/// A task's questions in one phrase (`"A"`, `"A" and "B"`, `"A", "B" and "C"`), or
+/// `None` when it names none.
+fn in_words(questions: &[String]) -> Option<String> {
+    match questions {
+        [] => None,
+        [only] => Some(only.clone()),
+        [first @ .., last] => Some(format!("{} and {last}", first.join(", "))),
+    }
 }
 
 /// One input request in words.
@@ -821,6 +825,52 @@ mod tests {
             let text = answer["content"][0]["text"].as_str().expect("the text");
             assert!(text.ends_with(next), "the text says the same: {text}");
         }
+    }
+
+    #[test]
+    fn a_handle_waiting_for_a_person_names_the_question_in_its_structured_content() {
+        // `claude -p` and Codex hand their model the structured content only: it must
+        // say what the person is asked, as the text does.
+        let asked = "Deploy billing@2.4.1 to production?";
+        let waiting = json!({"status":"input_required","inputRequests":{
+            "approve": {"method":"elicitation/create","params":{"message": asked}}}});
+        let schema = jsonschema::validator_for(&handle_schema()).expect("schema");
+        for can_ask in [false, true] {
+            let answer = handle(&waiting, "t9", "deploy (task t9)", can_ask, &[]);
+            let structured = &answer["structuredContent"];
+            assert!(schema.is_valid(structured), "{structured}");
+            assert_eq!(
+                structured["statusMessage"],
+                format!("Waiting for a person to answer \"{asked}\""),
+            );
+            let next = structured["nextStep"].as_str().expect("a next step");
+            assert!(next.contains(&format!("\"{asked}\"")), "{next}");
+            let text = answer["content"][0]["text"].as_str().expect("the text");
+            assert!(text.ends_with(next), "{text}");
+            assert_eq!(text.matches(asked).count(), 1, "said once: {text}");
+        }
+        // A task's own status message stays; the next step still names every question.
+        let two = json!({"status":"input_required","statusMessage":"Awaiting approval",
+            "inputRequests":{
+                "a": {"method":"elicitation/create","params":{"message":"Deploy?"}},
+                "b": {"method":"elicitation/create","params":{"message":"Migrate?"}}}});
+        let answer = handle(&two, "t9", "deploy (task t9)", false, &[]);
+        let structured = &answer["structuredContent"];
+        assert_eq!(structured["statusMessage"], "Awaiting approval");
+        let next = structured["nextStep"].as_str().expect("a next step");
+        assert!(
+            next.starts_with("Only a person can answer \"Deploy?\" and \"Migrate?\", "),
+            "{next}"
+        );
+        // One that names no question still says what to do.
+        let bare = json!({"status":"input_required"});
+        let answer = handle(&bare, "t9", "deploy (task t9)", false, &[]);
+        let structured = &answer["structuredContent"];
+        assert_eq!(
+            structured["statusMessage"],
+            "Waiting for a person to answer"
+        );
+        assert!(schema.is_valid(structured), "{structured}");
     }
 
     #[test]
