@@ -9,7 +9,7 @@ use std::sync::Arc;
 use clap::{CommandFactory, Parser, Subcommand};
 use taskd_notifications::Hub;
 use taskd_server::config::{self, Config};
-use taskd_server::ops::cli::{self, Location, TasksCommand, ToolsCommand};
+use taskd_server::ops::cli::{self, Location, TasksCommand, ToolsCommand, WebhooksCommand};
 use taskd_server::ops::reload::ConfigSource;
 use taskd_server::registration;
 use taskd_telemetry::logs;
@@ -68,6 +68,11 @@ enum Command {
     Tasks {
         #[command(subcommand)]
         command: TasksCommand,
+    },
+    /// List the webhooks and their deliveries; retry undelivered ones.
+    Webhooks {
+        #[command(subcommand)]
+        command: WebhooksCommand,
     },
     /// List the tools served with their flow control; pause and resume them.
     Tools {
@@ -183,6 +188,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { config, file } => check_config(config.or(file).as_deref()),
         Command::Tasks { command } => cli::tasks(command).map_err(Into::into),
         Command::Tools { command } => cli::tools(command).map_err(Into::into),
+        Command::Webhooks { command } => cli::webhooks(command).map_err(Into::into),
         Command::Stats { at, json } => cli::stats(&at, json).map_err(Into::into),
         Command::Backup { at, file } => cli::backup(&at, &file).map_err(Into::into),
         Command::Reload { at } => cli::reload(&at).map_err(Into::into),

@@ -55,6 +55,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "taskd-postgres",
         &["taskd-protocol", "taskd-base", "taskd-engine"],
     ),
+    (
+        "taskd-webhooks",
+        &["taskd-protocol", "taskd-base", "taskd-engine"],
+    ),
 ];
 
 /// The workspace crates a manifest's `[dependencies]` name.

@@ -83,3 +83,4 @@ mod task_output;
 mod tracing;
 mod transport;
 mod upstreams;
+mod webhooks;

@@ -27,6 +27,7 @@ use taskd_notifications::NotificationLimits;
 use taskd_telemetry::{LogConfig, TelemetryConfig};
 use taskd_tools::command::CommandToolConfig;
 use taskd_upstreams::UpstreamConfig;
+use taskd_webhooks::WebhookConfig;
 
 mod check;
 mod error;
@@ -83,6 +84,9 @@ pub struct Config {
     /// `registration::upstreams`).
     #[serde(skip)]
     pub upstreams: Vec<UpstreamConfig>,
+    /// `[[webhooks]]`: receivers of task events (`taskd_webhooks`), their secrets read.
+    #[serde(default)]
+    pub webhooks: Vec<WebhookConfig>,
     /// The directory relative paths in `[[tools]]` resolve against.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -364,6 +368,10 @@ impl Config {
                 }
             })?;
             config.tools.push(tool);
+        }
+        let base = config.base_dir.clone();
+        for (index, webhook) in config.webhooks.iter_mut().enumerate() {
+            webhook.load_secret(index, &base)?;
         }
         config.check()?;
         for name in &config.raw_builtin.sets {

@@ -357,6 +357,9 @@ pub const LIVE: &[&str] = &[
     "tools",
     // The dashboard reads it per page load.
     "telemetry.trace_url",
+    // Followed within a second: webhooks added, changed (their secrets read again) and
+    // removed; deliveries already recorded stay.
+    "webhooks",
 ];
 
 #[cfg(test)]

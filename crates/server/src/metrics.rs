@@ -30,6 +30,8 @@ use taskd_engine::{QuotaCounter, Stats, TaskService};
 use taskd_notifications::Hub;
 use taskd_protocol::METHODS;
 
+mod webhooks;
+
 /// The HTTP statuses a request can be refused with before it reaches a handler; any
 /// other status is counted under the last entry.
 const REJECTIONS: [u16; 10] = [202, 400, 401, 403, 404, 405, 413, 429, 503, 500];
@@ -71,6 +73,8 @@ pub struct Metrics {
     /// tool keeps its series, counters never go back), so a tool label is always one
     /// the operator configured.
     tools: ArcSwap<BTreeMap<String, Arc<ToolHistograms>>>,
+    /// Webhook deliveries, by webhook.
+    webhooks: webhooks::WebhookMetrics,
 }
 
 #[derive(Default)]
@@ -97,6 +101,7 @@ impl Metrics {
                     .map(|tool| (tool.to_owned(), Arc::default()))
                     .collect(),
             ),
+            webhooks: Default::default(),
         }
     }
 
@@ -412,6 +417,7 @@ impl Metrics {
                 histogram(histograms).render(&mut out, name, "tool", &label_value(tool));
             }
         }
+        self.webhooks.render(&mut out);
         out
     }
 }

@@ -16,12 +16,14 @@ use std::time::Duration;
 
 use taskd_engine::config::Backend;
 use taskd_engine::upkeep::{StartError, Upkeep, UpkeepCounters};
+use taskd_engine::webhooks::WebhookStore;
 use taskd_engine::workers::{AttemptObserver, Inflight, WorkerPool};
 use taskd_engine::{QuotaCounter, SettingsSource, TaskService, TaskStore};
 use taskd_notifications::Hub;
 use taskd_sqlite::{OpenError, Opened, Store};
 use taskd_tools::command;
 use taskd_upstreams::Upstreams;
+use taskd_webhooks::{DeliveryCounters, Webhooks};
 
 use crate::config::{Config, ConfigError};
 use crate::handlers::bridge::Bridge;
@@ -77,6 +79,8 @@ pub enum ServeError {
     SharedKey(taskd_engine::StoreError),
     #[error(transparent)]
     Upkeep(#[from] StartError),
+    #[error(transparent)]
+    Webhooks(#[from] taskd_webhooks::StartError),
     #[error("cannot start the run guard of command tools: {0}")]
     RunGuard(std::io::Error),
     #[error("admin socket in {}: {source}", data_dir.display())]
@@ -109,6 +113,8 @@ pub struct Engine {
     pub inflight: Arc<Inflight>,
     workers: WorkerPool,
     upkeep: Upkeep,
+    /// Webhook deliveries (`[[webhooks]]`).
+    webhooks: Webhooks,
     /// Taken by [`Engine::stop_admitting`].
     admin: Option<AdminSocket>,
     /// What the admin socket answers with, for the dashboard too.
@@ -152,20 +158,21 @@ impl Engine {
         }
         let mut data_dir_lock = None;
         // The engine sees the store through its interface only.
-        let (store, writer): (Arc<dyn TaskStore>, JoinHandle<()>) = match config.store.backend {
-            Backend::Sqlite => {
-                let Opened { store, writer } = Store::open(data_dir, &config.store)?;
-                (store, writer)
-            }
-            Backend::Postgres => {
-                // One server per data dir still (its admin socket, its request-state
-                // key file); the tasks are the database's.
-                data_dir_lock = Some(lock_data_dir(data_dir)?);
-                let taskd_postgres::Opened { store, listener } =
-                    taskd_postgres::Store::open(&config.store, data_dir)?;
-                (store, listener)
-            }
-        };
+        let (store, webhook_store, writer): (Arc<dyn TaskStore>, Arc<dyn WebhookStore>, _) =
+            match config.store.backend {
+                Backend::Sqlite => {
+                    let Opened { store, writer } = Store::open(data_dir, &config.store)?;
+                    (store.clone(), store, writer)
+                }
+                Backend::Postgres => {
+                    // One server per data dir still (its admin socket, its request-state
+                    // key file); the tasks are the database's.
+                    data_dir_lock = Some(lock_data_dir(data_dir)?);
+                    let taskd_postgres::Opened { store, listener } =
+                        taskd_postgres::Store::open(&config.store, data_dir)?;
+                    (store.clone(), store, listener)
+                }
+            };
         let ttl_ms = config.limits.request_state_ttl_ms;
         // Nodes sharing a store share the key, so that any node opens a requestState
         // another sealed; a store of one node leaves it in the data dir.
@@ -202,6 +209,14 @@ impl Engine {
             Arc::clone(&metrics) as Arc<dyn UpkeepCounters>,
             Duration::from_millis(config.workers.janitor_interval_ms),
         )?;
+        let webhooks = Webhooks::start(
+            Arc::clone(&webhook_store),
+            Arc::clone(&metrics) as Arc<dyn DeliveryCounters>,
+            {
+                let live = Arc::clone(&live);
+                Box::new(move || live.load().config.webhooks.clone())
+            },
+        )?;
         let workers = WorkerPool::start(
             Arc::clone(&store),
             Arc::clone(&live) as Arc<dyn SettingsSource>,
@@ -219,6 +234,10 @@ impl Engine {
             data_dir: data_dir.clone(),
             worker_threads: Some(config.workers.threads),
             reloader: Default::default(),
+            webhooks: crate::ops::admin::WebhookOps {
+                store: webhook_store,
+                live: Arc::clone(&live),
+            },
         });
         let admin = AdminSocket::start(Arc::clone(&operator)).map_err(|source| {
             ServeError::AdminSocket {
@@ -253,6 +272,7 @@ impl Engine {
             inflight,
             workers,
             upkeep,
+            webhooks,
             admin: Some(admin),
             operator,
             writer,
@@ -283,6 +303,7 @@ impl Engine {
         // Runs have ended (or been given up on): whatever they left behind goes too, even
         // descendants whose run could not be told from their environment.
         command::sweep_all();
+        self.webhooks.stop();
         self.upkeep.stop();
         // The metrics as they ended; its page reads the store, so before the store goes.
         if let Some(export) = self.metrics_export {

@@ -46,6 +46,7 @@ impl Config {
             return Err(ConfigError::TaskTimes);
         }
         taskd_engine::output::OutputRules::new(&self.output)?;
+        taskd_webhooks::config::check(&self.webhooks)?;
         let t = &self.tasks;
         if t.max_live_tasks_per_identity == 0
             || t.creation_burst_per_identity == 0

@@ -159,6 +159,8 @@ pub enum ConfigError {
     RemoteWithoutHosts { listen: SocketAddr },
     #[error(transparent)]
     Redact(#[from] taskd_engine::output::RedactError),
+    #[error(transparent)]
+    Webhook(#[from] taskd_webhooks::WebhookConfigError),
 }
 
 fn known_sets() -> String {

@@ -157,8 +157,10 @@ fn walk<T: DeserializeOwned + 'static>(
         } else {
             format!("{name}.{field}")
         };
-        // `[[tools]]` and `[[upstreams]]` are kept raw by `Config`, and typed later.
-        let top = std::any::TypeId::of::<T>() == std::any::TypeId::of::<Config>();
+        // `[[tools]]` and `[[upstreams]]` are kept raw by `Config`, and typed later (a
+        // `tools` key of another table, `[[webhooks]]`'s, is only a value).
+        let top =
+            name.is_empty() && std::any::TypeId::of::<T>() == std::any::TypeId::of::<Config>();
         if top && field == "tools" {
             walk_raw::<CommandToolConfig>(&path, out);
             continue;

@@ -8,7 +8,8 @@
 //! `data_dir/admin.sock`, a Unix stream socket of mode 0600 owned by the server's user.
 //! One request per connection: a JSON object on one line (at most [`MAX_REQUEST`]
 //! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "output" | "pause" | "resume" |
-//! "tools" | "stats" | "backup" | "reload", …}`. The
+//! "tools" | "stats" | "backup" | "reload" | "webhooks" | "webhook_deliveries" |
+//! "webhook_retry", …}`. The
 //! answer is zero or more `{"progress": [done, total]}` lines, then exactly one line
 //! `{"result": …}` or `{"error": "…"}`; then the server closes the connection.
 //!
@@ -40,6 +41,9 @@ use taskd_protocol::TaskStatus;
 use taskd_tools::flow::{FlowControl, OnPause};
 
 mod peer_user;
+mod webhooks;
+
+pub use self::webhooks::{WebhookOps, MAX_DELIVERIES};
 
 /// The socket's file name in the data dir.
 pub const SOCKET_NAME: &str = "admin.sock";
@@ -102,6 +106,20 @@ pub enum Request {
     /// Re-reads the server's configuration file (see [`super::reload`]); answered once
     /// the reload is applied or refused.
     Reload,
+    /// The webhooks, configured or with deliveries kept, counted (`webhooks list`).
+    Webhooks,
+    /// Webhook deliveries, newest first (`webhooks list --deliveries`).
+    WebhookDeliveries {
+        webhook: Option<String>,
+        state: Option<String>,
+        before: Option<i64>,
+        limit: usize,
+    },
+    /// Dead webhook deliveries made pending again (`webhooks retry`).
+    WebhookRetry {
+        webhook: Option<String>,
+        id: Option<String>,
+    },
 }
 
 impl Request {
@@ -119,6 +137,9 @@ impl Request {
             Request::Stats => "stats",
             Request::Backup => "backup",
             Request::Reload => "reload",
+            Request::Webhooks => "webhooks",
+            Request::WebhookDeliveries { .. } => "webhook_deliveries",
+            Request::WebhookRetry { .. } => "webhook_retry",
         }
     }
 }
@@ -134,6 +155,8 @@ pub struct Admin {
     pub worker_threads: Option<usize>,
     /// What applies reloads, once the server serves; unset offline and while starting.
     pub reloader: OnceLock<Arc<Reloader>>,
+    /// The webhooks and their deliveries.
+    pub webhooks: WebhookOps,
 }
 
 impl Admin {
@@ -249,6 +272,14 @@ impl Admin {
                 }
                 None => Err("the server is still starting; try again in a moment".into()),
             },
+            Request::Webhooks => self.webhooks.list(),
+            Request::WebhookDeliveries {
+                webhook,
+                state,
+                before,
+                limit,
+            } => self.webhooks.deliveries(webhook, state, before, limit),
+            Request::WebhookRetry { webhook, id } => self.webhooks.retry(webhook, id),
             Request::Backup => {
                 let staged = super::backup::staging_file(&self.data_dir)
                     .map_err(|e| format!("creating the backup file: {e}"))?;

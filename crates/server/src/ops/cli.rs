@@ -1,6 +1,6 @@
 // Over 600 lines: one short function per operator command, over one shared path.
 //! The operator commands on the client side: `tasks list|show|cancel|rerun|logs`,
-//! `tools list|pause|resume` ([`tools`]), `stats`,
+//! `tools list|pause|resume` ([`tools`]), `webhooks list|retry` ([`webhooks`]), `stats`,
 //! `backup` and `restore`. Each one asks the running server through its admin socket,
 //! or, when the data-dir lock says no server runs, opens the database itself and
 //! answers the same request the same way ([`super::admin::Admin::handle`]).
@@ -9,8 +9,10 @@
 //! `--json`. Task contents are printed only by `tasks show --payload`.
 
 mod tools;
+mod webhooks;
 
 pub use self::tools::{tools, ToolsCommand};
+pub use self::webhooks::{webhooks, WebhooksCommand};
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,7 @@ use crate::live::{Live, Settings};
 use crate::metrics::Metrics;
 use taskd_base::clock::now_ms;
 use taskd_engine::model::TaskFilter;
+use taskd_engine::webhooks::WebhookStore;
 use taskd_engine::workers::Inflight;
 use taskd_engine::{TaskService, TaskStore};
 use taskd_notifications::Hub;
@@ -565,10 +568,11 @@ fn offline(
         Settings::build(config.clone(), &hub, &taskd_upstreams::Upstreams::none())
             .map_err(|e| e.to_string())?,
     ));
-    let (store, writer): (Arc<dyn TaskStore>, _) = if postgres {
+    let (store, webhook_store, writer): (Arc<dyn TaskStore>, Arc<dyn WebhookStore>, _) = if postgres
+    {
         let taskd_postgres::Opened { store, listener } =
             taskd_postgres::Store::open(&config.store, &data_dir).map_err(|e| e.to_string())?;
-        (store, listener)
+        (store.clone(), store, listener)
     } else {
         let Opened { store, writer } =
             Store::open(&data_dir, &config.store).map_err(|e| match e {
@@ -578,12 +582,12 @@ fn offline(
                 ),
                 other => other.to_string(),
             })?;
-        (store, writer)
+        (store.clone(), store, writer)
     };
     let (wake, _) = crossbeam_channel::bounded(1);
     let metrics = Arc::new(Metrics::new([]));
     let tasks = Arc::new(TaskService::new(
-        live as Arc<dyn taskd_engine::SettingsSource>,
+        Arc::clone(&live) as Arc<dyn taskd_engine::SettingsSource>,
         Arc::clone(&store),
         Arc::new(Inflight::default()),
         wake,
@@ -596,6 +600,10 @@ fn offline(
         data_dir: data_dir.clone(),
         worker_threads: None,
         reloader: Default::default(),
+        webhooks: super::admin::WebhookOps {
+            store: webhook_store,
+            live,
+        },
     };
     let result = admin.handle(request, progress);
     // Every store handle gone: the writer commits what is queued and ends.
