@@ -611,3 +611,24 @@ END $$;
 CREATE TRIGGER tasks_webhook_updates AFTER UPDATE ON tasks
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION taskd_webhook_updated_tasks();
+
+-- migration 12
+-- Schedules (issue 49), as schema.sql's migration 17: a scheduled task names its
+-- schedule and slot, unique together (two nodes reaching one slot store one task: the
+-- second insert finds the first's row, or waits for its commit and then does), and each
+-- schedule's mark: the last slot reached, what became of it, its newest task and counts.
+ALTER TABLE tasks ADD COLUMN schedule text;
+ALTER TABLE tasks ADD COLUMN schedule_slot bigint;
+CREATE UNIQUE INDEX tasks_by_schedule_slot ON tasks (schedule, schedule_slot)
+    WHERE schedule IS NOT NULL;
+CREATE TABLE schedule_marks (
+    schedule text PRIMARY KEY,
+    slot     bigint NOT NULL,
+    outcome  text NOT NULL,
+    at       bigint NOT NULL,
+    task_id  text,
+    created  bigint NOT NULL DEFAULT 0,
+    skipped  bigint NOT NULL DEFAULT 0,
+    missed   bigint NOT NULL DEFAULT 0,
+    refused  bigint NOT NULL DEFAULT 0
+);

@@ -670,3 +670,27 @@ CREATE TRIGGER tasks_webhook_status AFTER UPDATE OF status ON tasks
             AND tenant IN ('*', NEW.tenant) AND principal IN ('*', NEW.principal)
         GROUP BY webhook;
 END;
+
+-- migration 17
+-- Schedules (issue 49; crates/engine/src/schedules/). A task a schedule started names
+-- its schedule and its slot's time (Unix ms); the unique index is what makes a slot
+-- start one task at most, whatever restarts or crashes happen around it. Tasks of no
+-- schedule (NULL) are not in it. schedule_marks holds one row per schedule: the last
+-- slot it reached, what became of it (created, caught_up, skipped, missed, refused), its
+-- newest task, and its counts; a scheduler goes on after that slot. Written in the same
+-- transaction as the slot's task, or alone when a slot starts none.
+ALTER TABLE tasks ADD COLUMN schedule TEXT;
+ALTER TABLE tasks ADD COLUMN schedule_slot INTEGER;
+CREATE UNIQUE INDEX tasks_by_schedule_slot ON tasks (schedule, schedule_slot)
+    WHERE schedule IS NOT NULL;
+CREATE TABLE schedule_marks (
+    schedule TEXT PRIMARY KEY,
+    slot     INTEGER NOT NULL,
+    outcome  TEXT NOT NULL,
+    at       INTEGER NOT NULL,
+    task_id  TEXT,
+    created  INTEGER NOT NULL DEFAULT 0,
+    skipped  INTEGER NOT NULL DEFAULT 0,
+    missed   INTEGER NOT NULL DEFAULT 0,
+    refused  INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;

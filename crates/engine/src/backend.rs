@@ -16,6 +16,7 @@ use super::model::{
 };
 use super::output::{OutputLine, OutputPage, OutputRead};
 use super::payload_gate::{Admitted, PayloadGate};
+use super::schedules::ScheduleStore;
 use taskd_base::later::Later;
 use taskd_protocol::Identity;
 
@@ -330,4 +331,6 @@ pub trait TaskStore: Send + Sync {
     fn load_session(&self, id: &str, used_since: i64) -> Result<Option<SessionRecord>, StoreError>;
     /// Deletes the stored session `id`.
     fn delete_session(&self, id: &str) -> Result<(), StoreError>;
+    /// What the store keeps of schedules besides their tasks (see [`crate::schedules`]).
+    fn schedules(&self) -> &dyn ScheduleStore;
 }

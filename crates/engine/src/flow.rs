@@ -44,6 +44,17 @@ pub struct Gate {
 }
 
 impl Gate {
+    /// The gate of the runs of a schedule whose runs wait for each other (`overlap =
+    /// "queue"`): one at a time. Its id starts with the separator, which no tool's gate
+    /// does (a tool's name is never empty), so it shares no places with a tool's key.
+    pub fn schedule(name: &str) -> Gate {
+        Gate {
+            id: format!("{GATE_SEPARATOR}schedule{GATE_SEPARATOR}{name}"),
+            label: format!("schedule {name}"),
+            limit: 1,
+        }
+    }
+
     /// The gate of a call of `tool` with `arguments`, when the tool has a key.
     pub fn of(tool: &str, flow: &FlowControl, arguments: &Map<String, Value>) -> Option<Gate> {
         let key = flow.key.as_ref()?.of(arguments);

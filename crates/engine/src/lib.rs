@@ -13,6 +13,7 @@
 //! upkeep     outbox relay → notifications; janitor (leases, TTL, outbox, log); recovery
 //! settings   what it reads of the configuration in force, and where it reports
 //! config     the settings it owns: `[store]`, `[workers]`, `[tasks]`
+//! schedules  `[[schedules]]`: slots computed from cron or every, each made a task once
 //! webhooks   WebhookStore: webhook deliveries as the stores keep them (sent by `taskd-webhooks`)
 //! ```
 //!
@@ -50,6 +51,7 @@ pub mod ids;
 pub mod model;
 pub mod output;
 pub mod payload_gate;
+pub mod schedules;
 mod service;
 pub mod settings;
 pub mod shares;
@@ -59,5 +61,7 @@ pub mod workers;
 
 pub use backend::{StoreError, TaskStore};
 pub use model::{Origin, Stats};
-pub use service::{InlinePlace, NoPlace, RerunError, Submission, TaskService};
+pub use service::{
+    InlinePlace, NoPlace, RerunError, Start, StartError, Started, Submission, TaskService,
+};
 pub use settings::{EngineSettings, QuotaCounter, SettingsSource};

@@ -1,3 +1,4 @@
+// Over 600 lines: the records every store shares, one after another.
 //! The engine's records in plain Rust types: what a [`super::TaskStore`] takes and
 //! returns, whatever database is behind it. Pure data, plus the rules about it that
 //! involve no storage (how an attempt's outcome resolves, what a new task looks like).
@@ -6,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::flow::{Gate, Waiting};
+pub use schedule::{NewSlot, ScheduleMark, ScheduleSlot, SlotOutcome};
 use taskd_protocol::input::response_matches;
 use taskd_protocol::Identity;
 use taskd_protocol::{code, RpcError, TaskStatus, TraceContext};
@@ -136,12 +138,24 @@ pub struct NewTask {
     pub stride: i64,
     /// Its gate, when its tool has a concurrency key (see [`crate::flow`]).
     pub gate: Option<Gate>,
+    /// When its job may first run (Unix ms), when later than `now`: it waits in the
+    /// queue without a turn until then, as a retry waits for its backoff.
+    pub run_after: Option<i64>,
+    /// The schedule slot it is the task of (see [`crate::schedules`]): unique in the
+    /// store, so that no slot ever gets two tasks.
+    pub schedule: Option<NewSlot>,
 }
 
 impl NewTask {
     /// The stride of an identity of `weight` (1 to [`MAX_WEIGHT`]; others are clamped).
     pub fn stride(weight: u32) -> i64 {
         TURN / i64::from(weight.clamp(1, MAX_WEIGHT))
+    }
+
+    /// Whether the store creates it alone rather than with others in one statement: it
+    /// has an idempotency key to check, a slot to claim, or a later start.
+    pub fn creates_alone(&self) -> bool {
+        self.idempotency_key.is_some() || self.schedule.is_some() || self.run_after.is_some()
     }
 
     /// Saturating: the longest `ttl_ms` a configuration accepts is `i64::MAX`.
@@ -179,6 +193,9 @@ pub enum Created {
     /// A live task of the same identity holds the key for another tool or other
     /// arguments: nothing was stored.
     KeyInUse(KeyConflict),
+    /// The schedule slot has its task already (made by another node, or before a
+    /// restart): nothing was stored.
+    SlotTaken,
 }
 
 /// What an idempotency key was already used for.
@@ -441,6 +458,9 @@ pub struct TaskSummary {
     pub created_at: i64,
     pub updated_at: i64,
     pub status_message: Option<String>,
+    /// The schedule slot that started it, if one did.
+    #[serde(default)]
+    pub schedule: Option<ScheduleSlot>,
 }
 
 /// One attempt of a task (the `attempts` record).
@@ -608,5 +628,6 @@ pub struct SessionRecord {
     pub last_used: i64,
 }
 
+mod schedule;
 #[cfg(test)]
 mod tests;

@@ -9,8 +9,10 @@ use crossbeam_channel::Sender;
 use serde_json::{json, Map, Value};
 
 mod flow;
+mod start;
 
 pub use self::flow::{InlinePlace, NoPlace};
+pub use self::start::{Start, StartError, Started};
 use super::backend::{StoreError, TaskStore};
 use super::flow::{Gate, Waiting};
 use super::model::{
@@ -223,6 +225,11 @@ impl TaskService {
                     span.end();
                     return Err(key_in_use(key.as_deref().unwrap_or_default(), conflict));
                 }
+                // A client's task claims no schedule slot.
+                Ok(Created::SlotTaken) => {
+                    span.end();
+                    return Err(RpcError::internal());
+                }
                 Err(error) => {
                     span.fail(error.code.to_string(), "not stored".into());
                     span.end();
@@ -329,6 +336,8 @@ impl TaskService {
             priority: i64::from(tool.spec.priority) + i64::from(share.priority),
             stride: NewTask::stride(share.weight),
             gate: None,
+            run_after: None,
+            schedule: None,
         })
     }
 
@@ -713,8 +722,10 @@ impl TaskService {
         let _ = self.wake.try_send(());
         match created {
             Created::Task(row) => Ok(row.id),
-            // A rerun carries no idempotency key, so no key can be in use.
-            Created::KeyInUse(_) => Err(RerunError::Refused("idempotency key in use".into())),
+            // A rerun carries no idempotency key, so no key can be in use, and no slot.
+            Created::KeyInUse(_) | Created::SlotTaken => {
+                Err(RerunError::Refused("idempotency key in use".into()))
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use taskd_tools::Registry;
 
 use crate::config::TaskDefaults;
 use crate::output::OutputRules;
+use crate::schedules::Schedule;
 use crate::shares::{Quota, Share};
 
 /// One configuration, as the engine reads it.
@@ -22,6 +23,10 @@ pub trait EngineSettings: Send + Sync {
     fn share(&self, identity: &Identity) -> &Share;
     /// `[output]`: what is kept of a task's output.
     fn output(&self) -> &OutputRules;
+    /// `[[schedules]]`: what the scheduler starts (see [`crate::schedules`]).
+    fn schedules(&self) -> &[Schedule] {
+        &[]
+    }
 }
 
 /// Where the engine finds the settings in force.

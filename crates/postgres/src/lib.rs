@@ -53,6 +53,7 @@ mod leader;
 mod listener;
 mod migrations;
 mod notifier;
+mod schedules;
 mod sql;
 mod statements;
 mod webhooks;
@@ -583,9 +584,9 @@ fn node_id(data_dir: &Path) -> Result<String, OpenError> {
 impl TaskStore for Store {
     fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
         // Answered on the caller's thread, after commit. Creations without a key share
-        // transactions (see [`creations`]); one with a key, or a gate (whose lock it
-        // holds to its commit), runs alone.
-        if task.idempotency_key.is_some() || task.gate.is_some() {
+        // transactions (see [`creations`]); one with a key, a slot, a later start or a
+        // gate (whose lock it holds to its commit) runs alone.
+        if task.creates_alone() || task.gate.is_some() {
             return Later::ready(self.queueing(|tx| create::create_task(tx, &task)));
         }
         Later::ready(
@@ -897,5 +898,9 @@ impl TaskStore for Store {
 
     fn delete_session(&self, id: &str) -> Result<(), StoreError> {
         self.change(|tx| sessions::delete(tx, id))
+    }
+
+    fn schedules(&self) -> &dyn taskd_engine::schedules::ScheduleStore {
+        self
     }
 }

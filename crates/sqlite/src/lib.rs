@@ -104,6 +104,7 @@ mod health;
 mod integrity;
 mod migrations;
 mod reply;
+mod schedules;
 mod sql;
 mod webhooks;
 mod writer;
@@ -707,6 +708,10 @@ impl TaskStore for Store {
     fn delete_session(&self, id: &str) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.write(move |conn| sessions::delete(conn, &id))
+    }
+
+    fn schedules(&self) -> &dyn taskd_engine::schedules::ScheduleStore {
+        self
     }
 }
 

@@ -109,7 +109,7 @@ mod tests {
     use crate::sql;
     use taskd_protocol::TaskStatus;
 
-    const LATEST: u32 = 16;
+    const LATEST: u32 = 17;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {

@@ -43,6 +43,8 @@ pub(crate) fn task_at(id: &str, now: i64) -> NewTask {
         priority: 0,
         stride: NewTask::stride(1),
         gate: None,
+        run_after: None,
+        schedule: None,
     }
 }
 
@@ -212,7 +214,7 @@ fn old_ids_are_still_found_and_a_row_key_alone_finds_nothing() {
         store.create(task).then(move |row| {
             let _ = sender.send(row.map(|created| match created {
                 Created::Task(row) => row.id,
-                Created::KeyInUse(_) => unreachable!("no key"),
+                Created::KeyInUse(_) | Created::SlotTaken => unreachable!("no key, no slot"),
             }));
         });
         created.recv().unwrap().unwrap()

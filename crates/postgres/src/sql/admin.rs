@@ -8,14 +8,16 @@ use super::super::statements::{Db, Param, Tx};
 
 use super::{status_column, Failure};
 use taskd_engine::model::{
-    AttemptRecord, CancelEffect, IdentityJobs, JobRecord, RerunSource, StatsDetail, TaskDetail,
-    TaskFilter, TaskSummary, STATS_IDENTITIES,
+    AttemptRecord, CancelEffect, IdentityJobs, JobRecord, RerunSource, ScheduleSlot, StatsDetail,
+    TaskDetail, TaskFilter, TaskSummary, STATS_IDENTITIES,
 };
 use taskd_protocol::Identity;
 use taskd_protocol::TaskStatus;
 
-const SUMMARY_COLUMNS: &str =
-    "id, tool, status, endpoint, tenant, principal, created_at, updated_at, status_message";
+const SUMMARY_COLUMNS: &str = "id, tool, status, endpoint, tenant, principal, created_at, \
+     updated_at, status_message, schedule, schedule_slot";
+/// Where the columns of a task's detail start, after the summary's.
+const DETAIL: usize = 11;
 
 fn summary(row: &Row) -> Result<TaskSummary, Failure> {
     Ok(TaskSummary {
@@ -28,6 +30,10 @@ fn summary(row: &Row) -> Result<TaskSummary, Failure> {
         created_at: row.try_get(6)?,
         updated_at: row.try_get(7)?,
         status_message: row.try_get(8)?,
+        schedule: match (row.try_get::<_, Option<String>>(9)?, row.try_get(10)?) {
+            (Some(schedule), Some(slot)) => Some(ScheduleSlot { schedule, slot }),
+            _ => None,
+        },
     })
 }
 
@@ -83,15 +89,15 @@ pub fn task_detail(
     };
     let mut detail = TaskDetail {
         summary: summary(&row)?,
-        ttl_ms: row.try_get(9)?,
-        expires_at: row.try_get(10)?,
-        cancel_requested: row.try_get(11)?,
-        error: row.try_get(12)?,
-        input_requests: row.try_get(13)?,
-        origin: row.try_get(14)?,
-        result: row.try_get(15)?,
-        input_responses: row.try_get(16)?,
-        trace: super::trace_column(&row, 17)?,
+        ttl_ms: row.try_get(DETAIL)?,
+        expires_at: row.try_get(DETAIL + 1)?,
+        cancel_requested: row.try_get(DETAIL + 2)?,
+        error: row.try_get(DETAIL + 3)?,
+        input_requests: row.try_get(DETAIL + 4)?,
+        origin: row.try_get(DETAIL + 5)?,
+        result: row.try_get(DETAIL + 6)?,
+        input_responses: row.try_get(DETAIL + 7)?,
+        trace: super::trace_column(&row, DETAIL + 8)?,
         job: None,
         attempts: Vec::new(),
     };

@@ -114,13 +114,18 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
         )?;
     }
     // Expiry and the first claim run on the database clock; created_at and updated_at
-    // are what the client is told (this node's clock), as in SQLite.
-    tx.execute(
+    // are what the client is told (this node's clock), as in SQLite. A schedule slot
+    // that has its task already (another node's, committed or committing: the insert
+    // waits for it) stores nothing.
+    let slot = task.schedule.as_ref().map(|slot| &slot.slot);
+    let inserted = tx.execute(
         "INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, \
          created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses, \
-         idempotency_key, arguments_digest, issuer, trace_context) VALUES ($1, $2, $3, $4, \
-         $5, $6, 'working', $7, $7, $8, \
-         CASE WHEN $8::bigint IS NOT NULL THEN taskd_after_ms($8) END, $9, $10, $11, $12, $13, $14)",
+         idempotency_key, arguments_digest, issuer, trace_context, schedule, schedule_slot) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'working', $7, $7, $8, \
+         CASE WHEN $8::bigint IS NOT NULL THEN taskd_after_ms($8) END, $9, $10, $11, $12, $13, \
+         $14, $15, $16) \
+         ON CONFLICT (schedule, schedule_slot) WHERE schedule IS NOT NULL DO NOTHING",
         &[
             &task.id,
             &task.identity.endpoint,
@@ -136,8 +141,13 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
             &task.arguments_digest,
             &task.identity.issuer,
             &stored_trace(task),
+            &slot.map(|slot| slot.schedule.as_str()),
+            &slot.map(|slot| slot.slot),
         ],
     )?;
+    if inserted == 0 {
+        return Ok(Created::SlotTaken);
+    }
     // A keyed task's job is admitted by its gate, or held (no turn) until a place
     // frees: counted under the gate's lock, held until this commits (see `flow`).
     let held = match &task.gate {
@@ -145,11 +155,14 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
         None => false,
     };
     let gate = task.gate.as_ref();
+    // A later start takes its turn when its time comes, as a retry after its backoff.
+    let later = task.run_after.filter(|at| *at > task.now);
     tx.execute(
         "INSERT INTO jobs (task_id, tool, state, max_attempts, backoff_ms, timeout_ms, \
          run_after, owner, priority, stride, turn, gate, gate_label, gate_limit, held) \
-         VALUES ($1, $2, 'queued', $3, $4, $5, taskd_now_ms(), $6, $7, $8, \
-         CASE WHEN $12 THEN NULL ELSE taskd_turn($6, $7, $8) END, $9, $10, $11, $12)",
+         VALUES ($1, $2, 'queued', $3, $4, $5, coalesce($13::bigint, taskd_now_ms()), $6, \
+         $7, $8, CASE WHEN $12 OR $13::bigint IS NOT NULL THEN NULL \
+         ELSE taskd_turn($6, $7, $8) END, $9, $10, $11, $12)",
         &[
             &task.id,
             &task.tool,
@@ -163,9 +176,13 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
             &gate.map(|gate| gate.label.as_str()),
             &gate.map(|gate| gate.limit),
             &held,
+            &later,
         ],
     )?;
     append_outbox(tx, &task.id)?;
+    if let Some(slot) = &task.schedule {
+        super::schedules::claimed(tx, &task.id, slot, task.now)?;
+    }
     Ok(Created::Task(task.created()))
 }
 

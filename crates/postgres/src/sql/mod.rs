@@ -29,6 +29,7 @@ pub mod client;
 pub mod create;
 pub mod flow;
 pub mod output;
+pub mod schedules;
 pub mod sessions;
 pub mod upkeep;
 

@@ -7,19 +7,22 @@ use rusqlite::{Connection, OptionalExtension};
 use super::status_column;
 use taskd_engine::ids;
 use taskd_engine::model::{
-    AttemptRecord, CancelEffect, IdentityJobs, JobRecord, RerunSource, StatsDetail, TaskDetail,
-    TaskFilter, TaskPage, TaskSummary, STATS_IDENTITIES,
+    AttemptRecord, CancelEffect, IdentityJobs, JobRecord, RerunSource, ScheduleSlot, StatsDetail,
+    TaskDetail, TaskFilter, TaskPage, TaskSummary, STATS_IDENTITIES,
 };
 use taskd_protocol::Identity;
 use taskd_protocol::TaskStatus;
 
 /// Qualified, so that a page may read them through a join with `jobs`.
 const SUMMARY_COLUMNS: &str = "tasks.id, tasks.tool, tasks.status, tasks.endpoint, \
-    tasks.tenant, tasks.principal, tasks.created_at, tasks.updated_at, tasks.status_message";
+    tasks.tenant, tasks.principal, tasks.created_at, tasks.updated_at, tasks.status_message, \
+    tasks.schedule, tasks.schedule_slot";
 /// Where [`summary`] finds the columns a page filters on.
 const TOOL: usize = 1;
 const STATUS: usize = 2;
 const PRINCIPAL: usize = 5;
+/// Where the columns of a task's detail start, after the summary's.
+const DETAIL: usize = 11;
 
 fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskSummary> {
     Ok(TaskSummary {
@@ -32,6 +35,10 @@ fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskSummary> {
         created_at: row.get(6)?,
         updated_at: row.get(7)?,
         status_message: row.get(8)?,
+        schedule: match (row.get::<_, Option<String>>(9)?, row.get(10)?) {
+            (Some(schedule), Some(slot)) => Some(ScheduleSlot { schedule, slot }),
+            _ => None,
+        },
     })
 }
 
@@ -179,15 +186,15 @@ pub fn task_detail(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<
         .query_row([task_id], |row| {
             Ok(TaskDetail {
                 summary: summary(row)?,
-                ttl_ms: row.get(9)?,
-                expires_at: row.get(10)?,
-                cancel_requested: row.get::<_, i64>(11)? != 0,
-                error: row.get(12)?,
-                input_requests: row.get(13)?,
-                origin: row.get(14)?,
-                result: row.get(15)?,
-                input_responses: row.get(16)?,
-                trace: super::trace_column(row, 17)?,
+                ttl_ms: row.get(DETAIL)?,
+                expires_at: row.get(DETAIL + 1)?,
+                cancel_requested: row.get::<_, i64>(DETAIL + 2)? != 0,
+                error: row.get(DETAIL + 3)?,
+                input_requests: row.get(DETAIL + 4)?,
+                origin: row.get(DETAIL + 5)?,
+                result: row.get(DETAIL + 6)?,
+                input_responses: row.get(DETAIL + 7)?,
+                trace: super::trace_column(row, DETAIL + 8)?,
                 job: None,
                 attempts: Vec::new(),
             })

@@ -55,12 +55,13 @@ fn task_values<'t>(
     ]
 }
 
-/// Where a new job joins the queue: its owner's key, and its turn (`None`: it is held
-/// by its gate, see [`Admissions`]).
+/// Where a new job joins the queue: its owner's key, its turn (`None`: it is held by
+/// its gate, see [`Admissions`], or waits for its later start) and its first start.
 struct Queued {
     owner: String,
     turn: Option<i64>,
     held: bool,
+    run_after: i64,
 }
 
 /// The values of a job row.
@@ -71,7 +72,7 @@ fn job_values<'t>(task: &'t NewTask, queued: &'t Queued) -> [&'t dyn ToSql; 14] 
         &task.max_attempts,
         &task.backoff_ms,
         &task.timeout_ms,
-        &task.now,
+        &queued.run_after,
         &task.tool,
         &queued.owner,
         &task.priority,
@@ -93,7 +94,8 @@ fn stored_trace(task: &NewTask) -> Option<String> {
 }
 
 /// Where each task's job joins the queue, in order: the turn it takes (see [`Turns`]),
-/// unless its gate holds it (see [`Admissions`]).
+/// unless its gate holds it (see [`Admissions`]); a job that starts later takes its
+/// turn when its time comes, as a retry after its backoff ([`super::turns::give_due`]).
 fn turns_of(conn: &Connection, tasks: &[NewTask]) -> rusqlite::Result<Vec<Queued>> {
     let mut turns = Turns::default();
     let mut admissions = Admissions::default();
@@ -101,20 +103,27 @@ fn turns_of(conn: &Connection, tasks: &[NewTask]) -> rusqlite::Result<Vec<Queued
         .iter()
         .map(|task| {
             let owner = task.identity.key();
+            let later = task.run_after.filter(|at| *at > task.now);
+            let run_after = later.unwrap_or(task.now);
             if let Some(gate) = &task.gate {
                 if !admissions.admits(conn, gate)? {
                     return Ok(Queued {
                         owner,
                         turn: None,
                         held: true,
+                        run_after,
                     });
                 }
             }
-            let turn = turns.take(conn, &owner, task.priority, task.stride)?;
+            let turn = match later {
+                Some(_) => None,
+                None => Some(turns.take(conn, &owner, task.priority, task.stride)?),
+            };
             Ok(Queued {
                 owner,
-                turn: Some(turn),
+                turn,
                 held: false,
+                run_after,
             })
         })
         .collect()
@@ -153,7 +162,7 @@ static CHUNK_SQL: std::sync::LazyLock<[[String; 3]; 3]> = std::sync::LazyLock::n
 /// against 7.1 µs per task inserted one by one). On an error, earlier chunks stay
 /// inserted: run it under a savepoint, as every write is (`Store::write`, `Batch`).
 pub fn create_tasks(conn: &Connection, tasks: &[NewTask]) -> rusqlite::Result<Vec<TaskRow>> {
-    debug_assert!(tasks.iter().all(|task| task.idempotency_key.is_none()));
+    debug_assert!(tasks.iter().all(|task| !task.creates_alone()));
     let turns = turns_of(conn, tasks)?;
     let mut rest = tasks;
     let mut rest_turns = turns.as_slice();
@@ -231,9 +240,17 @@ pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<Create
             task.identity.issuer,
         ])?;
     }
+    if let Some(slot) = &task.schedule {
+        if super::schedules::slot_taken(conn, &slot.slot)? {
+            return Ok(Created::SlotTaken);
+        }
+    }
     let alone = std::slice::from_ref(task);
     let turns = turns_of(conn, alone)?;
     insert_chunk(conn, &CHUNK_SQL[CHUNKS.len() - 1], alone, &turns)?;
+    if let Some(slot) = &task.schedule {
+        super::schedules::claim_slot(conn, &task.id, slot, task.now)?;
+    }
     Ok(Created::Task(task.created()))
 }
 

@@ -23,6 +23,7 @@ pub mod client;
 pub mod create;
 pub mod flow;
 pub mod output;
+pub mod schedules;
 pub mod sessions;
 pub mod turns;
 pub mod upkeep;

@@ -413,6 +413,7 @@ mod tests {
                 let id = outcome.map(|created| match created {
                     Created::Task(row) => row.id,
                     Created::KeyInUse(conflict) => panic!("no key: {conflict:?}"),
+                    Created::SlotTaken => panic!("no slot"),
                 });
                 done.send((index, id)).unwrap()
             });

@@ -231,11 +231,12 @@ impl Store {
     }
 
     /// Creates a task in the writer's next transaction without blocking the caller,
-    /// like [`Store::write_later`]. Creations without an idempotency key that meet in a
-    /// batch go in with one multi-row `INSERT` per table
+    /// like [`Store::write_later`]. Creations without an idempotency key, a schedule
+    /// slot or a later start that meet in a batch go in with one multi-row `INSERT` per
+    /// table
     /// ([`create_tasks`](super::sql::create::create_tasks)).
     pub(super) fn create_later(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
-        if task.idempotency_key.is_some() {
+        if task.creates_alone() {
             return self.write_later(move |conn| create_task(conn, &task));
         }
         let (fulfil, result) = later(|| {
