@@ -1,7 +1,8 @@
+// Over 600 lines: one test per rule of the dashboard's API, over shared helpers.
 //! The dashboard's JSON API through the real binary: who may use it (admin-role tokens,
 //! browser sessions, nobody else on a server with tokens), what protects its actions
 //! from cross-site requests, cancel and re-run, keyset paging of the task list, and the
-//! task page's live tail of a task's output.
+//! task page's live tail of a task's output, and the webhooks view.
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -702,4 +703,108 @@ fn the_live_tail_is_for_whoever_sees_the_task_and_refuses_bad_positions() {
     );
     let detail = admin_get(&server, &format!("/dashboard/api/tasks/{task}"));
     assert_eq!(detail["status"], "completed");
+}
+
+#[test]
+fn the_webhooks_view_shows_dead_deliveries_and_sends_them_again_for_admins_only() {
+    // A receiver that refuses connections: every attempt fails, and after 1 s the
+    // delivery is dead.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = closed.local_addr().expect("its address").port();
+    drop(closed);
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("hook.secret"),
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
+    )
+    .expect("secret");
+    let config = format!(
+        "{CONFIG}[[webhooks]]\nname = \"ops\"\nurl = \"http://127.0.0.1:{port}/in?token=s3cret\"\n\
+         events = [\"task.completed\"]\nsecret_file = {:?}\nallow_http = [\"127.0.0.1\"]\n\
+         retry_for = \"1s\"\n",
+        dir.path().join("hook.secret").display().to_string()
+    );
+    let server = Server::start_in(dir.path(), &config);
+    let task = tasks::create(
+        &server,
+        "slow_compute",
+        json!({"seconds": 0}),
+        &[("Authorization", ALICE)],
+    );
+    let view = poll_until(Duration::from_secs(20), || {
+        let view = admin_get(&server, "/dashboard/api/webhooks?state=dead");
+        (view["webhooks"][0]["dead"] == 1).then_some(view)
+    })
+    .expect("the delivery is dead after its second");
+    let webhook = &view["webhooks"][0];
+    assert_eq!(webhook["name"], "ops");
+    assert_eq!(
+        webhook["url"],
+        format!("http://127.0.0.1:{port}/in"),
+        "never the query"
+    );
+    let delivery = &view["deliveries"][0];
+    assert_eq!(delivery["taskId"], task.as_str());
+    assert_eq!(delivery["state"], "dead");
+    assert!(delivery["lastError"]
+        .as_str()
+        .is_some_and(|e| !e.is_empty()));
+    assert!(!view.to_string().contains("s3cret"));
+    assert_eq!(
+        get(
+            &server,
+            "/dashboard/api/webhooks",
+            &[("Authorization", ALICE)]
+        )
+        .status,
+        403
+    );
+    assert_eq!(
+        get(
+            &server,
+            "/dashboard/api/webhooks?state=lost",
+            &[("Authorization", ADMIN)]
+        )
+        .status,
+        400
+    );
+    // From a browser session: the CSRF token and an Origin, as for cancel.
+    let cookie = login(&server, "admin-token").expect("an admin logs in");
+    let csrf = get(&server, "/dashboard/api/session", &[("Cookie", &cookie)]).json()["csrf"]
+        .as_str()
+        .expect("a CSRF token")
+        .to_owned();
+    let ours = origin(&server);
+    let retry = "/dashboard/api/webhooks/ops/retry";
+    let forged = request(
+        &server,
+        "POST",
+        retry,
+        &[("Cookie", &cookie), ("Origin", &ours)],
+    );
+    assert_eq!(forged.status, 403, "no CSRF token");
+    let unknown = request(
+        &server,
+        "POST",
+        "/dashboard/api/webhooks/nobody/retry",
+        &[("Authorization", ADMIN)],
+    );
+    assert_eq!(unknown.status, 404);
+    let retried = request(
+        &server,
+        "POST",
+        retry,
+        &[
+            ("Cookie", &cookie),
+            ("Origin", &ours),
+            ("X-CSRF-Token", &csrf),
+        ],
+    );
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    assert_eq!(retried.json()["retried"], 1);
+    let pending = admin_get(&server, "/dashboard/api/webhooks");
+    assert!(
+        pending["webhooks"][0]["pending"] == 1 || pending["webhooks"][0]["dead"] == 1,
+        "pending again (or dead again already): {pending}"
+    );
 }

@@ -8,14 +8,17 @@
 // without a reload, that a task is cancelled with its button (confirm dialog accepted),
 // and that a running command's task page tails its output live (tests/scripts/chatty.py:
 // a line shows while it runs, its last lines once it ends, appended, never as markup,
-// within its cap). Saves overview.png, tasks.png, task.png, task-output.png and
-// tasks-phone.png in OUTDIR. Exits non-zero on the first failed check.
+// within its cap), and that the webhooks view shows a receiver's failures, a dead
+// delivery, and sends it again with its button. Saves overview.png, tasks.png, task.png,
+// task-output.png, webhooks.png and tasks-phone.png in OUTDIR. Exits non-zero on the
+// first failed check.
 //
 // With MCP_TASKD_IDP (tests/interop/oauth_idp.mjs, where oauth2-mock-server is installed)
 // the server also names that real authorization server in [auth.oauth] with a client_id,
 // and the last step logs out and signs in there instead (OpenID Connect, the admin role
 // from the ID token), through the login page's link.
 import { spawn } from "node:child_process";
+import { createServer } from "node:http";
 import { createHash } from "node:crypto";
 import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -69,6 +72,29 @@ if (process.env.MCP_TASKD_IDP) {
   signIn = `[auth.oauth]\nissuer = "${issuer}"\nclient_id = "mcp-taskd-dashboard"\nroles_claim = "roles"\n`;
 }
 
+// ---- a webhook receiver: it answers 500 (with markup in nothing it sends) until told
+// otherwise, so that deliveries fail, go dead (retry_for = "2s") and are sent again.
+let receiverFails = true;
+let received = 0;
+const receiver = createServer((request, response) => {
+  request.resume();
+  request.on("end", () => {
+    if (receiverFails) { response.writeHead(500).end(); return; }
+    received++;
+    response.writeHead(204).end();
+  });
+});
+await new Promise((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+writeFileSync(join(work, "hook.secret"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n");
+const webhook = `[[webhooks]]
+name = "browser"
+url = "http://127.0.0.1:${receiver.address().port}/hook"
+events = ["task.completed"]
+secret_file = ${JSON.stringify(join(work, "hook.secret"))}
+allow_http = ["127.0.0.1"]
+retry_for = "2s"
+`;
+
 // ---- the server, with a command tool that prints (and one that keeps 1,000 bytes of it)
 const chatty = fileURLToPath(new URL("../scripts/chatty.py", import.meta.url));
 const chattyTool = (name, extra) => `[[tools]]
@@ -94,7 +120,7 @@ principal = "alice"
 sha256 = "${sha256(ALICE)}"
 ${chattyTool("chatty", "")}
 ${chattyTool("chatty_capped", "output_max_bytes = 1000")}
-`);
+${webhook}`);
 const [, address] = await startAndMatch(binary, ["serve", "--config", join(work, "config.toml"),
   "--listen", "127.0.0.1:0", "--data-dir", join(work, "data")], "stdout",
   /listening on http:\/\/([^/]+)\/mcp/, 20000);
@@ -306,7 +332,31 @@ await waitFor(`[...document.querySelectorAll("#charts svg")].some((svg) =>
 await screenshot("overview.png");
 console.log("ok: the per-minute chart shows the tasks created");
 
-// 7. At a phone's width the task list stays readable (no page-wide horizontal scroll).
+// 7. The webhooks view: the receiver answered 500, so the completed tasks' deliveries
+// are dead (after 2 s); its button sends them again, and they arrive.
+await evaluate(`location.hash = "#webhooks"; true`);
+await waitFor(`!document.getElementById("webhooks").hidden &&
+  [...document.querySelectorAll("#webhook-rows tr")].some((row) => row.textContent.includes("browser") &&
+    row.querySelector("button")?.textContent.startsWith("Retry"))`, 15000,
+  "the webhooks view shows dead deliveries with a retry button");
+await waitFor(`[...document.querySelectorAll("#delivery-rows tr")].some((row) =>
+  row.textContent.includes("dead") && row.textContent.includes("500"))`, 5000,
+  "the deliveries show why they failed (500)");
+await screenshot("webhooks.png");
+receiverFails = false;
+const dialogsBeforeRetry = dialogs;
+await evaluate(`document.querySelector("#webhook-rows button").click(); true`);
+await waitFor(`document.getElementById("notice").textContent.includes("pending again")`, 5000,
+  "the retry is acknowledged");
+if (dialogs !== dialogsBeforeRetry + 1) fail("retrying did not ask for confirmation");
+const deadline = Date.now() + 15000;
+while (received === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+if (received === 0) fail("the retried deliveries did not arrive");
+await waitFor(`[...document.querySelectorAll("#delivery-rows tr")].some((row) => row.textContent.includes("delivered"))`,
+  5000, "a delivered delivery shows");
+console.log(`ok: the webhooks view shows dead deliveries; its button sent them again (${received} arrived)`);
+
+// 8. At a phone's width the task list stays readable (no page-wide horizontal scroll).
 await page("Emulation.setDeviceMetricsOverride", { width: 390, height: 844, deviceScaleFactor: 2, mobile: true });
 await evaluate(`location.hash = "#tasks"; true`);
 await waitFor(`!document.getElementById("tasks").hidden &&
@@ -317,12 +367,12 @@ await screenshot("tasks-phone.png");
 await page("Emulation.clearDeviceMetricsOverride");
 console.log("ok: readable at a phone's width");
 
-// 8. The API still refuses the non-admin token directly.
+// 9. The API still refuses the non-admin token directly.
 const refused = await fetch(`${dashboard}api/overview`, { headers: { Authorization: `Bearer ${ALICE}` } });
 if (refused.status !== 403) fail(`non-admin token on the API: ${refused.status}`);
 console.log("ok: the API refuses a non-admin token (403)");
 
-// 9. Sign in at the identity provider instead: log out, follow the login page's link
+// 10. Sign in at the identity provider instead: log out, follow the login page's link
 // through the provider and back, and see the overview.
 if (signIn) {
   await evaluate(`document.getElementById("logout").click(); true`);
@@ -337,5 +387,6 @@ if (signIn) {
 
 console.log(`PASS: dashboard in Chromium; screenshots in ${outDir}`);
 socket.close();
+receiver.close();
 cleanup();
 process.exit(0);

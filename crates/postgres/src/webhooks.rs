@@ -11,8 +11,8 @@ use super::statements::{Db, Tx};
 use super::{Failure, Store};
 use taskd_engine::backend::StoreError;
 use taskd_engine::webhooks::{
-    Delivery, DeliveryFilter, DeliveryRecord, DeliveryState, Outcome, RetryFilter, Route,
-    TaskNow, WebhookCounts, WebhookStore,
+    Delivery, DeliveryFilter, DeliveryRecord, DeliveryState, Outcome, RetryFilter, Route, TaskNow,
+    WebhookCounts, WebhookStore,
 };
 
 fn limit_of(limit: usize) -> i64 {

@@ -10,8 +10,8 @@ use super::{classify, Store};
 use taskd_base::clock::now_ms;
 use taskd_engine::backend::StoreError;
 use taskd_engine::webhooks::{
-    Delivery, DeliveryFilter, DeliveryRecord, DeliveryState, Outcome, RetryFilter, Route,
-    TaskNow, WebhookCounts, WebhookStore,
+    Delivery, DeliveryFilter, DeliveryRecord, DeliveryState, Outcome, RetryFilter, Route, TaskNow,
+    WebhookCounts, WebhookStore,
 };
 
 /// Columns of a [`Delivery`], then of its task (`t`), as [`delivery`] reads them.
@@ -143,7 +143,12 @@ pub(crate) fn record_outcomes(
                 delay_ms,
                 status,
                 error,
-            } => ("pending", now.saturating_add(*delay_ms), *status, Some(error)),
+            } => (
+                "pending",
+                now.saturating_add(*delay_ms),
+                *status,
+                Some(error),
+            ),
             Outcome::Dead { status, error } => ("dead", 0, *status, Some(error)),
         };
         let done_at = (state != "pending").then_some(now);
@@ -210,11 +215,7 @@ fn prune(
                  WHERE state <> 'pending' AND done_at < ?1 \
                  AND (state = 'delivered' OR done_at < ?2) LIMIT ?3)",
         )?
-        .execute(params![
-            now - delivered_age,
-            now - dead_age,
-            limit as i64
-        ])?;
+        .execute(params![now - delivered_age, now - dead_age, limit as i64])?;
     Ok(orphaned + deleted)
 }
 
@@ -291,8 +292,8 @@ impl WebhookStore for Store {
         payload: bool,
     ) -> Result<Vec<Delivery>, StoreError> {
         let conn = self.read()?;
-        let mut due = due(&conn, webhook, now_ms(), limit + in_flight.len(), payload)
-            .map_err(classify)?;
+        let mut due =
+            due(&conn, webhook, now_ms(), limit + in_flight.len(), payload).map_err(classify)?;
         due.retain(|delivery| !in_flight.contains(&delivery.seq));
         due.truncate(limit);
         Ok(due)

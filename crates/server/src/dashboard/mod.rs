@@ -29,12 +29,14 @@
 //! principal&since&before&limit` (keyset: `before` is the `next` of the previous
 //! page; a page examines a bounded number of tasks, and one cut short by that bound
 //! says `partial`), `/api/tasks/{id}`, `/api/tasks/{id}/output?after&limit` (the task
-//! page's live tail: [`output`]); `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`.
+//! page's live tail: [`output`]); `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`;
+//! `GET /api/webhooks?state&webhook`, `POST /api/webhooks/{name}/retry` ([`webhooks`]).
 
 pub mod history;
 pub mod output;
 pub mod session;
 pub mod throttle;
+pub mod webhooks;
 
 use std::io::{Cursor, Read};
 use std::sync::Arc;
@@ -447,6 +449,8 @@ impl Dashboard {
             (Method::Get, ["tasks", id, "output"]) => output::respond(&self.admin, id, query),
             (Method::Post, ["tasks", id, "cancel"]) => self.cancel(id),
             (Method::Post, ["tasks", id, "rerun"]) => self.rerun(id),
+            (Method::Get, ["webhooks"]) => webhooks::list(&self.admin, query),
+            (Method::Post, ["webhooks", name, "retry"]) => webhooks::retry(&self.admin, name),
             (Method::Get | Method::Post, _) => refused(404, "not found"),
             _ => with_header(refused(405, "method not allowed"), "Allow", "GET, POST"),
         }

@@ -1,4 +1,4 @@
-// The mcp-taskd dashboard: hash routes (#overview, #tasks, #task/ID), polling the JSON
+// The mcp-taskd dashboard: hash routes (#overview, #tasks, #task/ID, #webhooks), polling the JSON
 // API once a second for what is on screen (a task page also follows its output), charts
 // drawn as inline SVG.
 "use strict";
@@ -44,8 +44,8 @@ function el(tag, attrs = {}, ...children) {
 }
 
 function showOnly(id) {
-  for (const section of ["login", "overview", "tasks", "task"]) $(section).hidden = section !== id;
-  for (const nav of ["overview", "tasks"]) {
+  for (const section of ["login", "overview", "tasks", "task", "webhooks"]) $(section).hidden = section !== id;
+  for (const nav of ["overview", "tasks", "webhooks"]) {
     const link = $("nav-" + nav);
     if (nav === id || (nav === "tasks" && id === "task")) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -321,6 +321,42 @@ async function act(action, question) {
   } catch (error) { notice("Failed: " + error.message); }
 }
 
+// The webhooks (their deliveries counted) and the newest deliveries, with a button
+// that sends a webhook's dead deliveries again.
+async function loadWebhooks() {
+  const state = $("wh-state").value;
+  const o = await api("api/webhooks" + (state ? "?state=" + encodeURIComponent(state) : ""));
+  $("webhooks-empty").hidden = o.webhooks.length > 0;
+  $("webhook-rows").replaceChildren(...o.webhooks.map((w) => {
+    const actions = el("td");
+    if (w.dead > 0 && w.configured) {
+      const button = el("button", { type: "button", text: `Retry ${w.dead} dead` });
+      button.addEventListener("click", () => retryWebhook(w.name));
+      actions.append(button);
+    }
+    return el("tr", {},
+      el("td", { text: w.name }), el("td", { text: w.configured ? w.url : "(no longer configured)" }),
+      el("td", { text: (w.events || []).join(", ") }), el("td", { text: String(w.pending) }),
+      el("td", { text: w.oldestPendingAt || "—" }), el("td", { text: String(w.dead) }),
+      el("td", { text: String(w.deliveredRecently) }), el("td", { text: w.lastDeliveredAt || "—" }),
+      actions);
+  }));
+  $("delivery-rows").replaceChildren(...o.deliveries.map((d) => el("tr", { class: "delivery-" + d.state },
+    el("td", { text: d.at }), el("td", { text: d.webhook }), el("td", { text: d.event }),
+    el("td", {}, el("a", { href: "#task/" + encodeURIComponent(d.taskId), text: d.taskId })),
+    el("td", { text: d.state }), el("td", { text: String(d.attempts) }),
+    el("td", { text: d.nextAttemptAt || "—" }),
+    el("td", { text: d.lastError ? (d.lastStatus ? `${d.lastStatus}: ` : "") + d.lastError : "—" }))));
+}
+
+async function retryWebhook(name) {
+  if (!window.confirm(`Send the dead deliveries of ${name} again?`)) return;
+  try {
+    const outcome = await api("api/webhooks/" + encodeURIComponent(name) + "/retry", { method: "POST", body: "{}" });
+    notice(`${outcome.retried} dead deliveries of ${name} are pending again.`);
+  } catch (error) { notice("Failed: " + error.message); }
+}
+
 function stopPolling() { if (timer) { clearInterval(timer); timer = null; } }
 
 function poll(load) {
@@ -342,6 +378,9 @@ function route() {
   } else if (hash === "#tasks") {
     showOnly("tasks");
     poll(loadTasks);
+  } else if (hash === "#webhooks") {
+    showOnly("webhooks");
+    poll(loadWebhooks);
   } else {
     showOnly("overview");
     poll(loadOverview);
@@ -386,6 +425,7 @@ $("next-page").addEventListener("click", () => {
   pageStack.push(cursor); cursor = nextCursor; poll(loadTasks);
 });
 $("first-page").addEventListener("click", () => { cursor = null; pageStack = []; poll(loadTasks); });
+$("wh-state").addEventListener("change", () => poll(loadWebhooks));
 $("cancel-task").addEventListener("click", () => act("cancel", "Cancel this task?"));
 $("rerun-task").addEventListener("click", () => act("rerun", "Run this task again as a new task?"));
 window.addEventListener("hashchange", () => { notice(""); route(); });
