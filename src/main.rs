@@ -9,7 +9,9 @@ use std::sync::Arc;
 use clap::{CommandFactory, Parser, Subcommand};
 use taskd_notifications::Hub;
 use taskd_server::config::{self, Config};
-use taskd_server::ops::cli::{self, Location, TasksCommand, ToolsCommand, WebhooksCommand};
+use taskd_server::ops::cli::{
+    self, Location, SchedulesCommand, TasksCommand, ToolsCommand, WebhooksCommand,
+};
 use taskd_server::ops::reload::ConfigSource;
 use taskd_server::registration;
 use taskd_telemetry::logs;
@@ -78,6 +80,11 @@ enum Command {
     Tools {
         #[command(subcommand)]
         command: ToolsCommand,
+    },
+    /// The schedules of `[[schedules]]`: next run, last outcome.
+    Schedules {
+        #[command(subcommand)]
+        command: SchedulesCommand,
     },
     /// Counts by status and tool, queue age, busy workers, recent throughput.
     Stats {
@@ -188,6 +195,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { config, file } => check_config(config.or(file).as_deref()),
         Command::Tasks { command } => cli::tasks(command).map_err(Into::into),
         Command::Tools { command } => cli::tools(command).map_err(Into::into),
+        Command::Schedules { command } => cli::schedules(command).map_err(Into::into),
         Command::Webhooks { command } => cli::webhooks(command).map_err(Into::into),
         Command::Stats { at, json } => cli::stats(&at, json).map_err(Into::into),
         Command::Backup { at, file } => cli::backup(&at, &file).map_err(Into::into),
@@ -200,7 +208,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("mcp-taskd: {error}");
-            ExitCode::FAILURE
+            // `tasks start --wait` ends with its task's outcome.
+            match error.downcast_ref::<cli::CommandFailed>() {
+                Some(failed) => ExitCode::from(failed.exit_code()),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

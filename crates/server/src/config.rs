@@ -23,6 +23,7 @@ use serde::Deserialize;
 use taskd_auth::{AuthConfig, ClientSecret};
 use taskd_builtin::BuiltinSet;
 use taskd_engine::config::{OutputConfig, StoreConfig, TaskDefaults, WorkerConfig};
+use taskd_engine::schedules::ScheduleConfig;
 use taskd_notifications::NotificationLimits;
 use taskd_telemetry::{LogConfig, TelemetryConfig};
 use taskd_tools::command::CommandToolConfig;
@@ -32,6 +33,7 @@ use taskd_webhooks::WebhookConfig;
 mod check;
 mod error;
 mod oauth;
+pub mod schedules;
 
 pub use error::ConfigError;
 
@@ -84,6 +86,9 @@ pub struct Config {
     /// `registration::upstreams`).
     #[serde(skip)]
     pub upstreams: Vec<UpstreamConfig>,
+    /// `[[schedules]]`: tasks started at their times (see `config::schedules`).
+    #[serde(default)]
+    pub schedules: Vec<ScheduleConfig>,
     /// `[[webhooks]]`: receivers of task events (`taskd_webhooks`), their secrets read.
     #[serde(default)]
     pub webhooks: Vec<WebhookConfig>,

@@ -34,6 +34,7 @@ use taskd_auth::oauth::OAuth;
 use taskd_auth::Authenticator;
 use taskd_engine::config::TaskDefaults;
 use taskd_engine::output::OutputRules;
+use taskd_engine::schedules::Schedule;
 use taskd_engine::shares::Share;
 use taskd_engine::{EngineSettings, SettingsSource};
 use taskd_notifications::Hub;
@@ -78,6 +79,8 @@ pub struct Settings {
     pub shares: Arc<Shares>,
     /// `[output]`, its patterns compiled.
     pub output: Arc<OutputRules>,
+    /// `[[schedules]]`, built and checked against the tools.
+    pub schedules: Arc<[Schedule]>,
 }
 
 impl Settings {
@@ -90,7 +93,9 @@ impl Settings {
     ) -> Result<Settings, SettingsError> {
         let commands: Arc<[Arc<CommandTool>]> = command_tools(&config)?.into();
         let (tools, catalog) = build_catalog(&config, &commands, hub, upstreams)?;
+        let schedules = crate::registration::schedules(&config, &tools)?.into();
         Ok(Settings {
+            schedules,
             commands,
             auth: Arc::new(authenticator(&config)),
             origins: Arc::new(OriginPolicy::new(
@@ -123,6 +128,7 @@ impl Settings {
             catalog: Arc::clone(&self.catalog),
             shares: Arc::clone(&self.shares),
             output: Arc::clone(&self.output),
+            schedules: Arc::clone(&self.schedules),
             config,
         }
     }
@@ -147,6 +153,7 @@ impl Settings {
             catalog: Arc::new(catalog),
             shares: Arc::clone(&self.shares),
             output: Arc::clone(&self.output),
+            schedules: Arc::clone(&self.schedules),
         })
     }
 }
@@ -227,6 +234,10 @@ impl EngineSettings for Settings {
 
     fn output(&self) -> &OutputRules {
         &self.output
+    }
+
+    fn schedules(&self) -> &[Schedule] {
+        &self.schedules
     }
 }
 
@@ -355,6 +366,8 @@ pub const LIVE: &[&str] = &[
     "server.public_url",
     "builtin.sets",
     "tools",
+    // Read by the scheduler at each pass: added, changed and removed while serving.
+    "schedules",
     // The dashboard reads it per page load.
     "telemetry.trace_url",
     // Followed within a second: webhooks added, changed (their secrets read again) and

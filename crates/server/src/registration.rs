@@ -79,6 +79,66 @@ pub fn build_catalog(
     Ok((tools, catalog))
 }
 
+/// The schedules of `config` (see `config::schedules`), each checked against the tools
+/// served: the tool must run as a task, without a client's capabilities, and take the
+/// arguments; a schedule whose runs wait for each other (`overlap = "queue"`) cannot use
+/// a tool with a concurrency key. A tool not served is refused, unless upstream servers
+/// are configured (their tools are listed once they start; until then the schedule's
+/// slots are refused, and logged).
+pub fn schedules(
+    config: &Config,
+    tools: &Registry,
+) -> Result<Vec<taskd_engine::schedules::Schedule>, ConfigError> {
+    use serde_json::Value;
+    use taskd_engine::schedules::Overlap;
+    use taskd_tools::TaskPolicy;
+    let built = crate::config::schedules::built(config)?;
+    for (index, schedule) in built.iter().enumerate() {
+        let refuse = |detail: String| ConfigError::ScheduleEntry {
+            label: crate::config::schedules::schedule_label(index, &schedule.name),
+            detail,
+        };
+        let Some(tool) = tools.get(&schedule.tool) else {
+            if config.upstreams.is_empty() {
+                return Err(refuse(format!("no tool {:?} is served", schedule.tool)));
+            }
+            continue;
+        };
+        if tool.spec.task_policy == TaskPolicy::Inline {
+            return Err(refuse(format!(
+                "the tool {:?} only runs inline, never as a task",
+                schedule.tool
+            )));
+        }
+        if tool
+            .spec
+            .required_capabilities
+            .as_ref()
+            .is_some_and(|required| !required.is_empty())
+        {
+            return Err(refuse(format!(
+                "the tool {:?} needs a client's capabilities",
+                schedule.tool
+            )));
+        }
+        let arguments = Value::Object(schedule.arguments.clone());
+        if !tool.input.is_valid(&arguments) {
+            return Err(refuse(format!(
+                "arguments do not match the tool's inputSchema: {}",
+                tool.input.violations(&arguments, 5).join("; ")
+            )));
+        }
+        if schedule.overlap == Overlap::Queue && tool.spec.flow.key.is_some() {
+            return Err(refuse(format!(
+                "overlap = \"queue\" cannot be used with the tool {:?}, which has a \
+                 concurrency key",
+                schedule.tool
+            )));
+        }
+    }
+    Ok(built)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

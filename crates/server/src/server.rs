@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use taskd_engine::config::Backend;
+use taskd_engine::schedules::Scheduler;
 use taskd_engine::upkeep::{StartError, Upkeep, UpkeepCounters};
 use taskd_engine::webhooks::WebhookStore;
 use taskd_engine::workers::{AttemptObserver, Inflight, WorkerPool};
@@ -113,6 +114,8 @@ pub struct Engine {
     pub inflight: Arc<Inflight>,
     workers: WorkerPool,
     upkeep: Upkeep,
+    /// Starts the tasks of `[[schedules]]` at their slots.
+    scheduler: Scheduler,
     /// Webhook deliveries (`[[webhooks]]`).
     webhooks: Webhooks,
     /// Taken by [`Engine::stop_admitting`].
@@ -226,6 +229,11 @@ impl Engine {
             wake,
             woken,
         );
+        let scheduler = Scheduler::start(
+            Arc::clone(&tasks),
+            Arc::clone(&live) as Arc<dyn SettingsSource>,
+        )
+        .map_err(|error| ServeError::Upkeep(StartError::Thread(error)))?;
 
         let operator = Arc::new(Admin {
             store: Arc::clone(&store),
@@ -272,6 +280,7 @@ impl Engine {
             inflight,
             workers,
             upkeep,
+            scheduler,
             webhooks,
             admin: Some(admin),
             operator,
@@ -297,6 +306,8 @@ impl Engine {
         if !self.store.wait_for_continuations(Duration::from_secs(5)) {
             log::warn!("some task creations were not answered before shutdown");
         }
+        // No new scheduled task once the shutdown has begun.
+        self.scheduler.stop();
         self.workers.shutdown(self.shutdown_grace);
         // After the workers: attempts in their grace period still talk to upstreams.
         self.upstreams.stop();

@@ -175,6 +175,7 @@ impl Config {
                 return Err(ConfigError::TraceUrl { url: url.clone() });
             }
         }
+        super::schedules::built(self)?;
         if !s.listen.ip().is_loopback() {
             let authenticated = !self.auth.tokens.is_empty() || self.auth.oauth.is_some();
             if !authenticated && !s.allow_unauthenticated_remote {

@@ -34,6 +34,9 @@ pub enum ConfigError {
     /// A `[[tools]]` entry that does not deserialize; `detail` locates it in the text.
     #[error("{label}: {detail}")]
     ToolEntry { label: String, detail: String },
+    /// A `[[schedules]]` entry that cannot run, or whose tool cannot run it.
+    #[error("{label}: {detail}")]
+    ScheduleEntry { label: String, detail: String },
     #[error("{label}: {source}")]
     UpstreamDeclaration {
         label: String,

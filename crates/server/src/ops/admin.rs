@@ -8,8 +8,8 @@
 //! `data_dir/admin.sock`, a Unix stream socket of mode 0600 owned by the server's user.
 //! One request per connection: a JSON object on one line (at most [`MAX_REQUEST`]
 //! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "output" | "pause" | "resume" |
-//! "tools" | "stats" | "backup" | "reload" | "webhooks" | "webhook_deliveries" |
-//! "webhook_retry", …}`. The
+//! "tools" | "start" | "schedules" | "stats" | "backup" | "reload" | "webhooks" |
+//! "webhook_deliveries" | "webhook_retry", …}`. The
 //! answer is zero or more `{"progress": [done, total]}` lines, then exactly one line
 //! `{"result": …}` or `{"error": "…"}`; then the server closes the connection.
 //!
@@ -41,6 +41,8 @@ use taskd_protocol::TaskStatus;
 use taskd_tools::flow::{FlowControl, OnPause};
 
 mod peer_user;
+mod schedules;
+pub mod start;
 mod webhooks;
 
 pub use self::webhooks::{WebhookOps, MAX_DELIVERIES};
@@ -98,6 +100,10 @@ pub enum Request {
     },
     /// The tools served, with their flow control and pauses.
     Tools,
+    /// Starts a task (`tasks start`; see [`start`]).
+    Start(start::StartRequest),
+    /// The schedules in force, their next slots and what became of their last.
+    Schedules,
     Stats,
     /// Copies the store into a new file in the data dir (the staging file); the answer
     /// names it. The CLI moves it where the operator asked: the server's user may not
@@ -134,6 +140,8 @@ impl Request {
             Request::Pause { .. } => "pause",
             Request::Resume { .. } => "resume",
             Request::Tools => "tools",
+            Request::Start(_) => "start",
+            Request::Schedules => "schedules",
             Request::Stats => "stats",
             Request::Backup => "backup",
             Request::Reload => "reload",
@@ -254,6 +262,8 @@ impl Admin {
                 let pauses = self.tasks.paused_tools().map_err(store_error)?;
                 Ok(tools_json(&self.tasks.served_tools(), &pauses))
             }
+            Request::Start(request) => start::start(&self.tasks, request),
+            Request::Schedules => schedules::list(&self.tasks),
             Request::Stats => {
                 let stats = self.store.stats_detail().map_err(store_error)?;
                 let workers = self.worker_threads.map(
@@ -362,6 +372,10 @@ pub(crate) fn summary_json(task: &TaskSummary) -> Value {
         "createdAt": rfc3339(task.created_at),
         "updatedAt": rfc3339(task.updated_at),
         "statusMessage": task.status_message,
+        "schedule": task.schedule.as_ref().map(|slot| json!({
+            "name": slot.schedule,
+            "slot": rfc3339(slot.slot),
+        })),
     })
 }
 

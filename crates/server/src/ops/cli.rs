@@ -1,5 +1,6 @@
 // Over 600 lines: one short function per operator command, over one shared path.
 //! The operator commands on the client side: `tasks list|show|cancel|rerun|logs`,
+//! `tasks start` ([`start`]), `schedules list` ([`schedules`]),
 //! `tools list|pause|resume` ([`tools`]), `webhooks list|retry` ([`webhooks`]), `stats`,
 //! `backup` and `restore`. Each one asks the running server through its admin socket,
 //! or, when the data-dir lock says no server runs, opens the database itself and
@@ -8,9 +9,13 @@
 //! Output: a readable table or layout by default, JSON (lines, for lists) with
 //! `--json`. Task contents are printed only by `tasks show --payload`.
 
+mod schedules;
+mod start;
 mod tools;
 mod webhooks;
 
+pub use self::schedules::{schedules, SchedulesCommand};
+pub use self::start::StartArgs;
 pub use self::tools::{tools, ToolsCommand};
 pub use self::webhooks::{webhooks, WebhooksCommand};
 
@@ -92,6 +97,9 @@ pub enum TasksCommand {
         #[arg(required = true, value_name = "ID")]
         ids: Vec<String>,
     },
+    /// Start a task of TOOL now or at a time, and print its id (or, with --wait, its
+    /// result; the exit status then tells its outcome).
+    Start(StartArgs),
     /// Start a new task with the same tool, arguments and binding as ID.
     Rerun {
         #[command(flatten)]
@@ -120,14 +128,21 @@ pub enum TasksCommand {
 /// `main` prints after `mcp-taskd: `.
 type Outcome = Result<(), CommandFailed>;
 
-/// Why an operator command failed, as the operator reads it.
+/// Why an operator command failed, as the operator reads it, and the exit status it
+/// ends with (1, unless a waited-for task's outcome says otherwise: see [`start`]).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct CommandFailed(String);
+pub struct CommandFailed(String, u8);
+
+impl CommandFailed {
+    pub fn exit_code(&self) -> u8 {
+        self.1
+    }
+}
 
 impl From<String> for CommandFailed {
     fn from(sentence: String) -> CommandFailed {
-        CommandFailed(sentence)
+        CommandFailed(sentence, 1)
     }
 }
 
@@ -238,6 +253,7 @@ pub fn tasks(command: TasksCommand) -> Outcome {
             }
             Ok(())
         }
+        TasksCommand::Start(args) => start::start(args),
         TasksCommand::Rerun { at, id } => {
             let created = perform(&at, Request::Rerun { id }, "")?;
             println!("{}", text(&created["id"]));

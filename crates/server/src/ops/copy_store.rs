@@ -24,14 +24,16 @@ use crate::config::Config;
 use taskd_engine::config::Backend;
 use taskd_postgres as pg;
 
-/// The tables that hold tasks, parents before children (foreign keys).
-const TABLES: [&str; 6] = [
+/// The tables that hold tasks, parents before children (foreign keys), and each
+/// schedule's mark (where its scheduler goes on).
+const TABLES: [&str; 7] = [
     "tasks",
     "input_keys",
     "jobs",
     "attempts",
     "task_output",
     "task_output_totals",
+    "schedule_marks",
 ];
 
 #[derive(Debug, thiserror::Error)]
