@@ -29,7 +29,9 @@
 //! principal&since&before&limit` (keyset: `before` is the `next` of the previous
 //! page; a page examines a bounded number of tasks, and one cut short by that bound
 //! says `partial`), `/api/tasks/{id}`, `/api/tasks/{id}/output?after&limit` (the task
-//! page's live tail: [`output`]); `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`;
+//! page's live tail: [`output`]), `/api/schedules` (the schedules in force, as
+//! `mcp-taskd schedules list --json` lists them); `POST /api/tasks/{id}/cancel`,
+//! `/api/tasks/{id}/rerun`;
 //! `GET /api/webhooks?state&webhook`, `POST /api/webhooks/{name}/retry` ([`webhooks`]).
 
 pub mod history;
@@ -447,6 +449,7 @@ impl Dashboard {
                 payload: true,
             }),
             (Method::Get, ["tasks", id, "output"]) => output::respond(&self.admin, id, query),
+            (Method::Get, ["schedules"]) => self.operate(Op::Schedules),
             (Method::Post, ["tasks", id, "cancel"]) => self.cancel(id),
             (Method::Post, ["tasks", id, "rerun"]) => self.rerun(id),
             (Method::Get, ["webhooks"]) => webhooks::list(&self.admin, query),

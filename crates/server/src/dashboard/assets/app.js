@@ -44,8 +44,8 @@ function el(tag, attrs = {}, ...children) {
 }
 
 function showOnly(id) {
-  for (const section of ["login", "overview", "tasks", "task", "webhooks"]) $(section).hidden = section !== id;
-  for (const nav of ["overview", "tasks", "webhooks"]) {
+  for (const section of ["login", "overview", "tasks", "task", "schedules", "webhooks"]) $(section).hidden = section !== id;
+  for (const nav of ["overview", "tasks", "schedules", "webhooks"]) {
     const link = $("nav-" + nav);
     if (nav === id || (nav === "tasks" && id === "task")) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -193,7 +193,8 @@ async function loadTask() {
   const facts = [["Status", t.status], ["Tool", t.tool], ["Principal", t.principal],
     ["Tenant", t.tenant || "—"], ["Created", t.createdAt], ["Updated", t.updatedAt],
     ["Status message", t.statusMessage || "—"], ["Expires", t.expiresAt || "—"],
-    ["Cancel requested", t.cancelRequested ? "yes" : "no"]];
+    ["Cancel requested", t.cancelRequested ? "yes" : "no"],
+    ["Schedule", t.schedule ? `${t.schedule.name}, slot of ${t.schedule.slot}` : "—"]];
   if (t.job) {
     facts.push(["Job", `${t.job.state}, attempt ${t.job.attempt} of ${t.job.maxAttempts}, ` +
       `runs after ${t.job.runAfter}` + (t.job.lastError ? `, last error: ${t.job.lastError}` : "")]);
@@ -357,6 +358,27 @@ async function retryWebhook(name) {
   } catch (error) { notice("Failed: " + error.message); }
 }
 
+// The schedules in force: each one's next run, its last slot (what became of it, and
+// its task, linked), its counts.
+async function loadSchedules() {
+  const schedules = await api("api/schedules");
+  $("schedules-empty").hidden = schedules.length > 0;
+  $("schedule-rows").replaceChildren(...schedules.map((s) => {
+    const last = s.last;
+    const task = last && last.taskId
+      ? el("a", { href: "#task/" + encodeURIComponent(last.taskId),
+        text: `${last.taskStatus || "expired"}` })
+      : "—";
+    const c = s.counts;
+    return el("tr", {},
+      el("td", { text: s.name }), el("td", { text: s.tool }), el("td", { text: s.timing }),
+      el("td", { text: s.nextRun || "never" }),
+      el("td", { text: last ? `${last.slot} (${last.outcome.replace("_", " ")})` : "none yet" }),
+      el("td", {}, task),
+      el("td", { text: `${c.created} / ${c.skipped} / ${c.missed} / ${c.refused}` }));
+  }));
+}
+
 function stopPolling() { if (timer) { clearInterval(timer); timer = null; } }
 
 function poll(load) {
@@ -378,6 +400,9 @@ function route() {
   } else if (hash === "#tasks") {
     showOnly("tasks");
     poll(loadTasks);
+  } else if (hash === "#schedules") {
+    showOnly("schedules");
+    poll(loadSchedules);
   } else if (hash === "#webhooks") {
     showOnly("webhooks");
     poll(loadWebhooks);
