@@ -765,6 +765,10 @@ fn print_task(task: &Value) {
             text(&task["principal"])
         ),
     );
+    if let Some(schedule) = task["schedule"].as_object() {
+        let (name, slot) = (text(&schedule["name"]), text(&schedule["slot"]));
+        field("schedule", format!("{name}, the slot of {slot}"));
+    }
     field("created", text(&task["createdAt"]));
     field("updated", text(&task["updatedAt"]));
     field("expires", text(&task["expiresAt"]));
