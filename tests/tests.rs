@@ -35,6 +35,10 @@
 //! - [`metrics`]: `GET /metrics` counts through tasks' lives, restarts and `kill -9`;
 //! - [`reload`]: SIGHUP and `mcp-taskd reload`: tokens, tools, limits, refused files
 //!   and restart-only keys, applied while serving;
+//! - [`schedules`]: `[[schedules]]`: one task per slot across kills and two nodes,
+//!   `missed` and `overlap`;
+//! - [`tasks_start`]: `mcp-taskd tasks start`: `--wait` and its exit status, `--at` and
+//!   `--key` across restarts;
 //! - [`restarts`]: a passed listener (socket activation): restarts no client sees;
 //! - [`systemd_notify`]: readiness, status and the watchdog under `Type=notify`;
 //! - [`tracing`]: OpenTelemetry spans of a task's life, received by a real OTLP decoder;
@@ -74,12 +78,14 @@ mod reaping;
 mod reload;
 mod restarts;
 mod robustness;
+mod schedules;
 mod smoke;
 mod stdio;
 mod storage;
 mod systemd_notify;
 mod task_input;
 mod task_output;
+mod tasks_start;
 mod tracing;
 mod transport;
 mod upstreams;
