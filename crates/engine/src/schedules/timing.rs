@@ -257,6 +257,17 @@ mod tests {
             Some(ms("2026-03-01T10:00:00Z"))
         );
         assert_eq!(hourly.count_between(at, ms("2026-03-01T15:00:00Z")), 5);
+        // A day of month and a day of week both given: either matches (Vixie cron).
+        let either = Timing::cron("0 0 1 * MON", "UTC").unwrap();
+        // Sunday 2026-03-01 (the first), then Monday 2026-03-02.
+        assert_eq!(
+            either.next_after(ms("2026-02-28T12:00:00Z")),
+            Some(ms("2026-03-01T00:00:00Z"))
+        );
+        assert_eq!(
+            either.next_after(ms("2026-03-01T00:00:00Z")),
+            Some(ms("2026-03-02T00:00:00Z"))
+        );
         let weekdays = Timing::cron("30 9 * * 1-5", "UTC").unwrap();
         // Saturday 2026-03-07: the next is Monday's.
         assert_eq!(
@@ -288,6 +299,16 @@ mod tests {
             daily.next_after(ms("2026-10-25T00:30:00Z")),
             Some(ms("2026-10-26T01:30:00Z"))
         );
+        // Every half hour keeps its pace through the fold: 02:00 and 02:30 come twice.
+        let half = Timing::cron("*/30 * * * *", "Europe/Berlin").unwrap();
+        let mut at = ms("2026-10-24T23:45:00Z");
+        let mut slots = Vec::new();
+        for _ in 0..5 {
+            at = half.next_after(at).unwrap();
+            slots.push(at);
+        }
+        let paces: Vec<i64> = slots.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(paces, [1_800_000; 4], "{slots:?}");
         // The local hour moves in UTC across the change.
         let nine = Timing::cron("0 9 * * *", "Europe/Berlin").unwrap();
         assert_eq!(
