@@ -47,6 +47,11 @@ enum Command {
         /// Data directory, overriding server.data_dir.
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
+        /// Open the SQLite store although the last server stopped without closing it
+        /// and its write-ahead log has gone or been replaced (tasks only the log held
+        /// are lost; see docs/durability.md).
+        #[arg(long)]
+        accept_data_loss: bool,
     },
     /// Serve one host (a desktop or IDE client) over stdin/stdout until end of input or
     /// SIGTERM/SIGINT/SIGHUP; with --connect, relay it to a running server instead.
@@ -175,7 +180,8 @@ fn main() -> ExitCode {
             config,
             listen,
             data_dir,
-        } => serve(config.as_deref(), listen, data_dir),
+            accept_data_loss,
+        } => serve(config.as_deref(), listen, data_dir, accept_data_loss),
         Command::Stdio {
             config,
             data_dir,
@@ -221,6 +227,7 @@ fn serve(
     path: Option<&Path>,
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
+    accept_data_loss: bool,
 ) -> Result<(), Box<dyn Error>> {
     // SAFETY: no thread has started yet (the environment is changed: `LISTEN_*` goes).
     let inherited = unsafe { taskd_server::listeners::take_inherited() }?;
@@ -231,6 +238,7 @@ fn serve(
         file,
         listen,
         data_dir,
+        accept_data_loss,
     };
     let config = source.load()?;
     logs::init("info", config.log.format);

@@ -365,3 +365,65 @@ fn a_vanished_data_dir_turns_writes_into_503_and_healthz_unhealthy() {
     // Writes would land in a file no restart will see: refused, clearly.
     assert_unavailable(&create_raw(&server, 0.0), "temporarily unavailable");
 }
+
+#[test]
+fn a_store_whose_log_went_after_a_kill_9_is_refused_rather_than_opened_half_restored() {
+    if postgres::sqlite_only("the write-ahead log is tasks.db-wal") {
+        return;
+    }
+    // The server never checkpoints (as under Litestream): every acknowledged task since
+    // the start lives only in the log until the next open replays it.
+    let config =
+        format!("{CONFORMANCE}\n[store]\nlocking = \"shared\"\ncheckpoints = \"external\"\n");
+    let lose_the_log = |dir: &Path| -> usize {
+        let mut server = Server::start_in(dir, &config);
+        for _ in 0..200 {
+            created(&create_raw(&server, 0.0)).expect("acknowledged");
+        }
+        server.kill9();
+        let data = dir.join("data");
+        for side in ["tasks.db-wal", "tasks.db-shm"] {
+            let _ = std::fs::remove_file(data.join(side));
+        }
+        200
+    };
+
+    // What happened before: the server starts on the database alone, and the tasks the
+    // log held are gone without a word. (--accept-data-loss is that start, asked for.)
+    let temp = tempfile::tempdir().unwrap();
+    let acknowledged = lose_the_log(temp.path());
+    let server = Server::start_in_with_args(temp.path(), &config, &["--accept-data-loss"]);
+    let listed = crate::common::binary()
+        .args(["tasks", "list", "--json", "--limit", "1000", "--config"])
+        .arg(temp.path().join("config.toml"))
+        .arg("--data-dir")
+        .arg(temp.path().join("data"))
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("tasks list");
+    let kept = String::from_utf8_lossy(&listed.stdout).lines().count();
+    assert!(
+        kept < acknowledged,
+        "the log held acknowledged tasks: {kept} of {acknowledged} kept"
+    );
+    drop(server);
+
+    // Now: refused, naming the cause and the remedies.
+    let temp = tempfile::tempdir().unwrap();
+    lose_the_log(temp.path());
+    let line = refusal_line(&refused_start(temp.path()));
+    for said in [
+        "was not closed cleanly",
+        "write-ahead log has gone",
+        "mcp-taskd restore FILE",
+        "Litestream replica",
+        "--accept-data-loss",
+    ] {
+        assert!(line.contains(said), "{said:?} missing from: {line}");
+    }
+    // A clean stop leaves nothing to check: the next start is quiet.
+    let mut server = Server::start_in_with_args(temp.path(), &config, &["--accept-data-loss"]);
+    assert!(server.terminate(Duration::from_secs(20)), "server stopped");
+    let server = Server::start_in(temp.path(), &config);
+    assert_eq!(health(&server).status, 200);
+}

@@ -110,7 +110,23 @@ impl Server {
     }
 
     /// Runs `command` (the binary, or a wrapper that execs it) as `serve` on `config`.
-    fn start_command(dir: &Path, config: &str, mut command: Command, listen: &str) -> Server {
+    fn start_command(dir: &Path, config: &str, command: Command, listen: &str) -> Server {
+        Server::start_command_with(dir, config, command, listen, &[])
+    }
+
+    /// As [`Server::start_in`], with `args` after `serve`'s own (such as
+    /// `--accept-data-loss`).
+    pub fn start_in_with_args(dir: &Path, config: &str, args: &[&str]) -> Server {
+        Server::start_command_with(dir, config, super::binary(), "127.0.0.1:0", args)
+    }
+
+    fn start_command_with(
+        dir: &Path,
+        config: &str,
+        mut command: Command,
+        listen: &str,
+        args: &[&str],
+    ) -> Server {
         std::fs::create_dir_all(dir).expect("data dir");
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, postgres::server_config(dir, config)).expect("write config");
@@ -126,6 +142,7 @@ impl Server {
             .arg(listen)
             .arg("--data-dir")
             .arg(dir.join("data"))
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

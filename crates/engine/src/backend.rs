@@ -86,14 +86,13 @@ pub trait Claimant: Send {
     /// savepoint runs again alone). Their slots and registrations are free again.
     fn give_back(&mut self);
     /// The rate limit a start of this claimed job draws a token from, if its tool has
-    /// one (asked before [`Claimant::take`]; see [`crate::flow`]).
-    fn rate_limit(&self, _claim: &Claim) -> Option<RateLimit> {
-        None
-    }
+    /// one (asked before [`Claimant::take`]; see [`crate::flow`]). No default: a
+    /// claimant that wraps others must pass it on, or its claims would skip rates.
+    fn rate_limit(&self, claim: &Claim) -> Option<RateLimit>;
     /// The bucket of `tool` (a tool-wide rate) is empty until `until` (Unix ms, the
     /// store's clock): the claimant passes the tool over until then
     /// ([`Claimant::saturated`]).
-    fn rate_exhausted(&mut self, _tool: &str, _until: i64) {}
+    fn rate_exhausted(&mut self, tool: &str, until: i64);
 }
 
 /// Which ready jobs to claim, and who takes each before the claim commits.
@@ -207,6 +206,9 @@ pub trait TaskStore: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// Lines of a task's output. Not authorized: the caller found the task first.
     fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError>;
+    /// The end of a clean shutdown: what is queued is committed and the store closes
+    /// (later writes are refused). Stores that hold nothing open do nothing.
+    fn close(&self) {}
     /// Pauses `tool` (see [`crate::flow`]): claims pass its queued jobs over until it is
     /// resumed, on every node. `false` when it was paused already (the reason is
     /// replaced).

@@ -46,6 +46,11 @@ pub struct StoreConfig {
     /// `internal` (default: the server checkpoints the WAL) or `external` (it never does:
     /// Litestream or another tool checkpoints).
     pub checkpoints: Checkpoints,
+    /// `serve --accept-data-loss`: open a SQLite store even though the last process
+    /// stopped uncleanly and its write-ahead log has gone (`taskd_sqlite::stop_mark`).
+    /// Never from the file: only the operator, once, on the command line.
+    #[serde(skip)]
+    pub accept_data_loss: bool,
 }
 
 impl Default for StoreConfig {
@@ -63,6 +68,7 @@ impl Default for StoreConfig {
             min_free_bytes: 1 << 20,
             locking: Locking::Exclusive,
             checkpoints: Checkpoints::Internal,
+            accept_data_loss: false,
         }
     }
 }

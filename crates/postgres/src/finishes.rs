@@ -16,6 +16,7 @@ use super::sql::attempts;
 use super::statements::Tx;
 use super::{Failure, Store, Wake};
 use taskd_engine::backend::{ClaimRequest, Claimant, Finished, StoreError};
+use taskd_engine::flow::RateLimit;
 use taskd_engine::model::{Claim, Finish, Lease};
 
 /// Most finishes in one transaction: more than a node's workers, so that all of them
@@ -157,6 +158,17 @@ impl Claimant for GroupClaimant<'_> {
         true
     }
 
+    /// The workers of one pool see the same tools: the first one answers.
+    fn rate_limit(&self, claim: &Claim) -> Option<RateLimit> {
+        self.members.first()?.claimant.rate_limit(claim)
+    }
+
+    fn rate_exhausted(&mut self, tool: &str, until: i64) {
+        for member in &mut self.members {
+            member.claimant.rate_exhausted(tool, until);
+        }
+    }
+
     fn give_back(&mut self) {
         for member in &mut self.members {
             member.claimant.give_back();
@@ -198,6 +210,12 @@ mod tests {
             self.given_back += self.taken.len();
             self.taken.clear();
         }
+
+        fn rate_limit(&self, _: &Claim) -> Option<RateLimit> {
+            None
+        }
+
+        fn rate_exhausted(&mut self, _: &str, _: i64) {}
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use taskd_engine::config::Backend;
 use taskd_engine::schedules::Scheduler;
@@ -51,6 +51,8 @@ const IDLE_GRACE: Duration = Duration::from_millis(250);
 /// How long a drain waits for the open connections to close (each after its last
 /// answer, or after `IDLE_GRACE` without a request).
 const CONNECTION_DRAIN: Duration = Duration::from_secs(10);
+/// Longest wait at the end of a shutdown for the store's writer to close the store.
+const WRITER_CLOSE_WAIT: Duration = Duration::from_secs(3);
 
 /// The name of the key that seals MRTR `requestState` in a shared store.
 const REQUEST_STATE_KEY: &str = "request-state";
@@ -321,10 +323,18 @@ impl Engine {
             export.stop();
         }
         let writer = self.writer;
+        self.store.close();
         drop(self.service);
         drop(self.store);
-        // The writer exits once every store handle is gone (a hung attempt may still hold
-        // one; its writes are fenced, so the process can exit without waiting for it).
+        // The writer commits its queue and closes the store cleanly (SQLite: the log
+        // checkpointed, the open mark removed). Should it not have in a few seconds
+        // (a checkpoint stuck behind a reader), the process exits all the same: the
+        // store then counts as not closed cleanly, which costs nothing while its log is
+        // there.
+        let deadline = Instant::now() + WRITER_CLOSE_WAIT;
+        while !writer.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         if writer.is_finished() {
             let _ = writer.join();
         }

@@ -106,6 +106,7 @@ mod migrations;
 mod reply;
 mod schedules;
 mod sql;
+pub mod stop_mark;
 mod webhooks;
 mod writer;
 
@@ -169,6 +170,10 @@ pub enum OpenError {
     /// A thread of the store could not start.
     #[error("{0}")]
     Start(String),
+    /// The last process stopped without closing the store, and its write-ahead log has
+    /// gone or been replaced (see [`stop_mark`]).
+    #[error(transparent)]
+    HalfRestored(#[from] stop_mark::HalfRestored),
 }
 
 /// Sorts a SQLite error into what the engine can act on (see [`Problem::of`]).
@@ -203,6 +208,9 @@ pub struct Store {
     next_rowid: AtomicI64,
     /// Dropped with the store: the checkpointer stops.
     _checkpointer: Sender<()>,
+    /// Tells the writer to commit what is queued and close the store
+    /// ([`TaskStore::close`]).
+    close: Sender<()>,
     _lock: File,
 }
 
@@ -228,6 +236,7 @@ impl Store {
         let opened_at = now_ms();
         connection::configure_library();
         let path = data_dir.join("tasks.db");
+        stop_mark::check(data_dir, &path, config.accept_data_loss)?;
         let uri = database_uri(&path, config.locking)?;
         let opening = |e: rusqlite::Error| OpenError::File {
             path: path.clone(),
@@ -247,6 +256,11 @@ impl Store {
         })?;
         let version = migrations::migrate(&mut writer)?;
         log::info!("task store at schema version {version}");
+        // From here to a clean close, the store counts as open (see `stop_mark`).
+        stop_mark::set(data_dir, &path).map_err(|e| OpenError::File {
+            path: data_dir.join(stop_mark::MARK),
+            source: Box::new(e),
+        })?;
         let next_rowid = writer
             .query_row("SELECT coalesce(max(rowid), 0) + 1 FROM tasks", [], |row| {
                 row.get(0)
@@ -274,6 +288,7 @@ impl Store {
             })
             .map_err(|e| OpenError::Start(format!("starting the checkpointer: {e}")))?;
         let reads = read_pool(&uri, config)?;
+        let (close, closing) = crossbeam_channel::bounded(1);
         let writer::Started {
             writes,
             commits,
@@ -287,6 +302,19 @@ impl Store {
             Arc::clone(&health),
             restart,
             Arc::clone(&long_snapshots),
+            writer::Closing {
+                signal: closing,
+                // Under Litestream (external checkpoints) the server never checkpoints.
+                empty_the_log: config.checkpoints == Checkpoints::Internal,
+                closed_cleanly: {
+                    let data_dir = data_dir.to_owned();
+                    Box::new(move || {
+                        if let Err(error) = stop_mark::clear(&data_dir) {
+                            log::warn!("the store closed, but its open mark stays: {error}");
+                        }
+                    })
+                },
+            },
         )?;
         Ok(Opened {
             store: Arc::new(Store {
@@ -302,6 +330,7 @@ impl Store {
                 opened_at,
                 next_rowid: AtomicI64::new(next_rowid),
                 _checkpointer: checkpointer,
+                close,
                 _lock: lock,
             }),
             writer: thread,
@@ -516,6 +545,12 @@ impl TaskStore for Store {
     fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError> {
         let conn = self.read()?;
         output::read(&conn, task_id, read).map_err(classify)
+    }
+
+    /// The writer commits what is queued, checkpoints the whole log into the database
+    /// and closes: the store closed cleanly ([`stop_mark`]).
+    fn close(&self) {
+        let _ = self.close.try_send(());
     }
 
     fn pause_tool(&self, tool: &str, reason: &str) -> Result<bool, StoreError> {

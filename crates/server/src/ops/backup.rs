@@ -188,6 +188,10 @@ pub fn restore(
     give_to_data_dir_owner(data_dir, &[&incoming, &lock_path])?;
     std::fs::rename(&incoming, &database).map_err(on(&database))?;
     sync_parent(&database)?;
+    // A restored database is whole: an unclean stop of the one it replaces is no
+    // reason to refuse it.
+    let mark = data_dir.join(taskd_sqlite::stop_mark::MARK);
+    taskd_sqlite::stop_mark::clear(data_dir).map_err(on(&mark))?;
     drop(lock);
     Ok(())
 }

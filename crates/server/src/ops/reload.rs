@@ -46,6 +46,8 @@ pub struct ConfigSource {
     pub listen: Option<SocketAddr>,
     /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
+    /// `--accept-data-loss` (see `StoreConfig::accept_data_loss`).
+    pub accept_data_loss: bool,
 }
 
 impl ConfigSource {
@@ -60,6 +62,7 @@ impl ConfigSource {
         if let Some(data_dir) = &self.data_dir {
             config.server.data_dir = data_dir.clone();
         }
+        config.store.accept_data_loss = self.accept_data_loss;
         config.check()?;
         registration::upstreams(&config)
             .map_err(|error| crate::config::in_file(self.file.as_deref(), error))?;

@@ -398,6 +398,12 @@ mod tests {
         }
 
         fn give_back(&mut self) {}
+
+        fn rate_limit(&self, _: &Claim) -> Option<taskd_engine::flow::RateLimit> {
+            None
+        }
+
+        fn rate_exhausted(&mut self, _: &str, _: i64) {}
     }
 
     fn job_of(id: &str, tool: &str, now: i64) -> taskd_engine::model::NewTask {

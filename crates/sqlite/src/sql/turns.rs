@@ -108,6 +108,12 @@ mod tests {
         }
 
         fn give_back(&mut self) {}
+
+        fn rate_limit(&self, _: &Claim) -> Option<taskd_engine::flow::RateLimit> {
+            None
+        }
+
+        fn rate_exhausted(&mut self, _: &str, _: i64) {}
     }
 
     /// A task of `principal` (ids sort in creation order, as real ones do).

@@ -257,6 +257,12 @@ mod tests {
         fn give_back(&mut self) {
             self.0.lock().unwrap().clear();
         }
+
+        fn rate_limit(&self, _: &Claim) -> Option<taskd_engine::flow::RateLimit> {
+            None
+        }
+
+        fn rate_exhausted(&mut self, _: &str, _: i64) {}
     }
 
     #[test]

@@ -31,6 +31,16 @@ const MAX_BATCH: usize = 256;
 /// Opens a fresh, configured writer connection.
 pub(super) type Reopen = Box<dyn Fn() -> Result<Connection, OpenError> + Send>;
 
+/// How the writer is told to close the store, and what it does then.
+pub(super) struct Closing {
+    /// Signalled by [`TaskStore::close`](taskd_engine::TaskStore::close).
+    pub(super) signal: Receiver<()>,
+    /// Checkpoint the whole log into the database at close (not under Litestream).
+    pub(super) empty_the_log: bool,
+    /// Run once every write is committed (the store's open mark goes).
+    pub(super) closed_cleanly: Box<dyn FnOnce() + Send>,
+}
+
 /// A running writer.
 pub(super) struct Started {
     /// The writer's queue.
@@ -48,6 +58,7 @@ pub(super) fn start(
     health: Arc<Health>,
     restart: Arc<AtomicBool>,
     long_snapshots: Arc<AtomicUsize>,
+    closing: Closing,
 ) -> Result<Started, OpenError> {
     let (writes, queue) = crossbeam_channel::unbounded::<Write>();
     let (ping, pings) = crossbeam_channel::bounded(1);
@@ -72,13 +83,22 @@ pub(super) fn start(
                 closed_to_admissions: None,
                 long_snapshots,
             };
-            writer.run(&queue, &ping, &continuations, &restart);
+            writer.run(
+                &queue,
+                &closing.signal,
+                &ping,
+                &continuations,
+                &restart,
+                closing.empty_the_log,
+            );
             // Dropping the writer's end lets the completion threads finish what is
             // queued and stop (joining them with it still open would wait forever).
             drop(continuations);
             for completer in completers {
                 let _ = completer.join();
             }
+            // Every write is committed: the store closed cleanly.
+            (closing.closed_cleanly)();
         })
         .map_err(|e| OpenError::Start(format!("starting the writer thread: {e}")))?;
     Ok(Started {
@@ -328,15 +348,36 @@ impl Writer {
     /// checkpointer asks (the RESTART waits, within `busy_timeout`, only for readers still
     /// on an older snapshot — every read here is a short statement). Ends when every
     /// [`Store`] handle is gone.
+    /// Commits what comes until every sender is gone or the store is closed (what is
+    /// queued then is committed first); then, with `empty_the_log`, checkpoints the
+    /// whole log into the database and truncates it, as far as no reader holds it back
+    /// (the last connection to close does the rest).
     fn run(
         mut self,
         queue: &Receiver<Write>,
+        close: &Receiver<()>,
         ping: &Sender<()>,
         continuations: &Sender<Continuations>,
         restart: &AtomicBool,
+        empty_the_log: bool,
     ) {
         let heartbeat = taskd_base::liveness::LIVENESS.register("writer");
-        while let Ok(first) = queue.recv() {
+        let mut closing = false;
+        loop {
+            let next = if closing {
+                queue.try_recv().ok()
+            } else {
+                crossbeam_channel::select! {
+                    recv(queue) -> write => write.ok(),
+                    recv(close) -> _ => {
+                        closing = true;
+                        queue.try_recv().ok()
+                    }
+                }
+            };
+            let Some(first) = next else {
+                break;
+            };
             let _working = heartbeat.working();
             let closed_to_admissions = match self.refusing() {
                 Ok(closed) => closed,
@@ -372,6 +413,14 @@ impl Writer {
                 if let Err(error) = restarted {
                     log::warn!("WAL restart: {error}");
                 }
+            }
+        }
+        if empty_the_log {
+            if let Err(error) = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            {
+                log::warn!("the last checkpoint at close: {error}");
             }
         }
     }
