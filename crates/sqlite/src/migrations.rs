@@ -1,3 +1,4 @@
+// Over 600 lines: the migration runner is short; the rest is one test per migration.
 //! Schema migrations: the numbered `-- migration N` blocks of `schema.sql`, each applied
 //! in its own transaction with foreign keys checked before it commits.
 
@@ -168,7 +169,9 @@ mod tests {
     }
 
     /// Columns added after version 1 (checked by the test of their migration).
-    const ADDED: [(&str, &str); 12] = [
+    const ADDED: [(&str, &str); 14] = [
+        ("tasks", "schedule"),
+        ("tasks", "schedule_slot"),
         ("jobs", "gate"),
         ("jobs", "gate_label"),
         ("jobs", "gate_limit"),
@@ -575,6 +578,44 @@ mod tests {
                 .collect();
             assert!(aborting.is_empty(), "{sql}: {aborting:?}");
         }
+    }
+
+    #[test]
+    fn migration_17_keys_a_schedules_slots_and_leaves_other_tasks_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = version_1_database(&dir.path().join("tasks.db"));
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        let scheduled: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM tasks WHERE schedule IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(scheduled, 0, "no task stored before names a schedule");
+        // Tasks of no schedule never meet in the index; two of one slot cannot be.
+        conn.execute_batch(
+            "UPDATE tasks SET schedule_slot = 1; \
+             UPDATE tasks SET schedule = 's', schedule_slot = 7 WHERE id = 'done'",
+        )
+        .unwrap();
+        let twice = conn.execute_batch(
+            "UPDATE tasks SET schedule = 's', schedule_slot = 7 WHERE id = 'queued'",
+        );
+        assert!(twice.is_err(), "a slot with two tasks");
+        let plan: String = conn
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT 1 FROM tasks WHERE schedule = 's' \
+                 AND schedule_slot = 7",
+                [],
+                |r| r.get(3),
+            )
+            .unwrap();
+        assert!(plan.contains("tasks_by_schedule_slot"), "{plan}");
+        let marks: i64 = conn
+            .query_row("SELECT COUNT(*) FROM schedule_marks", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(marks, 0);
     }
 
     #[test]
