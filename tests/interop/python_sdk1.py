@@ -1,6 +1,8 @@
 """Python SDK `mcp` 1.x (legacy era, 2025-11-25): initialize, tools/list, echo, then
 generate_report as a 2025-11-25 task through the SDK's experimental tasks API, polled to
-its result; then generate_report as a plain call_tool (no tasks declared): its result, or
+its result, and the task's output read as a resource (resources/templates/list names
+mcp-taskd://tasks/{taskId}/output; resources/read gives its progress lines, then nothing
+new from the URI its answer names next); then generate_report as a plain call_tool (no tasks declared): its result, or
 a task handle (which must pass the SDK's outputSchema check) and then the result through
 task_wait. Usage: python python_sdk1.py URL (with the py1 venv of .ci/interop-setup.sh).
 With MCP_TASKD_EXPECT_HANDLE=1 the plain call must answer a handle."""
@@ -47,6 +49,18 @@ async def steps(url: str) -> None:
             report = await session.experimental.get_task_result(task_id, CallToolResult)
             assert not report.isError, f"task result: {report}"
             assert report.structuredContent["topic"] == "interop", f"task result: {report}"
+
+            # The task's output, as a resource of this session.
+            templates = await session.list_resource_templates()
+            listed = [t.uriTemplate for t in templates.resourceTemplates]
+            assert "mcp-taskd://tasks/{taskId}/output" in listed, f"templates: {listed}"
+            read = await session.read_resource(f"mcp-taskd://tasks/{task_id}/output")
+            output = read.contents[0]
+            assert "Writing section 1 of 2" in output.text, f"output: {output}"
+            follow = (output.meta or {}).get("dev.mcp-taskd/output", {})
+            assert follow.get("final") is True, f"output meta: {output.meta}"
+            again = await session.read_resource(follow["next"])
+            assert again.contents[0].text == "", f"after the last line: {again}"
 
             # The same tool for a client that does not speak tasks: the SDK checks every
             # answer against the listed outputSchema (the handle included).

@@ -1,7 +1,10 @@
 """Python SDK `mcp` 2.x high-level `Client(url)`, default mode "auto": probes
 `server/discover` and speaks 2026-07-28 to a server that offers it (else falls back to the
 legacy handshake). tools/list and echo, then generate_report without declaring tasks:
-its result, or a task handle and then the result through task_wait. Usage: python
+its result, or a task handle and then the result through task_wait; with a handle, the
+task's output is followed as a resource (resources/read of
+mcp-taskd://tasks/{taskId}/output, then of the URI each answer names next, until it is
+final), and holds every section's progress line once. Usage: python
 python_sdk2_client.py URL (py2 venv). With MCP_TASKD_EXPECT_HANDLE=1 the call must answer
 a handle."""
 
@@ -35,12 +38,33 @@ async def steps(url: str) -> None:
         handle = answer.structured_content or {}
         if os.environ.get("MCP_TASKD_EXPECT_HANDLE") == "1":
             assert "taskId" in handle, f"expected a task handle: {answer}"
+        task_id = handle.get("taskId")
         while "taskId" in handle:
             print(f"# handle {handle['status']}: {handle['statusMessage']}", file=sys.stderr)
             answer = await client.call_tool("task_wait", {"taskId": handle["taskId"]})
             assert not answer.is_error, f"task_wait: {answer}"
             handle = answer.structured_content or {}
         assert handle.get("topic") == "plain", f"generate_report result: {answer}"
+        if task_id:
+            await follow_output(client, task_id)
+
+
+async def follow_output(client: Client, task_id: str) -> None:
+    """Reads the task's output from the start, page after page, until it is final."""
+    uri, text = f"mcp-taskd://tasks/{task_id}/output", ""
+    for _ in range(100):
+        read = await client.read_resource(uri)
+        output = read.contents[0]
+        text += output.text
+        follow = (output.meta or {}).get("dev.mcp-taskd/output", {})
+        if follow.get("final"):
+            break
+        uri = follow["next"]
+    else:
+        raise AssertionError(f"the output never became final: {text!r}")
+    for section in range(1, 5):
+        line = f"Writing section {section} of 4"
+        assert text.count(line) == 1, f"{line!r} not once in the output: {text!r}"
 
 
 def main() -> int:
