@@ -263,12 +263,14 @@ fn check_config(path: Option<&Path>) -> Result<(), Box<dyn Error>> {
     let commands = registration::command_tools(&config).map_err(in_file)?;
     registration::upstreams(&config).map_err(in_file)?;
     let hub = Arc::new(Hub::new(config.notifications.clone()));
-    registration::build_catalog(
+    let (tools, _) = registration::build_catalog(
         &config,
         &commands,
         &hub,
         &taskd_upstreams::Upstreams::none(),
     )?;
+    // Each schedule's tool takes its arguments (as the server checks at start).
+    registration::schedules(&config, &tools).map_err(in_file)?;
     println!("configuration is valid");
     Ok(())
 }
