@@ -1,3 +1,4 @@
+// Over 600 lines: one operator request after another (each long one in a child module), and the socket.
 //! The operator interface: what `mcp-taskd tasks …`, `stats` and `backup` ask for
 //! ([`Request`]), answered the same way by a running server through its admin socket
 //! ([`AdminSocket`]) and by the CLI itself on the database when no server runs
