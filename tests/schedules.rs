@@ -452,7 +452,14 @@ fn a_reload_adds_changes_and_removes_schedules() {
         schedule("kept", "2s"),
         schedule("added", "1s")
     )));
-    ok(&dir, &["reload"]);
+    let said = ok(&dir, &["reload"]);
+    for line in [
+        "schedules added: added",
+        "schedules removed: dropped",
+        "schedules changed: kept",
+    ] {
+        assert!(said.contains(line), "{said}");
+    }
     let reloaded = now_ms();
     wait_runs(&dir, "added", reloaded, 2);
     wait_runs(&dir, "kept", reloaded, 2);

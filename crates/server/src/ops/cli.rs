@@ -434,14 +434,12 @@ pub fn reload(at: &Location) -> Outcome {
         &mut |_, _| {},
     )?;
     println!("reloaded {}", text(&report["file"]));
-    for (change, label) in [
-        ("added", "tools added"),
-        ("removed", "tools removed"),
-        ("changed", "tools changed"),
-    ] {
-        let names = names(&report["tools"][change]);
-        if !names.is_empty() {
-            println!("{label}: {names}");
+    for kind in ["tools", "schedules"] {
+        for change in ["added", "removed", "changed"] {
+            let names = names(&report[kind][change]);
+            if !names.is_empty() {
+                println!("{kind} {change}: {names}");
+            }
         }
     }
     let tokens = &report["tokens"];

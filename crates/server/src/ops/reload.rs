@@ -98,6 +98,10 @@ pub struct Report {
     pub tools_added: Vec<String>,
     pub tools_removed: Vec<String>,
     pub tools_changed: Vec<String>,
+    /// `[[schedules]]` by name (the scheduler takes them up at its next pass).
+    pub schedules_added: Vec<String>,
+    pub schedules_removed: Vec<String>,
+    pub schedules_changed: Vec<String>,
     pub tokens_added: usize,
     pub tokens_removed: usize,
     /// Listen streams and legacy sessions ended because their token was revoked.
@@ -116,6 +120,11 @@ impl Report {
                 "removed": self.tools_removed,
                 "changed": self.tools_changed,
             },
+            "schedules": {
+                "added": self.schedules_added,
+                "removed": self.schedules_removed,
+                "changed": self.schedules_changed,
+            },
             "tokens": { "added": self.tokens_added, "removed": self.tokens_removed },
             "ended": { "listenStreams": self.streams_ended, "sessions": self.sessions_ended },
         })
@@ -133,6 +142,15 @@ impl Report {
         }
         if !self.tools_changed.is_empty() {
             parts.push(format!("tools changed: {}", names(&self.tools_changed)));
+        }
+        for (names_of, what) in [
+            (&self.schedules_added, "schedules added"),
+            (&self.schedules_removed, "schedules removed"),
+            (&self.schedules_changed, "schedules changed"),
+        ] {
+            if !names_of.is_empty() {
+                parts.push(format!("{what}: {}", names(names_of)));
+            }
         }
         if self.tokens_added + self.tokens_removed > 0 {
             parts.push(format!(
@@ -246,6 +264,8 @@ impl Reloader {
         }
         let (tokens_added, tokens_removed) = token_changes(&running.config, &settings.config);
         let (tools_added, tools_removed, tools_changed) = tool_changes(&running, &settings);
+        let (schedules_added, schedules_removed, schedules_changed) =
+            schedule_changes(&running.config, &settings.config);
         let tools_list_changed = tools_list(&running) != tools_list(&settings);
         let prompts_list_changed = prompts_list(&running) != prompts_list(&settings);
         let notification_limits = settings.config.notifications.clone();
@@ -269,12 +289,43 @@ impl Reloader {
             tools_added,
             tools_removed,
             tools_changed,
+            schedules_added,
+            schedules_removed,
+            schedules_changed,
             tokens_added,
             tokens_removed,
             streams_ended,
             sessions_ended,
         })
     }
+}
+
+/// The schedules (by name) added, removed and changed (any key of their entry).
+fn schedule_changes(old: &Config, new: &Config) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let entries = |config: &Config| -> BTreeMap<String, String> {
+        config
+            .schedules
+            .iter()
+            .map(|entry| (entry.name.clone(), format!("{entry:?}")))
+            .collect()
+    };
+    let (old, new) = (entries(old), entries(new));
+    let added = new
+        .keys()
+        .filter(|name| !old.contains_key(*name))
+        .cloned()
+        .collect();
+    let removed = old
+        .keys()
+        .filter(|name| !new.contains_key(*name))
+        .cloned()
+        .collect();
+    let changed = new
+        .iter()
+        .filter(|(name, entry)| old.get(*name).is_some_and(|was| was != *entry))
+        .map(|(name, _)| name.clone())
+        .collect();
+    (added, removed, changed)
 }
 
 /// The tokens (by digest) added and removed.
