@@ -523,13 +523,42 @@ fn the_live_tail_shows_a_running_commands_lines_as_they_are_printed() {
     let lines = running["lines"].as_array().expect("lines");
     assert_eq!(running["first"], lines[0]["position"], "{running}");
     assert_eq!(running["next"], lines[lines.len() - 1]["position"]);
+    // Each stream of each attempt in the order printed. Between an attempt's stdout and
+    // stderr there is none: both pipes are read in one poll turn, so lines printed to
+    // both at once come in either order (docs/command-tools.md).
+    let printed = |attempt: i64, stream: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .filter(|line| line["attempt"] == attempt && line["stream"] == stream)
+            .map(|line| line["text"].as_str().expect("text"))
+            .collect()
+    };
     assert_eq!(
-        texts(&running)[..3],
+        printed(1, "stderr"),
+        ["fetching sources (attempt 1)", "error: mirror unreachable"],
+        "{running}"
+    );
+    assert_eq!(
+        printed(2, "stderr"),
+        ["<img src=x onerror=\"document.title='injected'\"> stays text"],
+        "{running}"
+    );
+    assert_eq!(
+        printed(2, "stdout"),
         [
-            "fetching sources (attempt 1)",
-            "error: mirror unreachable",
-            "<img src=x onerror=\"document.title='injected'\"> stays text",
+            "step 001 of the build",
+            "step 002 of the build",
+            "step 003 of the build"
         ],
+        "{running}"
+    );
+    // Attempts follow each other: the second's lines come after the first's.
+    let attempts: Vec<i64> = lines
+        .iter()
+        .map(|line| line["attempt"].as_i64().expect("attempt"))
+        .collect();
+    assert!(
+        attempts.windows(2).all(|pair| pair[0] <= pair[1]),
         "{running}"
     );
     let attempt_of = |text: &str| {
