@@ -632,3 +632,33 @@ CREATE TABLE schedule_marks (
     missed   bigint NOT NULL DEFAULT 0,
     refused  bigint NOT NULL DEFAULT 0
 );
+
+-- migration 13
+-- Retention by outcome (issue 48), as schema.sql's migration 18: `rerun_of`, the task
+-- an operator's rerun repeats; `task_history`, the operator's summary of a finished
+-- task, written by the janitor in the statement that deletes the task past its TTL
+-- (sql::history::expire), kept until keep_until (the task's end plus `[history]`'s
+-- duration for its status; removed_at is the database clock), pruned a batch at a
+-- time. No result, no output; its origin only with `[history] keep_arguments`.
+ALTER TABLE tasks ADD COLUMN rerun_of text;
+CREATE TABLE task_history (
+    id             text PRIMARY KEY,
+    tool           text NOT NULL,
+    endpoint       text NOT NULL,
+    issuer         text NOT NULL,
+    tenant         text NOT NULL,
+    principal      text NOT NULL,
+    status         text NOT NULL,
+    status_message text,
+    created_at     bigint NOT NULL,
+    updated_at     bigint NOT NULL,
+    removed_at     bigint NOT NULL,
+    keep_until     bigint NOT NULL,
+    error          text,
+    attempts       bigint NOT NULL,
+    rerun_of       text,
+    schedule       text,
+    schedule_slot  bigint,
+    origin         bytea
+);
+CREATE INDEX task_history_expiry ON task_history (keep_until);

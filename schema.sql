@@ -694,3 +694,36 @@ CREATE TABLE schedule_marks (
     missed   INTEGER NOT NULL DEFAULT 0,
     refused  INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+
+-- migration 18
+-- Retention by outcome (issue 48; crates/engine/src/history.rs).
+-- rerun_of: the task an operator's rerun repeats (`mcp-taskd tasks rerun`), written at
+-- the rerun's creation.
+-- task_history: the operator's summary of a finished task, written by the janitor in
+-- the transaction that deletes the task past its TTL (sql::history::expire), kept
+-- until keep_until (the task's end plus `[history]`'s duration for its status), then
+-- pruned a batch at a time (task_history_expiry). Its tool, identity, status, times,
+-- error, number of attempts, rerun link and schedule slot; never its result or output; its origin
+-- (arguments) only with `[history] keep_arguments`. Read by operators only.
+ALTER TABLE tasks ADD COLUMN rerun_of TEXT;
+CREATE TABLE task_history (
+    id             TEXT PRIMARY KEY,
+    tool           TEXT NOT NULL,
+    endpoint       TEXT NOT NULL,
+    issuer         TEXT NOT NULL,
+    tenant         TEXT NOT NULL,
+    principal      TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    status_message TEXT,
+    created_at     INTEGER NOT NULL,
+    updated_at     INTEGER NOT NULL,
+    removed_at     INTEGER NOT NULL,
+    keep_until     INTEGER NOT NULL,
+    error          TEXT,
+    attempts       INTEGER NOT NULL,
+    rerun_of       TEXT,
+    schedule       TEXT,
+    schedule_slot  INTEGER,
+    origin         BLOB
+);
+CREATE INDEX task_history_expiry ON task_history (keep_until);

@@ -617,6 +617,18 @@ fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same
         sqlite.terminate(Duration::from_secs(10)),
         "the SQLite server stops"
     );
+    // The history summary of a task past its TTL (issue 48) goes along too.
+    let kept = "0000000000010123456789abcdef0123456789abcdef";
+    rusqlite::Connection::open(sqlite_dir.path().join("data/tasks.db"))
+        .unwrap()
+        .execute(
+            "INSERT INTO task_history (id, tool, endpoint, issuer, tenant, principal, status, \
+             created_at, updated_at, removed_at, keep_until, error, attempts) VALUES (?1, \
+             'slow_compute', '/mcp', '', 't', 'bob', 'failed', 1, 2, 3, 9000000000000, \
+             '{\"code\":-32603,\"message\":\"gone\"}', 2)",
+            [kept],
+        )
+        .unwrap();
 
     let target_dir = tempfile::tempdir().unwrap();
     let target_config = target_dir.path().join("postgres.toml");
@@ -659,6 +671,19 @@ fn copy_store_moves_a_sqlite_store_into_postgres_where_every_task_reads_the_same
     .result();
     let done = bobs_task_once(&node, &asking, tasks::is_terminal);
     assert_eq!(done["status"], "completed", "{done}");
+    let shown = crate::common::binary()
+        .args(["tasks", "show", kept, "--json", "--config"])
+        .arg(target_dir.path().join("config.toml"))
+        .arg("--data-dir")
+        .arg(target_dir.path().join("data"))
+        .output()
+        .expect("run tasks show");
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("a JSON summary");
+    assert_eq!(
+        (&shown["history"], &shown["status"], &shown["attemptCount"]),
+        (&json!(true), &json!("failed"), &json!(2)),
+        "{shown}"
+    );
 
     // A second copy would mix two stores: refused, nothing written.
     let again = copy();

@@ -21,6 +21,8 @@
 //! - [`task_output`]: what a task's tool prints, kept with the task and read back;
 //! - [`notifications`]: `subscriptions/listen` streams and task notifications;
 //! - [`operator`]: the operator commands (`tasks`, `stats`, `backup`, `restore`);
+//! - [`bulk_actions`]: `tasks cancel|rerun` by filter: counted, confirmed, batched, linked;
+//! - [`history`]: retention by outcome: summaries of finished tasks past their TTL;
 //! - [`hardening`]: hostile connections (floods, trickles, unread answers) and recovery;
 //! - [`storage`]: a full disk, a damaged database, a read-only or vanished data dir;
 //! - [`stdio`]: `mcp-taskd stdio` over stdin/stdout, and its `--connect` relay;
@@ -55,6 +57,7 @@
 mod common;
 
 mod bridge;
+mod bulk_actions;
 mod cluster;
 mod command_tools;
 mod dashboard;
@@ -65,6 +68,7 @@ mod fair_workers;
 mod flow_control;
 mod fuzz;
 mod hardening;
+mod history;
 mod layout;
 mod legacy;
 mod listen_streams;

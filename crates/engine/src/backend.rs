@@ -10,6 +10,7 @@ use crossbeam_channel::Receiver;
 use serde_json::{Map, Value};
 
 use super::flow::{Gate, Pause, RateLimit};
+use super::history::{HistoryConfig, HistoryRecord};
 use super::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
@@ -238,8 +239,16 @@ pub trait TaskStore: Send + Sync {
         limit: usize,
         reason: String,
     ) -> Result<usize, StoreError>;
-    /// Deletes up to `limit` tasks past their TTL; returns their ids.
-    fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError>;
+    /// Deletes up to `limit` tasks past their TTL; returns their ids. In the same
+    /// transaction, each finished one leaves a summary in the history for as long as
+    /// `history` keeps its outcome (see [`crate::history`]).
+    fn delete_expired(
+        &self,
+        limit: usize,
+        history: &HistoryConfig,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Deletes up to `limit` history summaries past their time; returns how many.
+    fn prune_history(&self, limit: usize) -> Result<usize, StoreError>;
     /// Outbox rows (sequence, task id) after `after`, oldest first.
     fn outbox_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, String)>, StoreError>;
     /// The newest outbox sequence (0 when empty).
@@ -311,8 +320,20 @@ pub trait TaskStore: Send + Sync {
     fn task_detail(&self, task_id: &str) -> Result<Option<TaskDetail>, StoreError>;
     /// Operators: [`TaskStore::cancel`] on any task, whatever its binding.
     fn admin_cancel(&self, task_id: &str) -> Result<CancelEffect, StoreError>;
-    /// Operators: what a rerun of the task copies (binding, tool, origin).
+    /// Operators: what a rerun of the task copies (binding, tool, origin): from the task,
+    /// or from its history summary when that kept the origin.
     fn rerun_source(&self, task_id: &str) -> Result<Option<RerunSource>, StoreError>;
+    /// Operators: up to `limit` history summaries matching `filter`, newest first,
+    /// below the id `before`, as [`TaskStore::list_tasks`] pages tasks (its
+    /// [`TaskPage::resume`] too). Each has [`crate::model::TaskSummary::removed_at`].
+    fn list_history(
+        &self,
+        filter: &TaskFilter,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<TaskPage, StoreError>;
+    /// Operators: the history summary of a task no longer stored.
+    fn history_record(&self, task_id: &str) -> Result<Option<HistoryRecord>, StoreError>;
     /// Operators: on-demand counts (may scan; never on a timer).
     fn stats_detail(&self) -> Result<StatsDetail, StoreError>;
     /// Writes a consistent copy of the whole store into the new file `destination`

@@ -10,9 +10,11 @@
 //!   └─ backend   TaskStore: the narrow interface (model: its records; StoreError),
 //!                implemented by the `taskd-sqlite` and `taskd-postgres` crates
 //! workers    claim jobs (lease + fencing token), run tools, commit outcomes (via TaskStore)
-//! upkeep     outbox relay → notifications; janitor (leases, TTL, outbox, log); recovery
+//! upkeep     outbox relay → notifications; janitor (leases, TTL, outbox, log, history);
+//!            recovery
+//! history    retention by outcome: the operator's summaries of tasks past their TTL
 //! settings   what it reads of the configuration in force, and where it reports
-//! config     the settings it owns: `[store]`, `[workers]`, `[tasks]`
+//! config     the settings it owns: `[store]`, `[workers]`, `[tasks]` (and `[history]`)
 //! schedules  `[[schedules]]`: slots computed from cron or every, each made a task once
 //! webhooks   WebhookStore: webhook deliveries as the stores keep them (sent by `taskd-webhooks`)
 //! ```
@@ -47,6 +49,7 @@
 pub mod backend;
 pub mod config;
 pub mod flow;
+pub mod history;
 pub mod ids;
 pub mod model;
 pub mod output;

@@ -144,6 +144,8 @@ pub struct NewTask {
     /// The schedule slot it is the task of (see [`crate::schedules`]): unique in the
     /// store, so that no slot ever gets two tasks.
     pub schedule: Option<NewSlot>,
+    /// The task it repeats, when an operator re-ran one (`mcp-taskd tasks rerun`).
+    pub rerun_of: Option<String>,
 }
 
 impl NewTask {
@@ -153,9 +155,13 @@ impl NewTask {
     }
 
     /// Whether the store creates it alone rather than with others in one statement: it
-    /// has an idempotency key to check, a slot to claim, or a later start.
+    /// has an idempotency key to check, a slot to claim, a later start, or a link to the
+    /// task it re-runs.
     pub fn creates_alone(&self) -> bool {
-        self.idempotency_key.is_some() || self.schedule.is_some() || self.run_after.is_some()
+        self.idempotency_key.is_some()
+            || self.schedule.is_some()
+            || self.run_after.is_some()
+            || self.rerun_of.is_some()
     }
 
     /// Saturating: the longest `ttl_ms` a configuration accepts is `i64::MAX`.
@@ -433,6 +439,49 @@ pub struct TaskFilter {
     pub principal: Option<String>,
     /// Only tasks created at or after this time (Unix ms).
     pub created_since: Option<i64>,
+    /// Only tasks not finished yet (working or waiting for input; with `status`, both
+    /// must hold).
+    #[serde(default)]
+    pub unfinished: bool,
+    /// Only tasks whose id sorts at or below this one (created no later than it): a
+    /// bulk action acts on the tasks it counted, not on those created since (its own
+    /// re-runs among them).
+    #[serde(default)]
+    pub through: Option<String>,
+}
+
+impl TaskFilter {
+    /// Whether the filter names anything: a bulk action needs it to.
+    pub fn is_empty(&self) -> bool {
+        self.status.is_none()
+            && self.tool.is_none()
+            && self.principal.is_none()
+            && self.created_since.is_none()
+            && !self.unfinished
+    }
+
+    /// Whether only unfinished tasks match, which the history never holds.
+    pub fn live_only(&self) -> bool {
+        self.unfinished || self.status.is_some_and(|status| !status.is_terminal())
+    }
+
+    /// Whether `task` matches (for rows read in other ways than the store's filter).
+    pub fn matches(&self, task: &TaskSummary) -> bool {
+        self.status.is_none_or(|status| status == task.status)
+            && self.tool.as_deref().is_none_or(|tool| tool == task.tool)
+            && self
+                .principal
+                .as_deref()
+                .is_none_or(|principal| principal == task.principal)
+            && self
+                .created_since
+                .is_none_or(|since| task.created_at >= since)
+            && (!self.unfinished || !task.status.is_terminal())
+            && self
+                .through
+                .as_deref()
+                .is_none_or(|through| task.id.as_str() <= through)
+    }
 }
 
 /// One page of an operator's task list.
@@ -461,6 +510,13 @@ pub struct TaskSummary {
     /// The schedule slot that started it, if one did.
     #[serde(default)]
     pub schedule: Option<ScheduleSlot>,
+    /// The task this one re-runs (`mcp-taskd tasks rerun`), if any.
+    #[serde(default)]
+    pub rerun_of: Option<String>,
+    /// Set on a history row (see [`crate::history`]): when the task was deleted past
+    /// its TTL, leaving only this summary.
+    #[serde(default)]
+    pub removed_at: Option<i64>,
 }
 
 /// One attempt of a task (the `attempts` record).

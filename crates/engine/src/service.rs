@@ -338,6 +338,7 @@ impl TaskService {
             gate: None,
             run_after: None,
             schedule: None,
+            rerun_of: None,
         })
     }
 
@@ -640,6 +641,12 @@ fn cancel_outcome(effect: &CancelEffect) -> &'static str {
 pub enum RerunError {
     #[error("no such task")]
     NotFound,
+    /// Only its history summary is left, without arguments (`[history] keep_arguments`).
+    #[error(
+        "only a summary of the task is kept (it is past its TTL): its arguments were not \
+         kept (history.keep_arguments)"
+    )]
+    NoArguments,
     #[error("the task's tool {0:?} is not served by this configuration")]
     ToolGone(String),
     #[error("the task could not be created: {0}")]
@@ -687,12 +694,16 @@ impl TaskService {
     }
 
     /// A new task with the same tool, arguments (its origin) and binding as `task_id`,
-    /// which itself never changes. Returns the new task's id once it is committed.
+    /// which itself never changes, and a link to it (`rerun_of`). A task past its TTL
+    /// is re-run from its history summary when that kept its arguments. Returns the
+    /// new task's id once it is committed.
     pub fn rerun(&self, task_id: &str) -> Result<String, RerunError> {
-        let source = self
-            .store
-            .rerun_source(task_id)?
-            .ok_or(RerunError::NotFound)?;
+        let Some(source) = self.store.rerun_source(task_id)? else {
+            return Err(match self.store.history_record(task_id)? {
+                Some(_) => RerunError::NoArguments,
+                None => RerunError::NotFound,
+            });
+        };
         let tools = Arc::clone(self.settings.current().tools());
         let tool = tools
             .get(&source.tool)
@@ -711,7 +722,11 @@ impl TaskService {
                 None,
             )
             .map_err(|error| RerunError::Refused(error.to_json().to_string()))?;
-        let task = NewTask { gate, ..task };
+        let task = NewTask {
+            gate,
+            rerun_of: Some(task_id.to_owned()),
+            ..task
+        };
         let (sender, created) = crossbeam_channel::bounded(1);
         self.store.create(task).then(move |row| {
             let _ = sender.send(row);

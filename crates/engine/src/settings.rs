@@ -9,6 +9,7 @@ use taskd_protocol::Identity;
 use taskd_tools::Registry;
 
 use crate::config::TaskDefaults;
+use crate::history::HistoryConfig;
 use crate::output::OutputRules;
 use crate::schedules::Schedule;
 use crate::shares::{Quota, Share};
@@ -27,6 +28,8 @@ pub trait EngineSettings: Send + Sync {
     fn schedules(&self) -> &[Schedule] {
         &[]
     }
+    /// `[history]`: how long the operator's summary of a finished task is kept.
+    fn history(&self) -> &HistoryConfig;
 }
 
 /// Where the engine finds the settings in force.

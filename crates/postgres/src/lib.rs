@@ -74,13 +74,14 @@ use self::groups::{failed_together, Groups};
 use self::leader::Leader;
 use self::listener::Listener;
 use self::notifier::Notifier;
-use self::sql::{admin, attempts, client, create, flow, output, sessions, upkeep};
+use self::sql::{admin, attempts, client, create, flow, history, output, sessions, upkeep};
 use self::statements::{Db, Tx};
 use taskd_base::clock::now_ms;
 use taskd_base::later::Later;
 use taskd_engine::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
 use taskd_engine::config::StoreConfig;
 use taskd_engine::flow::{Gate, Pause, RateLimit};
+use taskd_engine::history::{HistoryConfig, HistoryRecord};
 use taskd_engine::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
@@ -584,8 +585,8 @@ fn node_id(data_dir: &Path) -> Result<String, OpenError> {
 impl TaskStore for Store {
     fn create(&self, task: NewTask) -> Later<Result<Created, StoreError>> {
         // Answered on the caller's thread, after commit. Creations without a key share
-        // transactions (see [`creations`]); one with a key, a slot, a later start or a
-        // gate (whose lock it holds to its commit) runs alone.
+        // transactions (see [`creations`]); one with a key, a slot, a later start, a
+        // rerun's link or a gate (whose lock it holds to its commit) runs alone.
         if task.creates_alone() || task.gate.is_some() {
             return Later::ready(self.queueing(|tx| create::create_task(tx, &task)));
         }
@@ -740,14 +741,22 @@ impl TaskStore for Store {
         self.change(|tx| upkeep::reclaim_expired(tx, earlier_runs, limit, &reason))
     }
 
-    fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+    fn delete_expired(
+        &self,
+        limit: usize,
+        retention: &HistoryConfig,
+    ) -> Result<Vec<String>, StoreError> {
         // The same pass lets lapsed inline holds of gates go, and admits held jobs a
         // gate has places for.
         self.transaction(|tx| {
-            let expired = upkeep::delete_expired(tx, limit)?;
+            let expired = history::expire(tx, limit, retention)?;
             flow::upkeep(tx, limit)?;
             Ok(expired)
         })
+    }
+
+    fn prune_history(&self, limit: usize) -> Result<usize, StoreError> {
+        self.transaction(|tx| history::prune(tx, limit))
     }
 
     fn outbox_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, String)>, StoreError> {
@@ -859,6 +868,24 @@ impl TaskStore for Store {
 
     fn rerun_source(&self, task_id: &str) -> Result<Option<RerunSource>, StoreError> {
         self.read(|conn| admin::rerun_source(conn, task_id))
+    }
+
+    fn list_history(
+        &self,
+        filter: &TaskFilter,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<TaskPage, StoreError> {
+        // Whole pages, as `list_tasks`.
+        let tasks = self.read(|conn| history::list(conn, filter, before, limit))?;
+        Ok(TaskPage {
+            tasks,
+            resume: None,
+        })
+    }
+
+    fn history_record(&self, task_id: &str) -> Result<Option<HistoryRecord>, StoreError> {
+        self.read(|conn| history::record(conn, task_id))
     }
 
     fn stats_detail(&self) -> Result<StatsDetail, StoreError> {

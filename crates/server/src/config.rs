@@ -5,8 +5,8 @@
 //! the built-in demo tools. Unknown keys are errors, so a typo never silently falls back
 //! to a default.
 //!
-//! Configuration is data: each crate owns the settings it reads (`[store]`, `[workers]`
-//! and `[tasks]` the engine's, `[auth]` authentication's, `[notifications]` the hub's,
+//! Configuration is data: each crate owns the settings it reads (`[store]`, `[workers]`,
+//! `[tasks]`, `[output]` and `[history]` the engine's, `[auth]` authentication's, `[notifications]` the hub's,
 //! `[telemetry]` and `[log]` telemetry's, `[[tools]]` a command tool's declaration,
 //! `[[upstreams]]` an upstream's), and [`Config`] composes them with the server's own
 //! sections, then checks what serde cannot express (`check`). Nothing is built here:
@@ -23,6 +23,7 @@ use serde::Deserialize;
 use taskd_auth::{AuthConfig, ClientSecret};
 use taskd_builtin::BuiltinSet;
 use taskd_engine::config::{OutputConfig, StoreConfig, TaskDefaults, WorkerConfig};
+use taskd_engine::history::HistoryConfig;
 use taskd_engine::schedules::ScheduleConfig;
 use taskd_notifications::NotificationLimits;
 use taskd_telemetry::{LogConfig, TelemetryConfig};
@@ -57,6 +58,8 @@ pub struct Config {
     pub notifications: NotificationLimits,
     #[serde(default)]
     pub output: OutputConfig,
+    #[serde(default)]
+    pub history: HistoryConfig,
     #[serde(default)]
     pub auth: AuthConfig,
     #[serde(default)]

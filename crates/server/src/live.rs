@@ -33,6 +33,7 @@ use arc_swap::{ArcSwap, Guard};
 use taskd_auth::oauth::OAuth;
 use taskd_auth::Authenticator;
 use taskd_engine::config::TaskDefaults;
+use taskd_engine::history::HistoryConfig;
 use taskd_engine::output::OutputRules;
 use taskd_engine::schedules::Schedule;
 use taskd_engine::shares::Share;
@@ -218,7 +219,8 @@ impl Live {
     }
 }
 
-/// The engine reads the tools, `[tasks]` and the shares in force through these.
+/// The engine reads the tools, `[tasks]`, the shares, `[output]` and `[history]` in force
+/// through these.
 impl EngineSettings for Settings {
     fn tools(&self) -> &Arc<Registry> {
         &self.tools
@@ -238,6 +240,10 @@ impl EngineSettings for Settings {
 
     fn schedules(&self) -> &[Schedule] {
         &self.schedules
+    }
+
+    fn history(&self) -> &HistoryConfig {
+        &self.config.history
     }
 }
 
@@ -373,6 +379,8 @@ pub const LIVE: &[&str] = &[
     // Followed within a second: webhooks added, changed (their secrets read again) and
     // removed; deliveries already recorded stay.
     "webhooks",
+    // Read by the janitor at each round: summaries already written keep their time.
+    "history",
 ];
 
 #[cfg(test)]

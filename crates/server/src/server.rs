@@ -209,6 +209,7 @@ impl Engine {
         ));
         let upkeep = Upkeep::start(
             Arc::clone(&store),
+            Arc::clone(&live) as Arc<dyn SettingsSource>,
             Arc::clone(&hub),
             Arc::clone(&inflight),
             Arc::clone(&metrics) as Arc<dyn UpkeepCounters>,

@@ -129,12 +129,13 @@ use self::connection::{
     configure, database_uri, keep_temp_in_memory, make_query_only, open_connection,
 };
 use self::health::{Health, Problem};
-use self::sql::{admin, attempts, client, flow, output, sessions, upkeep};
+use self::sql::{admin, attempts, client, flow, history, output, sessions, upkeep};
 use taskd_base::clock::now_ms;
 use taskd_base::later::Later;
 use taskd_engine::backend::{ClaimRequest, Finished, Reclaim, StoreError, TaskStore};
 use taskd_engine::config::{Checkpoints, StoreConfig};
 use taskd_engine::flow::{Gate, Pause, RateLimit};
+use taskd_engine::history::{HistoryConfig, HistoryRecord};
 use taskd_engine::ids;
 use taskd_engine::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
@@ -613,17 +614,26 @@ impl TaskStore for Store {
         Ok(count)
     }
 
-    fn delete_expired(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+    fn delete_expired(
+        &self,
+        limit: usize,
+        retention: &HistoryConfig,
+    ) -> Result<Vec<String>, StoreError> {
         // The same pass forgets the queue places of identities without jobs (they only
         // cost a row each, so once per upkeep pass is plenty), lets lapsed inline holds
         // of gates go, and admits held jobs a gate has places for.
+        let retention = retention.clone();
         self.write(move |conn| {
             let now = now_ms();
-            let expired = upkeep::delete_expired(conn, now, limit)?;
+            let expired = history::expire(conn, now, limit, &retention)?;
             upkeep::prune_identity_queue(conn)?;
             flow::upkeep(conn, now, limit)?;
             Ok(expired)
         })
+    }
+
+    fn prune_history(&self, limit: usize) -> Result<usize, StoreError> {
+        self.write(move |conn| history::prune(conn, now_ms(), limit))
     }
 
     fn outbox_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, String)>, StoreError> {
@@ -706,6 +716,21 @@ impl TaskStore for Store {
     fn rerun_source(&self, task_id: &str) -> Result<Option<RerunSource>, StoreError> {
         let conn = self.read()?;
         admin::rerun_source(&conn, task_id).map_err(classify)
+    }
+
+    fn list_history(
+        &self,
+        filter: &TaskFilter,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<TaskPage, StoreError> {
+        let conn = self.read()?;
+        history::list(&conn, filter, before, limit, admin::PAGE_EXAMINES).map_err(classify)
+    }
+
+    fn history_record(&self, task_id: &str) -> Result<Option<HistoryRecord>, StoreError> {
+        let conn = self.read()?;
+        history::record(&conn, task_id).map_err(classify)
     }
 
     fn stats_detail(&self) -> Result<StatsDetail, StoreError> {

@@ -110,7 +110,7 @@ mod tests {
     use crate::sql;
     use taskd_protocol::TaskStatus;
 
-    const LATEST: u32 = 17;
+    const LATEST: u32 = 18;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -169,7 +169,8 @@ mod tests {
     }
 
     /// Columns added after version 1 (checked by the test of their migration).
-    const ADDED: [(&str, &str); 14] = [
+    const ADDED: [(&str, &str); 15] = [
+        ("tasks", "rerun_of"),
         ("tasks", "schedule"),
         ("tasks", "schedule_slot"),
         ("jobs", "gate"),

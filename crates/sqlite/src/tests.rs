@@ -45,6 +45,7 @@ pub(crate) fn task_at(id: &str, now: i64) -> NewTask {
         gate: None,
         run_after: None,
         schedule: None,
+        rerun_of: None,
     }
 }
 

@@ -1,7 +1,9 @@
 //! The janitor: every `workers.janitor_interval_ms` (after start-up recovery, on the
 //! same thread), in bounded batches, reclaims expired
-//! leases (retry, or fail after the last attempt), deletes tasks past their TTL, prunes
-//! delivered outbox rows, and now and then lets the store shrink its log. When several
+//! leases (retry, or fail after the last attempt), deletes tasks past their TTL (each
+//! finished one leaving its history summary, `[history]` as in force at each round),
+//! prunes history summaries past their time and delivered outbox rows, and now and then
+//! lets the store shrink its log. When several
 //! nodes share the store, only the upkeep leader (see [`TaskStore::upkeep_leader`]) does
 //! that store-wide work; every node still moves its own relay's cursor.
 
@@ -14,6 +16,7 @@ use super::recovery::reclaim;
 use super::relay::skip_unheard;
 use super::{UpkeepCounters, BATCH};
 use crate::backend::{Reclaim, TaskStore};
+use crate::settings::SettingsSource;
 use crate::workers::{Inflight, Stop};
 use taskd_notifications::Hub;
 
@@ -24,8 +27,10 @@ const TICK_BUDGET: Duration = Duration::from_millis(500);
 /// How often the store maintains its files (SQLite: checkpoints the WAL with TRUNCATE).
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn janitor(
     store: &dyn TaskStore,
+    settings: &dyn SettingsSource,
     hub: &Hub,
     inflight: &Inflight,
     counters: &dyn UpkeepCounters,
@@ -59,8 +64,9 @@ pub(super) fn janitor(
         // Expired tasks and delivered outbox rows are removed a bounded batch per write,
         // and again while full batches come back: upkeep keeps pace with any creation
         // rate, yet no single transaction holds up the writer for long.
+        let history = settings.current().history().clone();
         loop {
-            match store.delete_expired(BATCH) {
+            match store.delete_expired(BATCH, &history) {
                 Ok(expired) => {
                     counters.expired(expired.len());
                     for task_id in &expired {
@@ -75,6 +81,16 @@ pub(super) fn janitor(
                 }
                 Err(error) => {
                     log::log!(error.log_level(), "expiring tasks: {error}");
+                    break;
+                }
+            }
+        }
+        loop {
+            match store.prune_history(BATCH) {
+                Ok(pruned) if pruned == BATCH && more() => {}
+                Ok(_) => break,
+                Err(error) => {
+                    log::log!(error.log_level(), "pruning the history: {error}");
                     break;
                 }
             }

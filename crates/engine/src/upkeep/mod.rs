@@ -7,8 +7,10 @@
 //!   nobody could hear (see [`relay::skip_unheard`]).
 //! - The **janitor** runs every `workers.janitor_interval_ms`, each step in bounded
 //!   batches: reclaims jobs whose leases expired (retry with backoff, or fail after the
-//!   last attempt — so nothing stays `working` forever), deletes tasks past their TTL,
-//!   prunes delivered outbox rows, and checkpoints the WAL so it stays bounded.
+//!   last attempt — so nothing stays `working` forever), deletes tasks past their TTL
+//!   (keeping the history summaries of finished ones, [`crate::history`]), prunes the
+//!   summaries and delivered outbox rows past their time, and checkpoints the WAL so it
+//!   stays bounded.
 //! - When other nodes share the store, a third thread hands their cancellations of
 //!   running attempts to [`Inflight`]: the attempt may be running here.
 //! - At start-up, the janitor first reclaims every job still leased by an attempt of the
@@ -26,6 +28,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 
 use crate::backend::{StoreError, TaskStore};
+use crate::settings::SettingsSource;
 use crate::workers::Inflight;
 use taskd_notifications::Hub;
 
@@ -60,9 +63,11 @@ pub struct Upkeep {
 }
 
 impl Upkeep {
-    /// Starts the relay and the janitor (every `interval`).
+    /// Starts the relay and the janitor (every `interval`; `settings` give it the
+    /// `[history]` in force).
     pub fn start(
         store: Arc<dyn TaskStore>,
+        settings: Arc<dyn SettingsSource>,
         hub: Arc<Hub>,
         inflight: Arc<Inflight>,
         counters: Arc<dyn UpkeepCounters>,
@@ -122,6 +127,7 @@ impl Upkeep {
                     recovery::recover(store.as_ref(), &stopping);
                     janitor::janitor(
                         store.as_ref(),
+                        settings.as_ref(),
                         &hub,
                         &inflight,
                         counters.as_ref(),

@@ -15,9 +15,9 @@ use taskd_protocol::Identity;
 use taskd_protocol::TaskStatus;
 
 const SUMMARY_COLUMNS: &str = "id, tool, status, endpoint, tenant, principal, created_at, \
-     updated_at, status_message, schedule, schedule_slot";
+     updated_at, status_message, schedule, schedule_slot, rerun_of";
 /// Where the columns of a task's detail start, after the summary's.
-const DETAIL: usize = 11;
+const DETAIL: usize = 12;
 
 fn summary(row: &Row) -> Result<TaskSummary, Failure> {
     Ok(TaskSummary {
@@ -34,6 +34,8 @@ fn summary(row: &Row) -> Result<TaskSummary, Failure> {
             (Some(schedule), Some(slot)) => Some(ScheduleSlot { schedule, slot }),
             _ => None,
         },
+        rerun_of: row.try_get(11)?,
+        removed_at: None,
     })
 }
 
@@ -46,14 +48,18 @@ pub fn list_tasks(
     limit: usize,
 ) -> Result<Vec<TaskSummary>, Failure> {
     let floor = filter.created_since.map(taskd_engine::ids::time_floor);
-    let conditions: [(&str, Option<&str>); 5] = [
+    let conditions: [(&str, Option<&str>); 6] = [
         ("id <", before),
         ("id >=", floor.as_deref()),
+        ("id <=", filter.through.as_deref()),
         ("status =", filter.status.map(TaskStatus::as_str)),
         ("tool =", filter.tool.as_deref()),
         ("principal =", filter.principal.as_deref()),
     ];
     let mut clauses = Vec::new();
+    if filter.unfinished {
+        clauses.push("status IN ('working', 'input_required')".to_owned());
+    }
     let mut values: Vec<&str> = Vec::new();
     for (clause, value) in conditions {
         if let Some(value) = value {
@@ -148,13 +154,16 @@ pub fn cancel(tx: &mut Tx<'_, '_>, task_id: &str) -> Result<CancelEffect, Failur
     super::client::cancel_found(tx, task_id, status)
 }
 
-/// The binding, tool and origin a rerun copies.
+/// The binding, tool and origin a rerun copies: the task's, or its history summary's
+/// when that kept the origin.
 pub fn rerun_source(
     conn: &mut Db<'_, impl GenericClient>,
     task_id: &str,
 ) -> Result<Option<RerunSource>, Failure> {
     let Some(row) = conn.query_opt(
-        "SELECT endpoint, issuer, tenant, principal, tool, origin FROM tasks WHERE id = $1",
+        "SELECT endpoint, issuer, tenant, principal, tool, origin FROM tasks WHERE id = $1 \
+         UNION ALL SELECT endpoint, issuer, tenant, principal, tool, origin FROM task_history \
+         WHERE id = $1 AND origin IS NOT NULL LIMIT 1",
         &[&task_id],
     )?
     else {

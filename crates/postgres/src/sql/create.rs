@@ -77,7 +77,7 @@ pub fn create_tasks(tx: &mut Tx<'_, '_>, tasks: &[&NewTask]) -> Result<(), Failu
 }
 
 /// Creates the task, its job (admitted or held by its gate, if it has one) and its
-/// outbox row. With an idempotency key, a live task
+/// outbox row (and its link to the task it re-runs). With an idempotency key, a live task
 /// of the same identity that holds the key answers instead: itself when it has the same
 /// tool and arguments, a [`KeyConflict`] otherwise (nothing is stored either way).
 ///
@@ -121,10 +121,10 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
     let inserted = tx.execute(
         "INSERT INTO tasks (id, endpoint, tenant, principal, tool, origin, status, \
          created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, input_responses, \
-         idempotency_key, arguments_digest, issuer, trace_context, schedule, schedule_slot) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'working', $7, $7, $8, \
+         idempotency_key, arguments_digest, issuer, trace_context, schedule, schedule_slot, \
+         rerun_of) VALUES ($1, $2, $3, $4, $5, $6, 'working', $7, $7, $8, \
          CASE WHEN $8::bigint IS NOT NULL THEN taskd_after_ms($8) END, $9, $10, $11, $12, $13, \
-         $14, $15, $16) \
+         $14, $15, $16, $17) \
          ON CONFLICT (schedule, schedule_slot) WHERE schedule IS NOT NULL DO NOTHING",
         &[
             &task.id,
@@ -143,6 +143,7 @@ pub fn create_task(tx: &mut Tx<'_, '_>, task: &NewTask) -> Result<Created, Failu
             &stored_trace(task),
             &slot.map(|slot| slot.schedule.as_str()),
             &slot.map(|slot| slot.slot),
+            &task.rerun_of,
         ],
     )?;
     if inserted == 0 {

@@ -59,18 +59,6 @@ pub fn reclaim_expired(
     Ok(applied.into_iter().filter(|applied| *applied).count())
 }
 
-/// Deletes up to `limit` tasks past their TTL; returns their ids.
-pub fn delete_expired(tx: &mut Tx<'_, '_>, limit: usize) -> Result<Vec<String>, Failure> {
-    let rows = tx.query(
-        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks \
-         WHERE expires_at <= taskd_now_ms() LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id",
-        &[&i64::try_from(limit).unwrap_or(i64::MAX)],
-    )?;
-    rows.iter()
-        .map(|row| row.try_get(0).map_err(Failure::from))
-        .collect()
-}
-
 /// Outbox rows of the transactions after position `after` that have all ended, oldest
 /// first, as (position, task id); a position is the id of the transaction that wrote
 /// the row (schema-postgres.sql, `outbox`). Rows of transactions at or past the oldest

@@ -8,9 +8,9 @@
 //!
 //! `data_dir/admin.sock`, a Unix stream socket of mode 0600 owned by the server's user.
 //! One request per connection: a JSON object on one line (at most [`MAX_REQUEST`]
-//! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "output" | "pause" | "resume" |
-//! "tools" | "start" | "schedules" | "stats" | "backup" | "reload" | "webhooks" |
-//! "webhook_deliveries" | "webhook_retry", …}`. The
+//! bytes), `{"op": "list" | "show" | "cancel" | "rerun" | "count" | "bulk" | "output" |
+//! "pause" | "resume" | "tools" | "start" | "schedules" | "stats" | "backup" | "reload" |
+//! "webhooks" | "webhook_deliveries" | "webhook_retry", …}`. The
 //! answer is zero or more `{"progress": [done, total]}` lines, then exactly one line
 //! `{"result": …}` or `{"error": "…"}`; then the server closes the connection.
 //!
@@ -35,18 +35,21 @@ use super::reload::Reloader;
 use crate::metrics::Metrics;
 use taskd_base::clock::rfc3339;
 use taskd_engine::flow::Pause;
-use taskd_engine::model::{CancelEffect, Origin, StatsDetail, TaskDetail, TaskFilter, TaskSummary};
+use taskd_engine::model::{Origin, StatsDetail, TaskDetail, TaskFilter, TaskSummary};
 use taskd_engine::output::{OutputPage, OutputRead};
 use taskd_engine::{TaskService, TaskStore};
 use taskd_protocol::TaskStatus;
 use taskd_tools::flow::{FlowControl, OnPause};
 
+mod bulk;
 mod peer_user;
 mod schedules;
 pub mod start;
 mod webhooks;
 
 pub use self::webhooks::{WebhookOps, MAX_DELIVERIES};
+
+pub use bulk::{merged_page, row_json, BulkAction, MAX_BULK_BATCH};
 
 /// The socket's file name in the data dir.
 pub const SOCKET_NAME: &str = "admin.sock";
@@ -65,11 +68,15 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
+    /// Tasks, and the history summaries of tasks past their TTL (unless
+    /// `without_history`), newest first.
     List {
         #[serde(default)]
         filter: TaskFilter,
         before: Option<String>,
         limit: usize,
+        #[serde(default)]
+        without_history: bool,
     },
     Show {
         id: String,
@@ -81,6 +88,22 @@ pub enum Request {
     },
     Rerun {
         id: String,
+    },
+    /// How many tasks (and history summaries, unless `without_history`) match, and the
+    /// newest one's id (a bulk action's `through`); counting stops at `at_most`.
+    Count {
+        filter: TaskFilter,
+        #[serde(default)]
+        without_history: bool,
+        #[serde(default)]
+        at_most: Option<u64>,
+    },
+    /// One batch of a bulk cancel or re-run (see [`bulk`]).
+    Bulk {
+        action: BulkAction,
+        filter: TaskFilter,
+        before: Option<String>,
+        limit: usize,
     },
     /// Lines of a task's output after position `after` (`tasks logs`).
     Output {
@@ -137,6 +160,8 @@ impl Request {
             Request::Show { .. } => "show",
             Request::Cancel { .. } => "cancel",
             Request::Rerun { .. } => "rerun",
+            Request::Count { .. } => "count",
+            Request::Bulk { .. } => "bulk",
             Request::Output { .. } => "output",
             Request::Pause { .. } => "pause",
             Request::Resume { .. } => "resume",
@@ -181,45 +206,35 @@ impl Admin {
                 filter,
                 before,
                 limit,
+                without_history,
             } => {
                 // A full page, however far a sparse filter must walk for it: the
                 // store's pages stop early (see `TaskStore::list_tasks`) so that the
                 // dashboard's stay quick; an operator's command goes on.
                 let limit = limit.clamp(1, MAX_LIST);
-                let mut rows = Vec::new();
-                let mut before = before;
-                loop {
-                    let page = self
-                        .store
-                        .list_tasks(&filter, before.as_deref(), limit - rows.len())
-                        .map_err(store_error)?;
-                    rows.extend(page.tasks);
-                    match page.resume {
-                        Some(resume) if rows.len() < limit => before = Some(resume),
-                        _ => break,
-                    }
-                }
-                Ok(Value::Array(rows.iter().map(summary_json).collect()))
+                let page = bulk::full_page(
+                    self.store.as_ref(),
+                    &filter,
+                    before,
+                    limit,
+                    !without_history,
+                )
+                .map_err(store_error)?;
+                Ok(Value::Array(page.tasks.iter().map(row_json).collect()))
             }
             Request::Show { id, payload } => {
-                let detail = self.store.task_detail(&id).map_err(store_error)?;
-                let detail = detail.ok_or_else(|| format!("no task {id}"))?;
-                Ok(detail_json(&detail, payload))
+                if let Some(detail) = self.store.task_detail(&id).map_err(store_error)? {
+                    return Ok(detail_json(&detail, payload));
+                }
+                // Past its TTL, the task may have left its summary.
+                let record = self.store.history_record(&id).map_err(store_error)?;
+                let record = record.ok_or_else(|| format!("no task {id}"))?;
+                Ok(bulk::history_detail_json(&record, payload))
             }
             Request::Cancel { ids } => {
                 let mut outcomes = Vec::with_capacity(ids.len());
                 for id in ids {
-                    let outcome = match self.tasks.admin_cancel(&id).map_err(store_error)? {
-                        CancelEffect::NotFound => "not_found".to_owned(),
-                        CancelEffect::SignalRunning => "cancel_requested".to_owned(),
-                        CancelEffect::Done => self
-                            .store
-                            .task_detail(&id)
-                            .map_err(store_error)?
-                            .map_or("not_found".to_owned(), |task| {
-                                task.summary.status.as_str().to_owned()
-                            }),
-                    };
+                    let outcome = self.cancel_one(&id).map_err(store_error)?;
                     outcomes.push(json!({"id": id, "outcome": outcome}));
                 }
                 Ok(Value::Array(outcomes))
@@ -228,6 +243,18 @@ impl Admin {
                 let new = self.tasks.rerun(&id).map_err(|e| e.to_string())?;
                 Ok(json!({"id": new, "rerunOf": id}))
             }
+            Request::Count {
+                filter,
+                without_history,
+                at_most,
+            } => bulk::count(self.store.as_ref(), &filter, !without_history, at_most)
+                .map_err(store_error),
+            Request::Bulk {
+                action,
+                filter,
+                before,
+                limit,
+            } => self.act(action, &filter, before, limit),
             Request::Output {
                 id,
                 after,
@@ -377,7 +404,16 @@ pub(crate) fn summary_json(task: &TaskSummary) -> Value {
             "name": slot.schedule,
             "slot": rfc3339(slot.slot),
         })),
+        "rerunOf": task.rerun_of,
     })
+}
+
+/// A history summary as listed: a task's fields, marked, with when the task left.
+pub(crate) fn history_summary_json(task: &TaskSummary) -> Value {
+    let mut row = summary_json(task);
+    row["history"] = json!(true);
+    row["removedAt"] = json!(task.removed_at.map(rfc3339));
+    row
 }
 
 /// `tasks logs`: a page of a task's output, each line with its position.

@@ -1,19 +1,22 @@
 // Over 600 lines: one short function per operator command, over one shared path.
-//! The operator commands on the client side: `tasks list|show|cancel|rerun|logs`,
-//! `tasks start` ([`start`]), `schedules list` ([`schedules`]),
-//! `tools list|pause|resume` ([`tools`]), `webhooks list|retry` ([`webhooks`]), `stats`,
-//! `backup` and `restore`. Each one asks the running server through its admin socket,
-//! or, when the data-dir lock says no server runs, opens the database itself and
-//! answers the same request the same way ([`super::admin::Admin::handle`]).
+//! The operator commands on the client side: `tasks list|show|cancel|rerun|logs`
+//! (cancel and rerun by filter: [`bulk`]), `tasks start` ([`start`]), `schedules list`
+//! ([`schedules`]), `tools list|pause|resume` ([`tools`]), `webhooks list|retry`
+//! ([`webhooks`]), `stats`, `backup` and `restore`. Each one asks the running server
+//! through its admin socket, or, when the data-dir lock says no server runs, opens the
+//! database itself and answers the same request the same way
+//! ([`super::admin::Admin::handle`]).
 //!
 //! Output: a readable table or layout by default, JSON (lines, for lists) with
 //! `--json`. Task contents are printed only by `tasks show --payload`.
 
+mod bulk;
 mod schedules;
 mod start;
 mod tools;
 mod webhooks;
 
+pub use self::bulk::FilterArgs;
 pub use self::schedules::{schedules, SchedulesCommand};
 pub use self::start::StartArgs;
 pub use self::tools::{tools, ToolsCommand};
@@ -26,13 +29,12 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::admin::{ask, Admin, Request, MAX_LIST, MAX_OUTPUT_LINES, SOCKET_NAME};
+use super::admin::{ask, Admin, BulkAction, Request, MAX_LIST, MAX_OUTPUT_LINES, SOCKET_NAME};
 use super::backup::{move_into_place, restore, return_store_files, server_running};
 use crate::config::Config;
 use crate::live::{Live, Settings};
 use crate::metrics::Metrics;
-use taskd_base::clock::now_ms;
-use taskd_engine::model::TaskFilter;
+use taskd_engine::history::parse_duration;
 use taskd_engine::webhooks::WebhookStore;
 use taskd_engine::workers::Inflight;
 use taskd_engine::{TaskService, TaskStore};
@@ -53,22 +55,16 @@ pub struct Location {
 
 #[derive(Subcommand, Debug)]
 pub enum TasksCommand {
-    /// List tasks, newest first.
+    /// List tasks, newest first, with the history summaries of finished tasks past their
+    /// TTL (marked as such).
     List {
         #[command(flatten)]
         at: Location,
-        /// Only tasks in this status (working, input_required, completed, failed, cancelled).
-        #[arg(long, value_name = "S")]
-        status: Option<String>,
-        /// Only tasks of this tool.
-        #[arg(long, value_name = "T")]
-        tool: Option<String>,
-        /// Only tasks bound to this principal.
-        #[arg(long, value_name = "P")]
-        principal: Option<String>,
-        /// Only tasks created within this long (e.g. 90s, 15m, 2h, 7d).
-        #[arg(long, value_name = "DURATION")]
-        since: Option<String>,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Only tasks still stored, not the history summaries of those past their TTL.
+        #[arg(long)]
+        no_history: bool,
         /// At most this many tasks, newest first (asked for 10,000 at a time).
         #[arg(long, value_name = "N", default_value_t = 50)]
         limit: usize,
@@ -90,21 +86,40 @@ pub enum TasksCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Cancel tasks, as tasks/cancel does, whatever their binding.
+    /// Cancel tasks, as tasks/cancel does, whatever their binding: those named, or
+    /// every unfinished task the filters match (counted first; acts with --yes).
     Cancel {
         #[command(flatten)]
         at: Location,
-        #[arg(required = true, value_name = "ID")]
+        #[arg(value_name = "ID", conflicts_with_all = ["status", "tool", "principal", "since"])]
         ids: Vec<String>,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Act on every task the filters match without asking.
+        #[arg(long)]
+        yes: bool,
+        /// Report as one JSON object (counts by outcome, and each task).
+        #[arg(long)]
+        json: bool,
     },
     /// Start a task of TOOL now or at a time, and print its id (or, with --wait, its
     /// result; the exit status then tells its outcome).
     Start(StartArgs),
-    /// Start a new task with the same tool, arguments and binding as ID.
+    /// Start a new task with the same tool, arguments and binding as ID (linked to it:
+    /// its rerunOf), or as each task the filters match (counted first; acts with --yes).
     Rerun {
         #[command(flatten)]
         at: Location,
-        id: String,
+        #[arg(conflicts_with_all = ["status", "tool", "principal", "since"])]
+        id: Option<String>,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Act on every task the filters match without asking.
+        #[arg(long)]
+        yes: bool,
+        /// Report as one JSON object (counts by outcome, and each task).
+        #[arg(long)]
+        json: bool,
     },
     /// Print a task's output: what its tool printed (stderr, stdout beyond the
     /// protocol, status and log messages), oldest first.
@@ -151,28 +166,13 @@ pub fn tasks(command: TasksCommand) -> Outcome {
     match command {
         TasksCommand::List {
             at,
-            status,
-            tool,
-            principal,
-            since,
+            filter,
+            no_history,
             limit,
             before,
             json,
         } => {
-            let status = status
-                .map(|name| {
-                    TaskStatus::parse(&name).ok_or_else(|| format!("unknown status {name:?}"))
-                })
-                .transpose()?;
-            let created_since = since
-                .map(|text| parse_duration(&text).map(|ms| now_ms() - ms))
-                .transpose()?;
-            let filter = TaskFilter {
-                status,
-                tool,
-                principal,
-                created_since,
-            };
+            let filter = filter.filter()?;
             // One answer holds at most MAX_LIST tasks (it is one line on the admin
             // socket); a longer list is asked for page by page, each page after the
             // last id of the one before. JSON lines are printed as they come; the
@@ -186,6 +186,7 @@ pub fn tasks(command: TasksCommand) -> Outcome {
                     filter: filter.clone(),
                     before: before.take(),
                     limit: asked,
+                    without_history: no_history,
                 };
                 let page = match perform(&at, request, "")? {
                     Value::Array(rows) => rows,
@@ -227,7 +228,16 @@ pub fn tasks(command: TasksCommand) -> Outcome {
             }
             Ok(())
         }
-        TasksCommand::Cancel { at, ids } => {
+        TasksCommand::Cancel {
+            at,
+            ids,
+            filter,
+            yes,
+            json,
+        } => {
+            if ids.is_empty() {
+                return bulk::bulk(&at, BulkAction::Cancel, &filter, yes, json);
+            }
             let outcomes = perform(&at, Request::Cancel { ids }, "")?;
             let mut missing = 0;
             for outcome in outcomes.as_array().into_iter().flatten() {
@@ -254,11 +264,20 @@ pub fn tasks(command: TasksCommand) -> Outcome {
             Ok(())
         }
         TasksCommand::Start(args) => start::start(args),
-        TasksCommand::Rerun { at, id } => {
+        TasksCommand::Rerun {
+            at, id: Some(id), ..
+        } => {
             let created = perform(&at, Request::Rerun { id }, "")?;
             println!("{}", text(&created["id"]));
             Ok(())
         }
+        TasksCommand::Rerun {
+            at,
+            id: None,
+            filter,
+            yes,
+            json,
+        } => bulk::bulk(&at, BulkAction::Rerun, &filter, yes, json),
         TasksCommand::Logs {
             at,
             id,
@@ -669,28 +688,6 @@ impl Progress {
     }
 }
 
-/// "90s", "15m", "2h", "7d" (or bare seconds) in milliseconds.
-fn parse_duration(text: &str) -> Result<i64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: i64 = number
-        .parse()
-        .map_err(|_| format!("not a duration: {text:?} (e.g. 90s, 15m, 2h, 7d)"))?;
-    let unit_ms = match unit {
-        "" | "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("unknown unit in {text:?} (use s, m, h or d)")),
-    };
-    number
-        .checked_mul(unit_ms)
-        .ok_or_else(|| format!("{text:?} is too long"))
-}
-
 /// A JSON value as plain text (strings without quotes).
 fn text(value: &Value) -> String {
     match value {
@@ -709,9 +706,14 @@ fn print_table(rows: &[Value]) {
         ("CREATED", "createdAt"),
         ("UPDATED", "updatedAt"),
     ];
+    // A task past its TTL is listed by its history summary, marked as such.
+    let cell = |row: &Value, key: &str| match key {
+        "status" if row["history"] == true => format!("{} (history)", text(&row[key])),
+        _ => text(&row[key]),
+    };
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|row| COLUMNS.iter().map(|(_, key)| text(&row[*key])).collect())
+        .map(|row| COLUMNS.iter().map(|(_, key)| cell(row, key)).collect())
         .collect();
     let widths: Vec<usize> = COLUMNS
         .iter()
@@ -767,8 +769,30 @@ fn print_task(task: &Value) {
         let (name, slot) = (text(&schedule["name"]), text(&schedule["slot"]));
         field("schedule", format!("{name}, the slot of {slot}"));
     }
+    if !task["rerunOf"].is_null() {
+        field("rerun of", text(&task["rerunOf"]));
+    }
     field("created", text(&task["createdAt"]));
     field("updated", text(&task["updatedAt"]));
+    if task["history"] == true {
+        // Only its summary is left (docs/operating.md, "History").
+        field(
+            "removed",
+            format!("{} (past its TTL)", text(&task["removedAt"])),
+        );
+        field(
+            "summary kept",
+            format!("until {}", text(&task["keptUntil"])),
+        );
+        field("attempts", text(&task["attemptCount"]));
+        if !task["error"].is_null() {
+            field("error", task["error"].to_string());
+        }
+        if !task["arguments"].is_null() {
+            field("arguments", task["arguments"].to_string());
+        }
+        return;
+    }
     field("expires", text(&task["expiresAt"]));
     if let Some(origin) = task["origin"].as_object() {
         field(
@@ -821,21 +845,5 @@ fn print_task(task: &Value) {
         if !task[key].is_null() {
             field(name, task[key].to_string());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-
-    #[test]
-    fn durations_take_the_usual_units() {
-        assert_eq!(parse_duration("90s"), Ok(90_000));
-        assert_eq!(parse_duration("15m"), Ok(900_000));
-        assert_eq!(parse_duration("2h"), Ok(7_200_000));
-        assert_eq!(parse_duration("7d"), Ok(604_800_000));
-        assert_eq!(parse_duration("5"), Ok(5_000));
-        assert!(parse_duration("5w").is_err());
-        assert!(parse_duration("m").is_err());
     }
 }

@@ -24,9 +24,9 @@ use crate::config::Config;
 use taskd_engine::config::Backend;
 use taskd_postgres as pg;
 
-/// The tables that hold tasks, parents before children (foreign keys), and each
-/// schedule's mark (where its scheduler goes on).
-const TABLES: [&str; 7] = [
+/// The tables that hold tasks, parents before children (foreign keys), each schedule's
+/// mark (where its scheduler goes on), and the history summaries of tasks past their TTL.
+const TABLES: [&str; 8] = [
     "tasks",
     "input_keys",
     "jobs",
@@ -34,6 +34,7 @@ const TABLES: [&str; 7] = [
     "task_output",
     "task_output_totals",
     "schedule_marks",
+    "task_history",
 ];
 
 #[derive(Debug, thiserror::Error)]

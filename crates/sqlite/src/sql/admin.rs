@@ -16,13 +16,13 @@ use taskd_protocol::TaskStatus;
 /// Qualified, so that a page may read them through a join with `jobs`.
 const SUMMARY_COLUMNS: &str = "tasks.id, tasks.tool, tasks.status, tasks.endpoint, \
     tasks.tenant, tasks.principal, tasks.created_at, tasks.updated_at, tasks.status_message, \
-    tasks.schedule, tasks.schedule_slot";
+    tasks.schedule, tasks.schedule_slot, tasks.rerun_of";
 /// Where [`summary`] finds the columns a page filters on.
 const TOOL: usize = 1;
 const STATUS: usize = 2;
 const PRINCIPAL: usize = 5;
 /// Where the columns of a task's detail start, after the summary's.
-const DETAIL: usize = 11;
+const DETAIL: usize = 12;
 
 fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskSummary> {
     Ok(TaskSummary {
@@ -39,6 +39,8 @@ fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskSummary> {
             (Some(schedule), Some(slot)) => Some(ScheduleSlot { schedule, slot }),
             _ => None,
         },
+        rerun_of: row.get(11)?,
+        removed_at: None,
     })
 }
 
@@ -100,8 +102,8 @@ pub const PAGE_EXAMINES: usize = 20_000;
 /// Up to `limit` tasks matching `filter`, newest first, with ids below `before`: a
 /// keyset page (never an OFFSET) that examines at most `examine` rows. It walks the
 /// primary key backwards and filters each row as it goes — or, for the statuses of
-/// live tasks (`working`, `input_required`), the `jobs` table, which holds a row for
-/// every live task and no other: a walk of the live tasks only. There is no index
+/// live tasks (`working`, `input_required`, or any unfinished one), the `jobs` table,
+/// which holds a row for every live task and no other: a walk of the live tasks only. There is no index
 /// by status, tool or principal: each would cost every task creation an index insert
 /// (three of them cost ~11% of the creation rate, issue 17), while the examine bound
 /// keeps every page quick whatever the filter.
@@ -116,10 +118,11 @@ pub fn list_tasks(
         .created_since
         .map(|ms| created_floor(conn, ms))
         .transpose()?;
-    let live = matches!(
-        filter.status,
-        Some(TaskStatus::Working | TaskStatus::InputRequired)
-    );
+    let live = filter.unfinished
+        || matches!(
+            filter.status,
+            Some(TaskStatus::Working | TaskStatus::InputRequired)
+        );
     let (source, key) = if live {
         (
             "jobs CROSS JOIN tasks ON tasks.id = jobs.task_id",
@@ -130,7 +133,12 @@ pub fn list_tasks(
     };
     let mut clauses = Vec::new();
     let mut values: Vec<&str> = Vec::new();
-    for (clause, value) in [(" < ?", before), (" >= ?", floor.as_deref())] {
+    let bounds = [
+        (" < ?", before),
+        (" >= ?", floor.as_deref()),
+        (" <= ?", filter.through.as_deref()),
+    ];
+    for (clause, value) in bounds {
         if let Some(value) = value {
             clauses.push(format!("{key}{clause}"));
             values.push(value);
@@ -247,10 +255,13 @@ pub fn cancel(conn: &Connection, task_id: &str, now: i64) -> rusqlite::Result<Ca
     super::client::cancel_found(conn, task_id, status, now)
 }
 
-/// The binding, tool and origin a rerun copies.
+/// The binding, tool and origin a rerun copies: the task's, or its history summary's
+/// when that kept the origin.
 pub fn rerun_source(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<RerunSource>> {
     conn.prepare_cached(
-        "SELECT endpoint, issuer, tenant, principal, tool, origin FROM tasks WHERE id = ?1",
+        "SELECT endpoint, issuer, tenant, principal, tool, origin FROM tasks WHERE id = ?1 \
+         UNION ALL SELECT endpoint, issuer, tenant, principal, tool, origin FROM task_history \
+         WHERE id = ?1 AND origin IS NOT NULL LIMIT 1",
     )?
     .query_row([task_id], |row| {
         Ok(RerunSource {

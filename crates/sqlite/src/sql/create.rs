@@ -219,7 +219,8 @@ fn insert_chunk(
     Ok(())
 }
 
-/// Creates the task, its job and its outbox row. With an idempotency key, a live task
+/// Creates the task, its job and its outbox row (and its link to the task it re-runs).
+/// With an idempotency key, a live task
 /// of the same identity that holds the key answers instead: itself when it has the same
 /// tool and arguments, a [`KeyConflict`] otherwise (nothing is stored either way).
 pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<Created> {
@@ -250,6 +251,11 @@ pub fn create_task(conn: &Connection, task: &NewTask) -> rusqlite::Result<Create
     insert_chunk(conn, &CHUNK_SQL[CHUNKS.len() - 1], alone, &turns)?;
     if let Some(slot) = &task.schedule {
         super::schedules::claim_slot(conn, &task.id, slot, task.now)?;
+    }
+    // A rerun's link: rare, so written apart rather than in every creation's insert.
+    if let Some(rerun_of) = &task.rerun_of {
+        conn.prepare_cached("UPDATE OR FAIL tasks SET rerun_of = ?1 WHERE id = ?2")?
+            .execute(params![rerun_of, task.id])?;
     }
     Ok(Created::Task(task.created()))
 }

@@ -22,6 +22,7 @@ pub mod attempts;
 pub mod client;
 pub mod create;
 pub mod flow;
+pub mod history;
 pub mod output;
 pub mod schedules;
 pub mod sessions;

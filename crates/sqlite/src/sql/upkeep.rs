@@ -1,5 +1,5 @@
-//! Upkeep queries: expired leases and tasks, the outbox, and the counts for
-//! `GET /metrics`.
+//! Upkeep queries: expired leases, the outbox, and the counts for `GET /metrics`
+//! (expired tasks and their history summaries: `history`).
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -48,16 +48,6 @@ pub fn orphaned_leases(
     let rows = statement.query_map(params![at, limit as i64], |row| {
         Ok((row.get(0)?, row.get(1)?))
     })?;
-    rows.collect()
-}
-
-/// Deletes up to `limit` tasks past their TTL; returns their ids.
-pub fn delete_expired(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<Vec<String>> {
-    let mut statement = conn.prepare_cached(
-        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE expires_at <= ?1 LIMIT ?2) \
-         RETURNING id",
-    )?;
-    let rows = statement.query_map(params![now, limit as i64], |row| row.get(0))?;
     rows.collect()
 }
 
