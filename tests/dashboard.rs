@@ -14,35 +14,40 @@ use crate::common::tasks;
 use crate::common::{poll_until, HttpResponse, Server};
 
 /// "admin-token" has the admin role, "alice-token" does not.
-const CONFIG: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
+pub(crate) const CONFIG: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
     [workers]\nthreads = 2\nshutdown_grace_ms = 200\n\
     [[auth.tokens]]\nprincipal = \"boss\"\nroles = [\"admin\"]\n\
     sha256 = \"10a4c7c9fc5206d6f36dc6944a81bb6f4a3cb0e25014ae3b12e6c3e52712292a\"\n\
     [[auth.tokens]]\nprincipal = \"alice\"\ntenant = \"a\"\n\
     sha256 = \"9c220f200955d76c0a38d308225e0ef10c5f971acaf2f8d1d8f732affa5bd1dc\"\n";
-const ADMIN: &str = "Bearer admin-token";
-const ALICE: &str = "Bearer alice-token";
+pub(crate) const ADMIN: &str = "Bearer admin-token";
+pub(crate) const ALICE: &str = "Bearer alice-token";
 
-fn request(server: &Server, method: &str, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+pub(crate) fn request(
+    server: &Server,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> HttpResponse {
     server.exchange(&server.raw_request(method, path, headers, b""))
 }
 
-fn get(server: &Server, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+pub(crate) fn get(server: &Server, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
     request(server, "GET", path, headers)
 }
 
-fn admin_get(server: &Server, path: &str) -> Value {
+pub(crate) fn admin_get(server: &Server, path: &str) -> Value {
     let response = get(server, path, &[("Authorization", ADMIN)]);
     assert_eq!(response.status, 200, "{path}: {}", response.text());
     response.json()
 }
 
-fn origin(server: &Server) -> String {
+pub(crate) fn origin(server: &Server) -> String {
     format!("http://{}", server.addr)
 }
 
 /// Logs in with `token` through the login form's request; the cookie pair to send back.
-fn login(server: &Server, token: &str) -> Result<String, u16> {
+pub(crate) fn login(server: &Server, token: &str) -> Result<String, u16> {
     let body = json!({ "token": token }).to_string();
     let origin = origin(server);
     let response = server.post_raw(

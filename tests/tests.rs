@@ -34,6 +34,8 @@
 //!   cooldown and outages, scopes and step-up, tasks that belong to the person;
 //! - [`dashboard`]: the dashboard's API: admin-only access, CSRF, actions, paging, the
 //!   live tail of a task's output;
+//! - [`dashboard_actions`]: the dashboard's pauses, bulk actions, rerun links and
+//!   history summaries;
 //! - [`metrics`]: `GET /metrics` counts through tasks' lives, restarts and `kill -9`;
 //! - [`reload`]: SIGHUP and `mcp-taskd reload`: tokens, tools, limits, refused files
 //!   and restart-only keys, applied while serving;
@@ -61,6 +63,7 @@ mod bulk_actions;
 mod cluster;
 mod command_tools;
 mod dashboard;
+mod dashboard_actions;
 mod demo_tools;
 mod durable_tasks;
 mod fair_share;

@@ -8,10 +8,13 @@
 // without a reload, that a task is cancelled with its button (confirm dialog accepted),
 // and that a running command's task page tails its output live (tests/scripts/chatty.py:
 // a line shows while it runs, its last lines once it ends, appended, never as markup,
-// within its cap), and that the webhooks view shows a receiver's failures, a dead
-// delivery, and sends it again with its button. Saves overview.png, tasks.png, task.png,
-// task-output.png, webhooks.png and tasks-phone.png in OUTDIR. Exits non-zero on the
-// first failed check.
+// within its cap), that the webhooks view shows a receiver's failures, a dead delivery,
+// and sends it again with its button, that a tool is paused with a reason and resumed
+// from the tools page, that a filtered list is cancelled and re-run in bulk (a
+// confirmation naming the count, the outcome shown, each rerun linked to its original),
+// and that a failed task past its TTL is listed by its history summary. Saves
+// overview.png, tasks.png, task.png, task-output.png, webhooks.png, tools.png, bulk.png,
+// history.png and tasks-phone.png in OUTDIR. Exits non-zero on the first failed check.
 //
 // With MCP_TASKD_IDP (tests/interop/oauth_idp.mjs, where oauth2-mock-server is installed)
 // the server also names that real authorization server in [auth.oauth] with a client_id,
@@ -111,6 +114,8 @@ sets = ["conformance"]
 [workers]
 # The slow tasks of steps 2 and 3 keep two busy while the command tool runs.
 threads = 4
+# Tasks past their TTL leave their history summaries within a fraction of a second.
+janitor_interval_ms = 200
 [[auth.tokens]]
 principal = "ops"
 roles = ["admin"]
@@ -120,6 +125,7 @@ principal = "alice"
 sha256 = "${sha256(ALICE)}"
 ${chattyTool("chatty", "")}
 ${chattyTool("chatty_capped", "output_max_bytes = 1000")}
+${chattyTool("chatty_brief", "ttl_ms = 1000\nmax_attempts = 1")}
 ${webhook}`);
 const [, address] = await startAndMatch(binary, ["serve", "--config", join(work, "config.toml"),
   "--listen", "127.0.0.1:0", "--data-dir", join(work, "data")], "stdout",
@@ -175,9 +181,11 @@ const page = (method, params) => send(method, params, sessionId);
 await page("Page.enable");
 await page("Runtime.enable");
 let dialogs = 0;
+let lastDialog = "";
 listeners.push((message) => {
   if (message.method === "Page.javascriptDialogOpening" && message.sessionId === sessionId) {
     dialogs++;
+    lastDialog = message.params.message;
     page("Page.handleJavaScriptDialog", { accept: true });
   }
 });
@@ -322,6 +330,102 @@ await waitFor(`document.getElementById("output-state").textContent.startsWith("T
   document.getElementById("output-dropped").textContent.startsWith("380 earlier lines were dropped")`, 15000,
   "a task over its cap shows its 20 kept lines and says 380 were dropped");
 console.log("ok: a task over its output cap shows only its kept lines and the count dropped");
+
+// 5b. The tools page: pause slow_compute with a reason (a new task of it waits), see the
+// pause shown, resume it (the task runs).
+await evaluate(`location.hash = "#tools"; true`);
+const toolRow = `document.querySelector('#tool-rows tr[data-tool="slow_compute"]')`;
+await waitFor(`${toolRow} && ${toolRow}.querySelector("button.pause")`, 5000, "the tools page lists slow_compute");
+await evaluate(`(() => { ${toolRow}.querySelector("input.reason").value = "maintenance window";
+  ${toolRow}.querySelector("button.pause").click(); return true; })()`);
+await waitFor(`${toolRow}.textContent.includes("Paused") && ${toolRow}.textContent.includes("maintenance window") &&
+  ${toolRow}.querySelector("button.resume")`, 5000, "the tool shows paused, with its reason");
+await screenshot("tools.png");
+const held = await createTask(0);
+await new Promise((resolve) => setTimeout(resolve, 1500));
+const heldState = await (await fetch(`${dashboard}api/tasks/${held}`, { headers: { Authorization: `Bearer ${ADMIN}` } })).json();
+if (heldState.status !== "working" || (heldState.attempts || []).length !== 0) {
+  fail("a task of the paused tool ran: " + JSON.stringify(heldState));
+}
+await evaluate(`${toolRow}.querySelector("button.resume").click(); true`);
+await waitFor(`${toolRow}.textContent.includes("Running") && ${toolRow}.querySelector("button.pause")`, 5000,
+  "the tool shows running again");
+await evaluate(`location.hash = "#task/${held}"; true`);
+await waitFor(`document.getElementById("fact-status")?.textContent === "completed"`, 10000,
+  "the held task runs once the tool is resumed");
+console.log("ok: a tool paused with a reason from the tools page holds its task, and resumed runs it");
+
+// 5c. Bulk actions on the filtered list: re-run three failed tasks of one tool (each new
+// task linked to its original), then cancel every unfinished slow_compute task (two
+// new ones at least).
+const brokenIds = [];
+for (let i = 0; i < 3; i++) brokenIds.push(await createTask(0, "chatty", { mode: "fail" }));
+await evaluate(`location.hash = "#tasks"; true`);
+await waitFor(`!document.getElementById("tasks").hidden`, 5000, "the task list shows");
+async function filterBy(status, tool) {
+  await evaluate(`(() => { document.getElementById("f-status").value = ${JSON.stringify(status)};
+    document.getElementById("f-tool").value = ${JSON.stringify(tool)};
+    document.getElementById("filters").requestSubmit(); return true; })()`);
+}
+await filterBy("failed", "chatty");
+// Each listed as failed (their attempts take a moment), and nothing else.
+await waitFor(`(() => {
+  const rows = [...document.querySelectorAll("#task-rows tr")].map((row) => row.textContent);
+  return rows.length === 3 && ${JSON.stringify(brokenIds)}.every((id) =>
+    rows.some((row) => row.includes(id) && row.includes("failed")));
+})()`, 15000, "the failed tasks are listed");
+const dialogsBeforeBulk = dialogs;
+await evaluate(`document.getElementById("bulk-rerun").click(); true`);
+await waitFor(`document.getElementById("bulk-result").textContent.startsWith("Re-run: 3 tasks: 3 re-run")`, 10000,
+  "the bulk rerun says what it did");
+if (dialogs !== dialogsBeforeBulk + 1 || !/^Re-run 3 matching tasks\?$/.test(lastDialog)) {
+  fail(`the bulk rerun did not confirm the count: ${JSON.stringify(lastDialog)}`);
+}
+await screenshot("bulk.png");
+const rerunOf = await evaluate(`(async () => {
+  const page = await (await fetch("api/tasks?tool=chatty&limit=50")).json();
+  return page.tasks.filter((t) => t.rerunOf).map((t) => [t.id, t.rerunOf]);
+})()`);
+if (rerunOf.length !== 3 || !rerunOf.every(([, of]) => brokenIds.includes(of))) {
+  fail("the reruns do not link to their originals: " + JSON.stringify(rerunOf));
+}
+await evaluate(`location.hash = "#task/${rerunOf[0][0]}"; true`);
+await waitFor(`document.querySelector('#fact-re-run-of a[href="#task/${rerunOf[0][1]}"]')`, 5000,
+  "a rerun's page links to the task it repeats");
+await evaluate(`location.hash = "#tasks"; true`);
+await waitFor(`!document.getElementById("tasks").hidden`, 5000, "the task list shows");
+const busy = [await createTask(60), await createTask(60)];
+await filterBy("working", "slow_compute");
+await waitFor(`${JSON.stringify(busy)}.every((id) => document.getElementById("task-rows").textContent.includes(id))`,
+  5000, "the working tasks are listed");
+await evaluate(`document.getElementById("bulk-cancel").click(); true`);
+await waitFor(`document.getElementById("bulk-result").textContent.startsWith("Cancel: ")`, 10000,
+  "the bulk cancel says what it did");
+const cancelCount = /^Cancel (\d+) matching unfinished tasks?\?$/.exec(lastDialog);
+const cancelSaid = await evaluate(`document.getElementById("bulk-result").textContent`);
+if (!cancelCount || Number(cancelCount[1]) < 2 || !cancelSaid.startsWith(`Cancel: ${cancelCount[1]} task`)) {
+  fail(`the bulk cancel's confirmation (${lastDialog}) and result (${cancelSaid}) disagree`);
+}
+await waitFor(`document.getElementById("task-rows").textContent.includes("No tasks match")`, 10000,
+  "no working slow_compute task is left");
+console.log(`ok: bulk re-run of 3 failed tasks (linked), bulk cancel of ${cancelCount[1]} after confirmations`);
+
+// 5d. A failed task past its TTL is listed and shown by its history summary.
+const brief = await createTask(0, "chatty_brief", { mode: "fail" });
+await filterBy("failed", "chatty_brief");
+await waitFor(`[...document.querySelectorAll("#task-rows tr.history")].some((row) =>
+  row.textContent.includes(${JSON.stringify(brief)}) && row.textContent.includes("failed (history)"))`, 15000,
+  "the failed task past its TTL is listed by its summary");
+await screenshot("history.png");
+await evaluate(`location.hash = "#task/${brief}"; true`);
+await waitFor(`document.getElementById("task-title").textContent.startsWith("Task (history)") &&
+  document.getElementById("fact-summary-kept-until")?.textContent.length > 0 &&
+  document.getElementById("rerun-task").disabled &&
+  document.getElementById("output-state").textContent.includes("past its time to live")`, 5000,
+  "the summary's page says what is kept");
+console.log(`ok: task ${brief.slice(0, 8)}… past its TTL is listed and shown by its history summary`);
+await evaluate(`(() => { document.getElementById("f-status").value = "";
+  document.getElementById("f-tool").value = ""; return true; })()`);
 
 // 6. Back on the overview, the chart of the tool counts the tasks created (the history
 // is sampled every 5 s).

@@ -28,12 +28,17 @@
 //! (back from it: `auth::oauth::sign_in`), `POST /logout`; `GET /api/session`, `/api/overview`, `/api/tasks?status&tool&
 //! principal&since&before&limit` (keyset: `before` is the `next` of the previous
 //! page; a page examines a bounded number of tasks, and one cut short by that bound
-//! says `partial`), `/api/tasks/{id}`, `/api/tasks/{id}/output?after&limit` (the task
-//! page's live tail: [`output`]), `/api/schedules` (the schedules in force, as
-//! `mcp-taskd schedules list --json` lists them); `POST /api/tasks/{id}/cancel`,
-//! `/api/tasks/{id}/rerun`;
-//! `GET /api/webhooks?state&webhook`, `POST /api/webhooks/{name}/retry` ([`webhooks`]).
+//! says `partial`; tasks past their TTL are listed by their history summaries, marked
+//! `history`), `/api/tasks/{id}` (a task, or its history summary),
+//! `/api/tasks/{id}/output?after&limit` (the task page's live tail: [`output`]),
+//! `/api/schedules` (the schedules in force, as `mcp-taskd schedules list --json` lists
+//! them); `POST /api/tasks/{id}/cancel`, `/api/tasks/{id}/rerun`;
+//! `GET /api/webhooks?state&webhook`, `POST /api/webhooks/{name}/retry` ([`webhooks`]);
+//! the tools and their pauses, and actions on every task a filter matches ([`actions`]):
+//! `GET /api/tools`, `POST /api/tools/{name}/pause|resume`, `GET /api/tasks/count`,
+//! `POST /api/tasks/bulk`.
 
+pub mod actions;
 pub mod history;
 pub mod output;
 pub mod session;
@@ -48,13 +53,12 @@ use tiny_http::{Header, Method, Response, StatusCode};
 
 use crate::live::Live;
 use crate::metrics::Metrics;
-use crate::ops::admin::{summary_json, Admin, Request as Op};
+use crate::ops::admin::{merged_page, row_json, Admin, Request as Op};
 use history::History;
 use session::{Session, Sessions, COOKIE, LIFETIME_S};
 use taskd_auth::oauth::sign_in::SignInError;
 use taskd_auth::oauth::OAuth;
 use taskd_auth::{Access, Authenticator, Credential};
-use taskd_engine::model::TaskFilter;
 use taskd_engine::shares::Quota;
 use taskd_notifications::Hub;
 use taskd_protocol::Identity;
@@ -189,7 +193,7 @@ impl Dashboard {
                         return response;
                     }
                 }
-                self.api(&method, api, query, &viewer)
+                self.api(request, api, query, &viewer)
             }
             _ => refused(404, "not found"),
         }
@@ -429,9 +433,16 @@ impl Dashboard {
         }
     }
 
-    fn api(&self, method: &Method, api: &str, query: &str, viewer: &Viewer) -> Response<Body> {
+    fn api(
+        &self,
+        request: &mut tiny_http::Request,
+        api: &str,
+        query: &str,
+        viewer: &Viewer,
+    ) -> Response<Body> {
         let segments: Vec<&str> = api.trim_start_matches('/').split('/').collect();
-        match (method, segments.as_slice()) {
+        let method = request.method().clone();
+        match (&method, segments.as_slice()) {
             (Method::Get, ["session"]) => json_response(
                 200,
                 &json!({
@@ -444,6 +455,11 @@ impl Dashboard {
             (Method::Get, ["overview"]) => self.overview(),
             (Method::Get, ["identities"]) => self.identities(),
             (Method::Get, ["tasks"]) => self.list(query),
+            (Method::Get, ["tasks", "count"]) => actions::count(&self.admin, query),
+            (Method::Post, ["tasks", "bulk"]) => actions::bulk(&self.admin, request),
+            (Method::Get, ["tools"]) => actions::tools(&self.admin),
+            (Method::Post, ["tools", name, "pause"]) => actions::pause(&self.admin, name, request),
+            (Method::Post, ["tools", name, "resume"]) => actions::resume(&self.admin, name),
             (Method::Get, ["tasks", id]) => self.operate(Op::Show {
                 id: (*id).to_owned(),
                 payload: true,
@@ -477,14 +493,18 @@ impl Dashboard {
         }
     }
 
-    /// The tool of task `id`, for the action's log line (a configured tool's name).
+    /// The tool of task `id` (or of its history summary), for the action's log line (a
+    /// configured tool's name).
     fn tool_of(&self, id: &str) -> Option<String> {
-        self.admin
-            .store
-            .task_detail(id)
-            .ok()
-            .flatten()
-            .map(|task| task.summary.tool)
+        let store = &self.admin.store;
+        match store.task_detail(id).ok().flatten() {
+            Some(task) => Some(task.summary.tool),
+            None => store
+                .history_record(id)
+                .ok()
+                .flatten()
+                .map(|kept| kept.summary.tool),
+        }
     }
 
     fn cancel(&self, id: &str) -> Response<Body> {
@@ -502,48 +522,41 @@ impl Dashboard {
         let Some(tool) = self.tool_of(id) else {
             return refused(404, "no such task");
         };
-        let response = self.operate(Op::Rerun { id: id.to_owned() });
-        if response.status_code().0 == 200 {
-            log::info!("dashboard: re-ran a task of tool {tool} as a new task");
+        match self
+            .admin
+            .handle(Op::Rerun { id: id.to_owned() }, &mut |_, _| {})
+        {
+            Ok(created) => {
+                log::info!("dashboard: re-ran a task of tool {tool} as a new task");
+                json_response(200, &created)
+            }
+            Err(message) if message.starts_with("no such task") => refused(404, "no such task"),
+            Err(message) if message.contains("task store") => refused(503, &message),
+            // Only a summary without arguments is left, or the tool is gone.
+            Err(message) => refused(409, &message),
         }
-        response
     }
 
     fn list(&self, query: &str) -> Response<Body> {
-        let mut filter = TaskFilter::default();
-        let mut before = None;
-        let mut limit = 50;
-        for (name, value) in query_pairs(query) {
-            if value.is_empty() {
-                continue;
-            }
-            match name.as_str() {
-                "status" => match TaskStatus::parse(&value) {
-                    Some(status) => filter.status = Some(status),
-                    None => return refused(400, "unknown status"),
-                },
-                "tool" => filter.tool = Some(value),
-                "principal" => filter.principal = Some(value),
-                "since" => match value.parse::<i64>() {
-                    Ok(ms) => filter.created_since = Some(ms),
-                    Err(_) => return refused(400, "since: Unix milliseconds"),
-                },
-                "before" => before = Some(value),
-                "limit" => match value.parse::<usize>() {
-                    Ok(n) => limit = n.clamp(1, MAX_PAGE),
-                    Err(_) => return refused(400, "limit: a number"),
-                },
-                _ => {}
-            }
-        }
-        // One bounded page (`TaskStore::list_tasks`), one row more than asked: that
-        // row tells whether another page follows. A page the bound cut short says so
-        // (`partial`) and carries where to continue.
-        let page = match self
-            .admin
-            .store
-            .list_tasks(&filter, before.as_deref(), limit + 1)
-        {
+        let actions::Listing {
+            filter,
+            before,
+            limit,
+            ..
+        } = match actions::listing(query, MAX_PAGE) {
+            Ok(listing) => listing,
+            Err(response) => return response,
+        };
+        // One bounded page of tasks and history summaries (`merged_page`), one row
+        // more than asked: that row tells whether another page follows. A page the
+        // bound cut short says so (`partial`) and carries where to continue.
+        let page = match merged_page(
+            self.admin.store.as_ref(),
+            &filter,
+            before.as_deref(),
+            limit + 1,
+            true,
+        ) {
             Ok(page) => page,
             Err(error) => return refused(500, &error.to_string()),
         };
@@ -556,7 +569,7 @@ impl Dashboard {
         } else {
             page.resume
         };
-        let rows: Vec<Value> = rows.iter().map(summary_json).collect();
+        let rows: Vec<Value> = rows.iter().map(row_json).collect();
         json_response(
             200,
             &json!({"tasks": rows, "next": next, "partial": partial}),

@@ -1,6 +1,7 @@
-// The mcp-taskd dashboard: hash routes (#overview, #tasks, #task/ID, #webhooks), polling the JSON
-// API once a second for what is on screen (a task page also follows its output), charts
-// drawn as inline SVG.
+// The mcp-taskd dashboard: hash routes (#overview, #tasks, #tools, #schedules, #webhooks,
+// #task/ID), polling the JSON API once a second for what is on screen (a task page also
+// follows its output), charts drawn as inline SVG. Every value from the server goes in as
+// textContent.
 "use strict";
 
 const base = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
@@ -44,8 +45,8 @@ function el(tag, attrs = {}, ...children) {
 }
 
 function showOnly(id) {
-  for (const section of ["login", "overview", "tasks", "task", "schedules", "webhooks"]) $(section).hidden = section !== id;
-  for (const nav of ["overview", "tasks", "schedules", "webhooks"]) {
+  for (const section of ["login", "overview", "tasks", "tools", "task", "schedules", "webhooks"]) $(section).hidden = section !== id;
+  for (const nav of ["overview", "tasks", "tools", "schedules", "webhooks"]) {
     const link = $("nav-" + nav);
     if (nav === id || (nav === "tasks" && id === "task")) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -146,14 +147,21 @@ async function loadOverview() {
     el("td", { text: String(i.waiting) }), el("td", { text: refusals(i.refusals) }))));
 }
 
-function filterQuery() {
-  const params = new URLSearchParams();
+// The filter of the task list: status, tool, principal, and since (Unix ms) when set.
+function currentFilter() {
+  const filter = {};
   for (const name of ["status", "tool", "principal"]) {
     const value = $("f-" + name).value.trim();
-    if (value) params.set(name, value);
+    if (value) filter[name] = value;
   }
   const since = $("f-since").value;
-  if (since) params.set("since", String(Date.now() - Number(since)));
+  if (since) filter.since = Date.now() - Number(since);
+  return filter;
+}
+
+function filterQuery() {
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(currentFilter())) params.set(name, String(value));
   if (cursor) params.set("before", cursor);
   params.set("limit", "25");
   return params.toString();
@@ -166,9 +174,10 @@ async function loadTasks() {
   $("first-page").disabled = !cursor;
   const rows = page.tasks.map((t) => {
     const link = el("a", { href: "#task/" + encodeURIComponent(t.id), text: t.id });
-    return el("tr", {},
+    // A task past its TTL: only its history summary is left.
+    return el("tr", t.history ? { class: "history" } : {},
       el("td", { class: "id" }, link),
-      el("td", { class: "status-" + t.status, text: t.status }),
+      el("td", { class: "status-" + t.status, text: t.history ? `${t.status} (history)` : t.status }),
       el("td", { text: t.tool }),
       el("td", { text: t.principal }),
       el("td", { text: new Date(t.createdAt).toLocaleString() }));
@@ -189,12 +198,19 @@ function pretty(value) {
 
 async function loadTask() {
   const t = await api("api/tasks/" + encodeURIComponent(currentTask));
-  $("task-title").textContent = "Task " + t.id;
+  $("task-title").textContent = (t.history ? "Task (history) " : "Task ") + t.id;
   const facts = [["Status", t.status], ["Tool", t.tool], ["Principal", t.principal],
-    ["Tenant", t.tenant || "—"], ["Created", t.createdAt], ["Updated", t.updatedAt],
-    ["Status message", t.statusMessage || "—"], ["Expires", t.expiresAt || "—"],
-    ["Cancel requested", t.cancelRequested ? "yes" : "no"],
+    ["Tenant", t.tenant || "—"], ["Re-run of", t.rerunOf || "—"], ["Created", t.createdAt],
+    ["Updated", t.updatedAt], ["Status message", t.statusMessage || "—"],
     ["Schedule", t.schedule ? `${t.schedule.name}, slot of ${t.schedule.slot}` : "—"]];
+  if (t.history) {
+    // Past its TTL the task is gone; its summary is kept for the operator.
+    facts.push(["Removed", `${t.removedAt} (past its time to live)`],
+      ["Summary kept until", t.keptUntil], ["Attempts", String(t.attemptCount)],
+      ["Arguments kept", t.argumentsKept ? "yes" : "no"]);
+  } else {
+    facts.push(["Expires", t.expiresAt || "—"], ["Cancel requested", t.cancelRequested ? "yes" : "no"]);
+  }
   if (t.job) {
     facts.push(["Job", `${t.job.state}, attempt ${t.job.attempt} of ${t.job.maxAttempts}, ` +
       `runs after ${t.job.runAfter}` + (t.job.lastError ? `, last error: ${t.job.lastError}` : "")]);
@@ -207,8 +223,17 @@ async function loadTask() {
     const href = traceUrl.split("{trace_id}").join(encodeURIComponent(t.traceId));
     $("fact-trace").replaceChildren(el("a", { href, target: "_blank", rel: "noopener", text: t.traceId }));
   }
+  if (t.rerunOf) {
+    $("fact-re-run-of").replaceChildren(el("a", { href: "#task/" + encodeURIComponent(t.rerunOf), text: t.rerunOf }));
+  }
   const terminal = ["completed", "failed", "cancelled"].includes(t.status);
   $("cancel-task").disabled = terminal;
+  $("rerun-task").disabled = Boolean(t.history && !t.argumentsKept);
+  if (t.history && tail && tail.task === t.id && !tail.done) {
+    tail.done = true;
+    $("task-output").replaceChildren();
+    $("output-state").textContent = "The task is past its time to live: its output went with it.";
+  }
   // A later attempt after one that never ended means that one's lease was reclaimed;
   // the gap between an attempt's end and the next start is the retry backoff.
   const list = t.attempts || [];
@@ -379,6 +404,110 @@ async function loadSchedules() {
   }));
 }
 
+// Cancel or re-run every task the list's filter matches: count them, ask, then act a
+// batch at a time (each batch a request of its own), and say what became of them.
+const OUTCOMES = {
+  cancelled: "cancelled", cancel_requested: "cancellation requested (running)",
+  rerun: "re-run as new tasks", no_arguments: "not re-run (arguments not kept past the TTL)",
+  tool_gone: "not re-run (tool no longer served)", not_found: "gone meanwhile",
+  refused: "not re-run (refused)",
+};
+
+async function bulk(action) {
+  const verb = action === "cancel" ? "Cancel" : "Re-run";
+  const filter = currentFilter();
+  const result = $("bulk-result");
+  try {
+    const params = new URLSearchParams({ action });
+    for (const [name, value] of Object.entries(filter)) params.set(name, String(value));
+    const counted = await api("api/tasks/count?" + params.toString());
+    if (!counted.count) { result.textContent = `${verb}: no task matches this filter.`; return; }
+    const what = action === "cancel" ? "unfinished task" : "task";
+    const n = (counted.atLeast ? "at least " : "") + counted.count;
+    if (!window.confirm(`${verb} ${n} matching ${what}${counted.count === 1 ? "" : "s"}?`)) {
+      result.textContent = `${verb}: nothing done.`;
+      return;
+    }
+    const counts = {};
+    let done = 0;
+    let before = null;
+    do {
+      const batch = await api("api/tasks/bulk", { method: "POST",
+        body: JSON.stringify({ action, ...filter, through: counted.through, before }) });
+      for (const task of batch.tasks) counts[task.outcome] = (counts[task.outcome] || 0) + 1;
+      done += batch.tasks.length;
+      result.textContent = `${verb}: ${done} of ${n}…`;
+      before = batch.next;
+    } while (before);
+    const parts = Object.entries(counts).map(([outcome, count]) =>
+      `${count} ${OUTCOMES[outcome] || "already " + outcome}`);
+    result.textContent = `${verb}: ${done} task${done === 1 ? "" : "s"}: ${parts.join(", ")}.`;
+    await loadTasks();
+  } catch (error) {
+    if (error.message !== "login required") result.textContent = `${verb} failed: ${error.message}`;
+  }
+}
+
+// The tools page: each tool's state and flow control, with a pause (and its reason) or
+// resume button. A row is rebuilt only when its tool's state changes, so a reason being
+// typed is not wiped by the next poll.
+const toolRows = new Map(); // name -> { row, signature }
+
+function toolRow(tool) {
+  const flow = [];
+  if (tool.concurrencyKey) flow.push(`key (≤${tool.maxConcurrencyPerKey} per value)`);
+  if (tool.rate) flow.push(`rate ${tool.rate}${tool.ratePerKey ? " per key" : ""}`);
+  const state = el("td", {});
+  if (tool.paused) {
+    state.append(el("span", { class: "paused", text: "Paused" }),
+      ` since ${tool.pausedAt}${tool.pauseReason ? ": " + tool.pauseReason : ""}` +
+      (tool.served === false ? " (no longer served)" : ""));
+  } else {
+    state.textContent = "Running";
+  }
+  const action = el("td", {});
+  const box = el("div", { class: "tool-action" });
+  if (tool.paused) {
+    const button = el("button", { type: "button", class: "resume", text: "Resume" });
+    button.addEventListener("click", () => toolAction(tool.name, "resume", {}));
+    box.append(button);
+  } else {
+    const reason = el("input", { type: "text", class: "reason", placeholder: "reason (optional)",
+      "aria-label": `Reason to pause ${tool.name}`, maxlength: "500" });
+    const button = el("button", { type: "button", class: "pause", text: "Pause" });
+    button.addEventListener("click", () => toolAction(tool.name, "pause", { reason: reason.value }));
+    box.append(reason, button);
+  }
+  action.append(box);
+  return el("tr", { "data-tool": tool.name }, el("td", { text: tool.name }), state,
+    el("td", { text: flow.join(", ") || "—" }), action);
+}
+
+async function loadTools() {
+  const { tools } = await api("api/tools");
+  const body = $("tool-rows");
+  const rows = tools.map((tool) => {
+    const signature = JSON.stringify([tool.paused, tool.pauseReason, tool.pausedAt, tool.served,
+      tool.rate, tool.concurrencyKey]);
+    const known = toolRows.get(tool.name);
+    if (known && known.signature === signature) return known.row;
+    const row = toolRow(tool);
+    toolRows.set(tool.name, { row, signature });
+    return row;
+  });
+  // Only when something changed: the rows (and what is typed in them) stay put.
+  const same = rows.length === body.children.length && rows.every((row, i) => body.children[i] === row);
+  if (!same) body.replaceChildren(...rows);
+}
+
+async function toolAction(name, action, body) {
+  try {
+    await api(`api/tools/${encodeURIComponent(name)}/${action}`, { method: "POST", body: JSON.stringify(body) });
+    notice(`${name} ${action === "pause" ? "paused" : "resumed"}.`);
+    await loadTools();
+  } catch (error) { if (error.message !== "login required") notice("Failed: " + error.message); }
+}
+
 function stopPolling() { if (timer) { clearInterval(timer); timer = null; } }
 
 function poll(load) {
@@ -396,7 +525,8 @@ function route() {
     currentTask = decodeURIComponent(hash.slice("#task/".length));
     showOnly("task");
     resetTail(currentTask);
-    poll(() => Promise.all([loadTask(), loadOutput()]));
+    // The task first: a history summary has no output to follow.
+    poll(async () => { await loadTask(); await loadOutput(); });
   } else if (hash === "#tasks") {
     showOnly("tasks");
     poll(loadTasks);
@@ -406,6 +536,9 @@ function route() {
   } else if (hash === "#webhooks") {
     showOnly("webhooks");
     poll(loadWebhooks);
+  } else if (hash === "#tools") {
+    showOnly("tools");
+    poll(loadTools);
   } else {
     showOnly("overview");
     poll(loadOverview);
@@ -444,6 +577,7 @@ $("filters").addEventListener("submit", (event) => {
   const id = $("f-id").value.trim();
   if (id) { location.hash = "#task/" + encodeURIComponent(id); return; }
   cursor = null; pageStack = [];
+  $("bulk-result").textContent = "";
   poll(loadTasks);
 });
 $("next-page").addEventListener("click", () => {
@@ -451,6 +585,8 @@ $("next-page").addEventListener("click", () => {
 });
 $("first-page").addEventListener("click", () => { cursor = null; pageStack = []; poll(loadTasks); });
 $("wh-state").addEventListener("change", () => poll(loadWebhooks));
+$("bulk-cancel").addEventListener("click", () => bulk("cancel"));
+$("bulk-rerun").addEventListener("click", () => bulk("rerun"));
 $("cancel-task").addEventListener("click", () => act("cancel", "Cancel this task?"));
 $("rerun-task").addEventListener("click", () => act("rerun", "Run this task again as a new task?"));
 window.addEventListener("hashchange", () => { notice(""); route(); });
