@@ -145,3 +145,23 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
+
+/// `[history]` is reloadable: the janitor reads it at each round.
+#[test]
+fn a_reload_changes_what_the_history_keeps_from_then_on() {
+    let server = Server::start(&config("completed = \"0\"\n"));
+    let dir = server.dir.clone();
+    let before = tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
+    wait_terminal(&server, &before, LIMIT);
+    poll_until(LIMIT, || {
+        (!cli(&dir, &["tasks", "show", &before]).status.success()).then_some(())
+    })
+    .expect("no summary is kept of a completed task");
+    server.rewrite_config(&config("completed = \"1h\"\n"));
+    let reloaded = ok(&dir, &["reload"]);
+    assert!(reloaded.contains("reloaded"), "{reloaded}");
+    let after = tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
+    wait_terminal(&server, &after, LIMIT);
+    assert_eq!(wait_for_summary(&dir, &after)["status"], "completed");
+    assert!(!cli(&dir, &["tasks", "show", &before]).status.success());
+}
