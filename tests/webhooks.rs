@@ -452,3 +452,57 @@ fn https_to_loopback_reaches_nothing_and_plain_http_needs_allow_http() {
         "the loopback listener was connected to"
     );
 }
+
+#[test]
+fn two_postgresql_nodes_deliver_each_event_once_between_them() {
+    let Some(python) = verifier_python() else {
+        return;
+    };
+    let Some(cluster) = crate::common::postgres::required_by(
+        "two_postgresql_nodes_deliver_each_event_once_between_them",
+    ) else {
+        return;
+    };
+    let url = cluster.url(&cluster.create_database());
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(&python, &dir.path().join("received.jsonl"), 0);
+    let config = format!(
+        "{}[store]\nbackend = \"postgres\"\nurl = \"{url}\"\npool_size = 8\n",
+        config(
+            dir.path(),
+            receiver.port,
+            &["task.created", "task.completed"],
+            "concurrency = 8\n"
+        )
+    );
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Server::start_in(a_dir.path(), &config);
+    let b = Server::start_in(b_dir.path(), &config);
+    let mut created = Vec::new();
+    for n in 0..200 {
+        let node = if n % 2 == 0 { &a } else { &b };
+        created.push(tasks::create(
+            node,
+            "slow_compute",
+            json!({"seconds": 0}),
+            &[],
+        ));
+    }
+    let expected = 2 * created.len();
+    let tasks = poll_until(Duration::from_secs(60), || {
+        let tasks = by_task(&receiver.received());
+        (tasks.values().map(Vec::len).sum::<usize>() >= expected).then_some(tasks)
+    })
+    .expect("every event arrives");
+    for id in &created {
+        let events: Vec<&str> = tasks[id].iter().map(|(e, _)| e.as_str()).collect();
+        assert_eq!(events, ["task.created", "task.completed"], "task {id}");
+    }
+    // Neither node crashed: each delivery was made by one node, once.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        receiver.received().len(),
+        expected,
+        "a delivery was made twice"
+    );
+}

@@ -42,6 +42,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length)
+        if len(body) < length:
+            # The sender died mid-request (a kill -9): no delivery was made.
+            self.close_connection = True
+            return
         if os.path.exists(OUT + ".fail"):
             self.answer(500)
             return

@@ -155,9 +155,34 @@ fn record_outcomes(
     run: &str,
     outcomes: &[(i64, Outcome)],
 ) -> Result<(), Failure> {
+    // The deliveries made (nearly all): one statement per status code for the batch.
+    let mut delivered: std::collections::BTreeMap<u16, Vec<i64>> = Default::default();
+    for (seq, outcome) in outcomes {
+        if let Outcome::Delivered { status } = outcome {
+            delivered.entry(*status).or_default().push(*seq);
+        }
+    }
+    for (status, seqs) in delivered {
+        let status = i32::from(status);
+        tx.execute(
+            "UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, \
+                 next_at = 0, holder = NULL, done_at = taskd_now_ms(), last_status = $2, \
+                 last_error = NULL \
+             WHERE seq = ANY($1) AND state = 'pending' AND holder = $3",
+            &[&seqs, &status, &run],
+        )?;
+        // Those that had failed before held their task's later deliveries back: due now.
+        tx.execute(
+            "UPDATE webhook_deliveries SET next_at = 0 \
+             WHERE state = 'pending' AND attempts = 0 AND next_at > 0 AND holder IS NULL \
+               AND (webhook, task_id) IN (SELECT webhook, task_id FROM webhook_deliveries \
+                   WHERE seq = ANY($1) AND attempts > 1)",
+            &[&seqs],
+        )?;
+    }
     for (seq, outcome) in outcomes {
         let (state, delay, status, error) = match outcome {
-            Outcome::Delivered { status } => ("delivered", 0, Some(*status), None),
+            Outcome::Delivered { .. } => continue,
             Outcome::Retry {
                 delay_ms,
                 status,

@@ -130,15 +130,40 @@ pub(crate) fn due(
     rows.collect()
 }
 
-/// Records outcomes (see [`WebhookStore::record_deliveries`]).
+/// Records outcomes (see [`WebhookStore::record_deliveries`]). The deliveries made
+/// (nearly all of them) are marked in one statement per status code: the writer runs
+/// one statement for a batch, not one per delivery.
 pub(crate) fn record_outcomes(
     conn: &Connection,
     outcomes: &[(i64, Outcome)],
     now: i64,
 ) -> rusqlite::Result<()> {
+    let mut delivered: std::collections::BTreeMap<u16, Vec<i64>> = Default::default();
+    for (seq, outcome) in outcomes {
+        if let Outcome::Delivered { status } = outcome {
+            delivered.entry(*status).or_default().push(*seq);
+        }
+    }
+    for (status, seqs) in &delivered {
+        let seqs = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
+        conn.prepare_cached(
+            "UPDATE OR FAIL webhook_deliveries SET state = 'delivered', attempts = attempts + 1, \
+                 next_at = 0, holder = NULL, done_at = ?2, last_status = ?3, last_error = NULL \
+             WHERE seq IN (SELECT value FROM json_each(?1)) AND state = 'pending'",
+        )?
+        .execute(params![seqs, now, status])?;
+        // Those that had failed before held their task's later deliveries back: due now.
+        conn.prepare_cached(
+            "UPDATE OR FAIL webhook_deliveries SET next_at = 0 \
+             WHERE state = 'pending' AND attempts = 0 AND next_at > 0 \
+               AND (webhook, task_id) IN (SELECT webhook, task_id FROM webhook_deliveries \
+                   WHERE seq IN (SELECT value FROM json_each(?1)) AND attempts > 1)",
+        )?
+        .execute(params![seqs])?;
+    }
     for (seq, outcome) in outcomes {
         let (state, next_at, status, error) = match outcome {
-            Outcome::Delivered { status } => ("delivered", 0, Some(*status), None),
+            Outcome::Delivered { .. } => continue,
             Outcome::Retry {
                 delay_ms,
                 status,
@@ -181,6 +206,7 @@ pub(crate) fn record_outcomes(
             )?
             .execute(params![webhook, task_id, seq, next_at])?;
         } else if attempts > 1 {
+            // A dead one: its task's later deliveries go on without it.
             // This one had held them back: they are due now.
             conn.prepare_cached(
                 "UPDATE OR FAIL webhook_deliveries SET next_at = 0 \

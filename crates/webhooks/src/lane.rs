@@ -127,7 +127,22 @@ fn after_failure(delivery: &Delivery, attempt: &Attempt, horizon_ms: i64, now: i
     }
 }
 
+/// Makes the calling thread yield the CPU to the rest of the server: webhook threads run
+/// at nice +10 (Linux; elsewhere they keep the process's priority). When the box is
+/// busy, requests and task attempts go first and deliveries fall behind (their lag
+/// grows, nothing is lost); when it has room, they catch up.
+fn yield_to_the_server() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take no pointers; setpriority on this thread's
+    // own id lowers only its own scheduling priority, which needs no privilege.
+    unsafe {
+        let thread = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, 10);
+    }
+}
+
 fn sender(jobs: &Receiver<(Delivery, Arc<Prepared>)>, done: &Sender<Done>) {
+    yield_to_the_server();
     for (delivery, prepared) in jobs {
         let body = payload::body(&delivery, prepared.config.include_result);
         let timestamp = now_ms() / 1000;
@@ -169,6 +184,7 @@ fn dispatch(
     counters: &dyn DeliveryCounters,
     stopped: &Receiver<()>,
 ) {
+    yield_to_the_server();
     let concurrency = prepared.load().config.concurrency.max(1);
     // Claimed ahead of the senders, so that a claim and a record serve many attempts.
     let capacity = concurrency * QUEUED_PER_SENDER;
