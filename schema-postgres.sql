@@ -662,3 +662,29 @@ CREATE TABLE task_history (
     origin         bytea
 );
 CREATE INDEX task_history_expiry ON task_history (keep_until);
+
+-- migration 14
+-- A task's output one row per batch, as schema.sql's migration 19 (and why): the
+-- position of its first line, how many, their bytes, the lines as a JSON array of
+-- [at_ms, stream, text]; the newest row holds the task's totals. The lines kept so far
+-- become rows of one line each.
+CREATE TABLE task_output_batches (
+    task_id text NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    seq     bigint NOT NULL,
+    lines   bigint NOT NULL,
+    attempt bigint NOT NULL,
+    bytes   bigint NOT NULL,
+    kept    bigint NOT NULL,
+    dropped bigint NOT NULL,
+    body    text NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+INSERT INTO task_output_batches
+    SELECT o.task_id, o.seq, 1, o.attempt, octet_length(o.line), t.kept_bytes, t.dropped,
+        json_build_array(json_build_array(o.at_ms, o.stream, o.line))::text
+    FROM task_output AS o JOIN task_output_totals AS t ON t.task_id = o.task_id;
+DROP TABLE task_output;
+DROP TABLE task_output_totals;
+ALTER TABLE task_output_batches RENAME TO task_output;
+ALTER TABLE task_output RENAME CONSTRAINT task_output_batches_pkey TO task_output_pkey;
+ALTER TABLE task_output RENAME CONSTRAINT task_output_batches_task_id_fkey TO task_output_task_id_fkey;

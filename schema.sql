@@ -727,3 +727,33 @@ CREATE TABLE task_history (
     origin         BLOB
 );
 CREATE INDEX task_history_expiry ON task_history (keep_until);
+
+-- migration 19
+-- A task's output one row per batch (issue 47; measured in docs/benchmarks/output.md).
+-- Migration 14 kept a row per line, and a totals row rewritten at every write: a task
+-- printing ten lines cost eleven row writes, and with its last batch written apart
+-- from its outcome, a second commit; command-tool throughput fell to 0.69x of the build
+-- before. Now each batch an attempt writes (every 250 ms at most while it runs, and the
+-- last one in its outcome's write) is one row: the position of its first line, how many
+-- lines, their bytes, and the lines themselves (a JSON array of [at_ms, stream, text]);
+-- the newest row also holds the task's totals (bytes kept, lines dropped). Trimming to
+-- the cap deletes the oldest rows and cuts the oldest one kept to its newest lines
+-- (sql::output). The lines kept so far become rows of one line each.
+CREATE TABLE task_output_batches (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    seq     INTEGER NOT NULL,
+    lines   INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    bytes   INTEGER NOT NULL,
+    kept    INTEGER NOT NULL,
+    dropped INTEGER NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;
+INSERT INTO task_output_batches
+    SELECT o.task_id, o.seq, 1, o.attempt, length(CAST(o.line AS BLOB)), t.kept_bytes,
+        t.dropped, json_array(json_array(o.at_ms, o.stream, o.line))
+    FROM task_output AS o JOIN task_output_totals AS t ON t.task_id = o.task_id;
+DROP TABLE task_output;
+DROP TABLE task_output_totals;
+ALTER TABLE task_output_batches RENAME TO task_output;

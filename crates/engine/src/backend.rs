@@ -15,7 +15,7 @@ use super::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
-use super::output::{OutputLine, OutputPage, OutputRead};
+use super::output::{OutputBatch, OutputPage, OutputRead};
 use super::payload_gate::{Admitted, PayloadGate};
 use super::schedules::ScheduleStore;
 use taskd_base::later::Later;
@@ -182,12 +182,14 @@ pub trait TaskStore: Send + Sync {
     /// Claims up to `limit` ready jobs, oldest first, each with a fresh fencing token
     /// and lease, passing over the jobs of saturated tools (see [`Claimant`]).
     fn claim(&self, request: ClaimRequest) -> Result<Vec<Claim>, StoreError>;
-    /// Records an attempt's outcome (fenced), and in the same write claims the jobs of
+    /// Records an attempt's outcome (fenced) with the last of its output (`output`, as
+    /// [`TaskStore::append_output`] keeps it), and in the same write claims the jobs of
     /// `then_claim`: a busy worker goes from job to job with one commit each.
     fn finish(
         &self,
         lease: Lease,
         outcome: Finish,
+        output: Option<OutputBatch>,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError>;
     /// Extends leases to `lease_ms` from now by the store's clock (so that nodes with
@@ -196,15 +198,9 @@ pub trait TaskStore: Send + Sync {
     /// A fenced status-message update from a running attempt.
     fn set_status_message(&self, lease: Lease, message: String) -> Result<bool, StoreError>;
     /// Appends a running attempt's output (fenced: `false`, and nothing kept, once its
-    /// lease is gone), keeping at most `cap` bytes of the task's output: the oldest
-    /// lines go, and are counted with `dropped` (those the attempt dropped before).
-    fn append_output(
-        &self,
-        lease: Lease,
-        lines: Vec<OutputLine>,
-        dropped: u64,
-        cap: u64,
-    ) -> Result<bool, StoreError>;
+    /// lease is gone), keeping at most the batch's `cap` bytes of the task's output: the
+    /// oldest lines go, and are counted with those the attempt dropped before.
+    fn append_output(&self, lease: Lease, batch: OutputBatch) -> Result<bool, StoreError>;
     /// Lines of a task's output. Not authorized: the caller found the task first.
     fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError>;
     /// The end of a clean shutdown: what is queued is committed and the store closes

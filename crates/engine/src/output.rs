@@ -297,20 +297,79 @@ impl OutputBuffer {
         !self.lines.is_empty() && self.last_flush.elapsed() >= FLUSH_EVERY
     }
 
-    /// The lines to write now (the buffer starts over), and the count of lines
-    /// dropped before them since the last write.
-    pub(crate) fn take(&mut self) -> (Vec<OutputLine>, u64) {
+    /// What to write now (the buffer starts over); `None` when there is nothing.
+    pub(crate) fn take(&mut self) -> Option<OutputBatch> {
         self.last_flush = Instant::now();
         self.bytes = 0;
-        (
-            self.lines.drain(..).collect(),
-            std::mem::take(&mut self.dropped),
-        )
+        let batch = OutputBatch {
+            attempt: self.attempt,
+            lines: self.lines.drain(..).collect(),
+            dropped: std::mem::take(&mut self.dropped),
+            cap: self.cap,
+        };
+        (!batch.lines.is_empty() || batch.dropped > 0).then_some(batch)
+    }
+}
+
+/// Lines of one attempt written together (a store keeps them as one row: see
+/// [`OutputBatch::encode`]), with the lines dropped before them and the task's cap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputBatch {
+    pub attempt: i64,
+    pub lines: Vec<OutputLine>,
+    /// Lines the attempt dropped since its last batch, to keep within the cap.
+    pub dropped: u64,
+    /// Bytes of the task's output kept at most.
+    pub cap: u64,
+}
+
+impl OutputBatch {
+    /// How many of the oldest lines to leave out so that the rest fit in `room`
+    /// bytes, and the bytes of the rest.
+    pub fn newest_within(&self, room: u64) -> (usize, u64) {
+        let mut bytes: u64 = self.lines.iter().map(OutputLine::bytes).sum();
+        let mut first = 0;
+        while bytes > room && first < self.lines.len() {
+            bytes -= self.lines[first].bytes();
+            first += 1;
+        }
+        (first, bytes)
     }
 
-    /// The bytes a task of this attempt keeps.
-    pub(crate) fn cap(&self) -> u64 {
-        self.cap
+    /// `lines` as a store keeps a batch: a JSON array of `[at_ms, stream, text]`
+    /// (one row per batch, not per line: a task that prints ten lines costs one
+    /// insert, measured in docs/benchmarks/output.md).
+    pub fn encode(lines: &[OutputLine]) -> String {
+        let rows: Vec<Value> = lines
+            .iter()
+            .map(|line| serde_json::json!([line.at_ms, line.stream.as_str(), line.text]))
+            .collect();
+        Value::Array(rows).to_string()
+    }
+
+    /// The lines of a stored batch of `attempt` ([`OutputBatch::encode`]); a line the
+    /// store does not read back is left out.
+    pub fn decode(attempt: i64, stored: &str) -> Vec<OutputLine> {
+        let Ok(Value::Array(rows)) = serde_json::from_str::<Value>(stored) else {
+            return Vec::new();
+        };
+        rows.iter()
+            .filter_map(|row| {
+                Some(OutputLine {
+                    attempt,
+                    at_ms: row.get(0)?.as_i64()?,
+                    stream: OutputStream::parse(row.get(1)?.as_str()?)?,
+                    text: row.get(2)?.as_str()?.to_owned(),
+                })
+            })
+            .collect()
+    }
+}
+
+impl OutputLine {
+    /// Bytes the line counts for against the cap.
+    pub fn bytes(&self) -> u64 {
+        self.text.len() as u64
     }
 }
 
@@ -347,15 +406,44 @@ mod tests {
         for text in ["aaaa", "bbbb", "cccc"] {
             buffer.push(OutputStream::Stderr, text.into());
         }
-        let (lines, dropped) = buffer.take();
-        let texts: Vec<&str> = lines.iter().map(|line| line.text.as_str()).collect();
+        let batch = buffer.take().expect("a batch");
+        let texts: Vec<&str> = batch.lines.iter().map(|line| line.text.as_str()).collect();
         assert_eq!(texts, ["bbbb", "cccc"]);
-        assert_eq!(dropped, 1);
-        assert!(lines.iter().all(|line| line.attempt == 2));
-        assert_eq!(buffer.take().1, 0, "counted once");
+        assert_eq!(batch.dropped, 1);
+        assert_eq!(batch.attempt, 2);
+        assert!(batch.lines.iter().all(|line| line.attempt == 2));
+        assert_eq!(buffer.take(), None, "nothing more, the drop counted once");
 
         let mut none = OutputBuffer::new(1, 0);
         none.push(OutputStream::Stdout, "x".into());
-        assert!(!none.keeps() && none.take().0.is_empty());
+        assert!(!none.keeps() && none.take().is_none());
+    }
+
+    #[test]
+    fn a_batch_reads_back_as_it_was_written_and_keeps_its_newest_lines_within_room() {
+        let line = |text: &str, stream| OutputLine {
+            attempt: 3,
+            at_ms: 1_700_000_000_123,
+            stream,
+            text: text.into(),
+        };
+        let batch = OutputBatch {
+            attempt: 3,
+            lines: vec![
+                line("compiling \"a\"", OutputStream::Stderr),
+                line("ok", OutputStream::Stdout),
+                line("é 🙂", OutputStream::Log),
+            ],
+            dropped: 0,
+            cap: 100,
+        };
+        let stored = OutputBatch::encode(&batch.lines);
+        assert_eq!(OutputBatch::decode(3, &stored), batch.lines);
+        assert_eq!(OutputBatch::decode(3, "not json"), Vec::new());
+        let all: u64 = batch.lines.iter().map(OutputLine::bytes).sum();
+        assert_eq!(batch.newest_within(all), (0, all));
+        assert_eq!(batch.newest_within(9), (1, 9));
+        assert_eq!(batch.newest_within(8), (2, "é 🙂".len() as u64));
+        assert_eq!(batch.newest_within(0), (3, 0));
     }
 }

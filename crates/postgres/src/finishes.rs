@@ -12,12 +12,13 @@
 //! the commit.
 
 use super::groups::failed_together;
-use super::sql::attempts;
+use super::sql::{attempts, output};
 use super::statements::Tx;
 use super::{Failure, Store, Wake};
 use taskd_engine::backend::{ClaimRequest, Claimant, Finished, StoreError};
 use taskd_engine::flow::RateLimit;
 use taskd_engine::model::{Claim, Finish, Lease};
+use taskd_engine::output::OutputBatch;
 
 /// Most finishes in one transaction: more than a node's workers, so that all of them
 /// may share one.
@@ -27,6 +28,8 @@ pub(super) const FINISHES_GROUP: usize = 256;
 /// claim of its next job, if it wants one.
 pub(super) struct Finishing {
     pub end: (Lease, Finish),
+    /// The attempt's last output, written with its outcome.
+    pub output: Option<OutputBatch>,
     pub then_claim: Option<ClaimRequest>,
 }
 
@@ -34,12 +37,16 @@ impl Store {
     /// Ends a group of attempts and claims the next jobs their workers asked for, in
     /// one transaction; the answer of each, in order.
     pub(super) fn finish_group(&self, group: Vec<Finishing>) -> Vec<Result<Finished, StoreError>> {
-        let (ends, mut requests): (Vec<(Lease, Finish)>, Vec<Option<ClaimRequest>>) = group
-            .into_iter()
-            .map(|finishing| (finishing.end, finishing.then_claim))
-            .unzip();
+        let mut ends = Vec::with_capacity(group.len());
+        let mut outputs = Vec::with_capacity(group.len());
+        let mut requests = Vec::with_capacity(group.len());
+        for finishing in group {
+            ends.push(finishing.end);
+            outputs.push(finishing.output);
+            requests.push(finishing.then_claim);
+        }
         let grouped = self.once(Wake::Relays, |tx| {
-            finish_and_claim(tx, &self.run, &ends, &mut requests)
+            finish_and_claim(tx, &self.run, &ends, &outputs, &mut requests)
         });
         match grouped {
             Ok(finished) => finished.into_iter().map(Ok).collect(),
@@ -51,11 +58,17 @@ impl Store {
                     request.claimant.give_back();
                 }
                 ends.iter()
+                    .zip(&outputs)
                     .zip(requests.iter_mut())
-                    .map(|(end, request)| {
+                    .map(|((end, output), request)| {
                         self.once(Wake::Relays, |tx| {
-                            let ends = std::slice::from_ref(end);
-                            finish_and_claim(tx, &self.run, ends, std::slice::from_mut(request))
+                            finish_and_claim(
+                                tx,
+                                &self.run,
+                                std::slice::from_ref(end),
+                                std::slice::from_ref(output),
+                                std::slice::from_mut(request),
+                            )
                         })
                         .and_then(|mut finished| {
                             finished.pop().ok_or_else(|| {
@@ -77,9 +90,16 @@ fn finish_and_claim(
     tx: &mut Tx<'_, '_>,
     node: &str,
     ends: &[(Lease, Finish)],
+    outputs: &[Option<OutputBatch>],
     requests: &mut [Option<ClaimRequest>],
 ) -> Result<Vec<Finished>, Failure> {
     let applied = attempts::finish(tx, ends)?;
+    // Each attempt's last output, fenced by the same lease its outcome was.
+    for ((end, output), applied) in ends.iter().zip(outputs).zip(&applied) {
+        if let (true, Some(output)) = (*applied, output) {
+            output::append(tx, &end.0.task_id, output)?;
+        }
+    }
     // The group's workers share one lease length (their pool's); the shortest is kept
     // if not, since a lease keeper renews it anyway.
     let lease_ms = requests

@@ -86,7 +86,7 @@ use taskd_engine::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
-use taskd_engine::output::{OutputLine, OutputPage, OutputRead};
+use taskd_engine::output::{OutputBatch, OutputPage, OutputRead};
 use taskd_engine::payload_gate::{Admitted, PayloadGate, UNGATED_BYTES};
 use taskd_protocol::Identity;
 
@@ -656,12 +656,14 @@ impl TaskStore for Store {
         &self,
         lease: Lease,
         outcome: Finish,
+        output: Option<OutputBatch>,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError> {
         // Concurrent finishes share a transaction, their next claims too (see
         // [`groups`]).
         let finishing = Finishing {
             end: (lease, outcome),
+            output,
             then_claim,
         };
         self.finishes
@@ -684,16 +686,8 @@ impl TaskStore for Store {
         self.transaction(|tx| attempts::set_tool_state(tx, &lease.task_id, &lease.token, &state))
     }
 
-    fn append_output(
-        &self,
-        lease: Lease,
-        lines: Vec<OutputLine>,
-        dropped: u64,
-        cap: u64,
-    ) -> Result<bool, StoreError> {
-        self.transaction(|tx| {
-            output::append(tx, &lease.task_id, &lease.token, &lines, dropped, cap)
-        })
+    fn append_output(&self, lease: Lease, batch: OutputBatch) -> Result<bool, StoreError> {
+        self.transaction(|tx| output::append_fenced(tx, &lease.task_id, &lease.token, &batch))
     }
 
     fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError> {

@@ -141,7 +141,7 @@ use taskd_engine::model::{
     CancelEffect, Claim, Created, Finish, Lease, NewTask, RerunSource, SessionRecord, Stats,
     StatsDetail, TaskDetail, TaskFilter, TaskPage, TaskRow, UpdateEffect,
 };
-use taskd_engine::output::{OutputLine, OutputPage, OutputRead};
+use taskd_engine::output::{OutputBatch, OutputPage, OutputRead};
 use taskd_engine::payload_gate::{Admitted, PayloadGate};
 use taskd_protocol::Identity;
 
@@ -421,9 +421,14 @@ fn finish_and_claim(
     conn: &Connection,
     lease: &Lease,
     finish: &Finish,
+    output: Option<&OutputBatch>,
     then_claim: Option<&mut ClaimRequest>,
 ) -> rusqlite::Result<Finished> {
     let applied = attempts::finish(conn, &lease.task_id, &lease.token, finish, now_ms())?;
+    // The attempt's last output, fenced by the same lease the outcome was.
+    if let (true, Some(output)) = (applied, output) {
+        output::append(conn, &lease.task_id, output)?;
+    }
     let next = match then_claim {
         Some(next) => claim(conn, next)?,
         None => Vec::new(),
@@ -506,9 +511,10 @@ impl TaskStore for Store {
         &self,
         lease: Lease,
         outcome: Finish,
+        output: Option<OutputBatch>,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError> {
-        self.finish_attempt(lease, outcome, then_claim)
+        self.finish_attempt(lease, outcome, output, then_claim)
     }
 
     fn renew_leases(&self, leases: Vec<Lease>, lease_ms: i64) -> Result<Vec<bool>, StoreError> {
@@ -531,16 +537,8 @@ impl TaskStore for Store {
         self.write(move |conn| attempts::set_tool_state(conn, &lease.task_id, &lease.token, &state))
     }
 
-    fn append_output(
-        &self,
-        lease: Lease,
-        lines: Vec<OutputLine>,
-        dropped: u64,
-        cap: u64,
-    ) -> Result<bool, StoreError> {
-        self.write(move |conn| {
-            output::append(conn, &lease.task_id, &lease.token, &lines, dropped, cap)
-        })
+    fn append_output(&self, lease: Lease, batch: OutputBatch) -> Result<bool, StoreError> {
+        self.write(move |conn| output::append_fenced(conn, &lease.task_id, &lease.token, &batch))
     }
 
     fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError> {

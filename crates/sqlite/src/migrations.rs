@@ -110,7 +110,7 @@ mod tests {
     use crate::sql;
     use taskd_protocol::TaskStatus;
 
-    const LATEST: u32 = 18;
+    const LATEST: u32 = 19;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {

@@ -14,7 +14,7 @@ use super::inflight::{registering, AttemptControl, Stop};
 use super::Shared;
 use crate::backend::{Finished, StoreError, TaskStore};
 use crate::model::{Claim, Finish, Lease, Origin};
-use crate::output::{log_lines, OutputBuffer, OutputRules, OutputTail};
+use crate::output::{log_lines, OutputBatch, OutputBuffer, OutputRules, OutputTail};
 use taskd_base::clock::now_ms;
 use taskd_protocol::{ClientCapabilities, InputKind, LogLevel, RpcError, TraceContext};
 use taskd_telemetry::logs::LogScope;
@@ -47,7 +47,7 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
         attempt_context.as_ref().or(claim.trace.as_ref()),
     );
     let started = Instant::now();
-    let finish = execute(shared, &claim, &control, attempt_context.clone());
+    let (finish, last_output) = execute(shared, &claim, &control, attempt_context.clone());
     shared
         .observer
         .attempt_ended(&claim.tool, started.elapsed());
@@ -69,13 +69,16 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
         1,
         shared.lease_ms,
     );
-    let committed = shared
-        .store
-        .finish(lease.clone(), finish.clone(), claim_next.then_some(next));
+    let committed = shared.store.finish(
+        lease.clone(),
+        finish.clone(),
+        last_output.clone(),
+        claim_next.then_some(next),
+    );
     let committed = match committed {
         Err(error) if error.is_temporary() => {
             registered.forget(&shared.inflight);
-            commit_later(shared, lease, finish, error)
+            commit_later(shared, lease, finish, last_output, error)
         }
         other => other,
     };
@@ -91,6 +94,7 @@ pub(super) fn run_attempt(shared: &Shared, claim: Claim) -> Option<Claim> {
         Ok(Finished { applied, mut next }) => {
             if !applied {
                 log::warn!("an attempt finished after losing its lease; its outcome was discarded");
+                shared.observer.outcome_discarded(&claim.tool);
             }
             next.pop()
         }
@@ -119,13 +123,17 @@ fn commit_later(
     shared: &Shared,
     lease: Lease,
     finish: Finish,
+    last_output: Option<OutputBatch>,
     mut error: StoreError,
 ) -> Result<Finished, StoreError> {
     let give_up = Instant::now() + Duration::from_millis(shared.lease_ms.max(0) as u64);
     let mut wait = COMMIT_RETRY_FIRST;
     while Instant::now() + wait < give_up && !shared.stopping.load(Ordering::Acquire) {
         std::thread::sleep(wait);
-        match shared.store.finish(lease.clone(), finish.clone(), None) {
+        match shared
+            .store
+            .finish(lease.clone(), finish.clone(), last_output.clone(), None)
+        {
             Err(again) if again.is_temporary() => error = again,
             done => return done,
         }
@@ -172,14 +180,24 @@ fn tool_run_span(claim: &Claim, attempt: Option<&TraceContext>) -> Span {
     })
 }
 
+/// Runs the tool: its outcome, and the output it printed since its last batch was
+/// written (written with the outcome, in the same transaction: a quick task pays one
+/// commit, not two).
 fn execute(
     shared: &Shared,
     claim: &Claim,
     control: &Arc<AttemptControl>,
     attempt: Option<TraceContext>,
-) -> Finish {
+) -> (Finish, Option<OutputBatch>) {
     let mut span = tool_run_span(claim, attempt.as_ref());
-    let finish = run_tool_of(shared, claim, control, span.context().or(attempt));
+    let mut last_output = None;
+    let finish = run_tool_of(
+        shared,
+        claim,
+        control,
+        span.context().or(attempt),
+        &mut last_output,
+    );
     match &finish {
         Finish::Completed { .. } | Finish::InputRequired { .. } | Finish::Release => {}
         Finish::Cancelled => span.set(OUTCOME, "cancelled"),
@@ -187,7 +205,7 @@ fn execute(
         Finish::Retry { .. } => span.fail("retry", "the attempt failed and may be retried".into()),
     }
     span.end();
-    finish
+    (finish, last_output)
 }
 
 fn run_tool_of(
@@ -195,6 +213,7 @@ fn run_tool_of(
     claim: &Claim,
     control: &Arc<AttemptControl>,
     trace: Option<TraceContext>,
+    last_output: &mut Option<OutputBatch>,
 ) -> Finish {
     let Ok(origin) = serde_json::from_slice::<Origin>(&claim.origin) else {
         log::error!("a task's stored origin is unreadable");
@@ -250,8 +269,9 @@ fn run_tool_of(
         host: &mut host,
     };
     let outcome = run_tool(|| tool.tool.run(&mut invocation));
-    // The attempt's output is kept before its outcome: a failure's lines are there.
-    host.flush_output();
+    // The rest of the attempt's output goes with its outcome: a failure's lines are
+    // there when it is.
+    *last_output = host.output.borrow_mut().take();
     match outcome {
         Err(place) => {
             log::error!(
@@ -351,16 +371,14 @@ struct TaskHost<'a> {
 impl TaskHost<'_> {
     /// Writes the output held in memory (fenced by the lease).
     fn flush_output(&self) {
-        let (lines, dropped) = self.output.borrow_mut().take();
-        if lines.is_empty() && dropped == 0 {
+        let Some(batch) = self.output.borrow_mut().take() else {
             return;
-        }
-        let cap = self.output.borrow().cap();
+        };
         let lease = Lease {
             task_id: self.task_id.to_owned(),
             token: self.token.to_owned(),
         };
-        match self.store.append_output(lease, lines, dropped, cap) {
+        match self.store.append_output(lease, batch) {
             Ok(true) => {}
             Ok(false) => self.control.stop(Stop::LeaseLost),
             Err(error) => log::warn!("a task's output was not kept: {error}"),

@@ -1,25 +1,20 @@
-//! A task's output on PostgreSQL (schema-postgres.sql, migration 9), as
-//! `sqlite::sql::output`: appended by its running attempt (fenced), kept within the
-//! task's cap (the oldest lines go first, counted), read by position.
+//! A task's output on PostgreSQL (schema-postgres.sql, migration 14), as
+//! `sqlite::sql::output`: one row per batch, the newest holding the task's totals, kept
+//! within the task's cap (the oldest rows go first, the oldest kept one is cut).
 
 use postgres::GenericClient;
 
 use super::super::statements::{Db, Tx};
 use super::Failure;
-use taskd_engine::output::{OutputLine, OutputPage, OutputRead, OutputStream};
+use taskd_engine::output::{OutputBatch, OutputLine, OutputPage, OutputRead};
 
-/// Appends `lines` to the task's output if `token` still holds its job's lease, then
-/// drops its oldest lines until at most `cap` bytes are kept. `dropped` lines were
-/// dropped before they came here. `false` (and nothing kept) once the lease is gone.
-/// Three statements whatever the batch's size: the totals row (locked, so that the
-/// positions of two appends never collide), the lines as arrays, the trim.
-pub fn append(
+/// Appends `batch` if `token` still holds the task's job's lease (a batch written while
+/// the attempt runs); `false` (and nothing kept) once the lease is gone.
+pub fn append_fenced(
     tx: &mut Tx<'_, '_>,
     task_id: &str,
     token: &str,
-    lines: &[OutputLine],
-    dropped: u64,
-    cap: u64,
+    batch: &OutputBatch,
 ) -> Result<bool, Failure> {
     let leased = tx.query_opt(
         "SELECT 1 FROM jobs WHERE task_id = $1 AND lease_token = $2 AND state = 'running'",
@@ -28,69 +23,123 @@ pub fn append(
     if leased.is_none() {
         return Ok(false);
     }
-    let totals = tx.query_one(
-        "INSERT INTO task_output_totals (task_id, next_seq, kept_bytes, dropped) \
-         VALUES ($1, 1, 0, 0) ON CONFLICT (task_id) DO UPDATE SET next_seq = \
-         task_output_totals.next_seq RETURNING next_seq, kept_bytes, dropped",
+    append(tx, task_id, batch)?;
+    Ok(true)
+}
+
+/// Appends `batch` (the caller checked the lease: the outcome's write did), then drops
+/// the task's oldest lines until at most the batch's cap is kept. The task's newest row
+/// is locked first, so that two writes of one task's output take turns (only a stale
+/// attempt's could meet a live one's, and the fence refuses it after).
+pub fn append(tx: &mut Tx<'_, '_>, task_id: &str, batch: &OutputBatch) -> Result<(), Failure> {
+    let newest = tx.query_opt(
+        "SELECT seq + lines, kept, dropped FROM task_output WHERE task_id = $1 \
+         ORDER BY seq DESC LIMIT 1 FOR UPDATE",
         &[&task_id],
     )?;
-    let (mut next_seq, mut kept, mut gone): (i64, i64, i64) =
-        (totals.get(0), totals.get(1), totals.get(2));
-    gone += i64::try_from(dropped).unwrap_or(i64::MAX);
-    let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+    let had_rows = newest.is_some();
+    let (mut next, mut kept, mut dropped): (i64, i64, i64) = match &newest {
+        Some(row) => (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?),
+        None => (1, 0, 0),
+    };
+    let cap = i64::try_from(batch.cap).unwrap_or(i64::MAX);
+    dropped += i64::try_from(batch.dropped).unwrap_or(i64::MAX);
     // Of a batch larger than the cap, only its newest lines can stay.
-    let mut first = 0;
-    let mut batch: i64 = lines.iter().map(|line| line.text.len() as i64).sum();
-    while batch > cap && first < lines.len() {
-        batch -= lines[first].text.len() as i64;
-        first += 1;
-    }
-    gone += first as i64;
-    next_seq += first as i64;
-    let kept_lines = &lines[first..];
-    if !kept_lines.is_empty() {
-        let seqs: Vec<i64> = (next_seq..).take(kept_lines.len()).collect();
-        let attempts: Vec<i64> = kept_lines.iter().map(|line| line.attempt).collect();
-        let times: Vec<i64> = kept_lines.iter().map(|line| line.at_ms).collect();
-        let streams: Vec<String> = kept_lines
-            .iter()
-            .map(|line| line.stream.as_str().to_owned())
-            .collect();
-        let texts: Vec<String> = kept_lines.iter().map(|line| line.text.clone()).collect();
-        tx.execute(
-            "INSERT INTO task_output (task_id, seq, attempt, at_ms, stream, line) \
-             SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], \
-             $5::text[], $6::text[])",
-            &[&task_id, &seqs, &attempts, &times, &streams, &texts],
-        )?;
-        next_seq += kept_lines.len() as i64;
-    }
-    kept += batch;
+    let (skipped, bytes) = batch.newest_within(batch.cap);
+    let lines = &batch.lines[skipped..];
+    dropped += skipped as i64;
+    next += skipped as i64;
+    kept += bytes as i64;
     if kept > cap {
-        // The shortest run of oldest lines whose bytes bring the task within its cap.
-        let excess = kept - cap;
-        let trimmed = tx.query_one(
-            "WITH oldest AS ( \
-               SELECT seq, octet_length(line) AS bytes, \
-                 sum(octet_length(line)) OVER (ORDER BY seq) AS running \
-               FROM task_output WHERE task_id = $1), \
-             gone AS ( \
-               DELETE FROM task_output WHERE task_id = $1 AND seq IN \
-                 (SELECT seq FROM oldest WHERE running - bytes < $2) \
-               RETURNING octet_length(line) AS bytes) \
-             SELECT count(*)::bigint, coalesce(sum(bytes), 0)::bigint FROM gone",
-            &[&task_id, &excess],
+        let (lines_gone, bytes_gone) = trim(tx, task_id, kept - cap)?;
+        dropped += lines_gone;
+        kept -= bytes_gone;
+    }
+    let kept = kept.max(0);
+    if lines.is_empty() && had_rows {
+        tx.execute(
+            "UPDATE task_output SET kept = $2, dropped = $3 WHERE task_id = $1 \
+             AND seq = (SELECT max(seq) FROM task_output WHERE task_id = $1)",
+            &[&task_id, &kept, &dropped],
         )?;
-        let (count, bytes): (i64, i64) = (trimmed.get(0), trimmed.get(1));
-        gone += count;
-        kept -= bytes;
+        return Ok(());
     }
     tx.execute(
-        "UPDATE task_output_totals SET next_seq = $2, kept_bytes = $3, dropped = $4 \
-         WHERE task_id = $1",
-        &[&task_id, &next_seq, &kept.max(0), &gone],
+        "INSERT INTO task_output (task_id, seq, lines, attempt, bytes, kept, dropped, body) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (task_id, seq) DO UPDATE SET \
+         lines = excluded.lines, attempt = excluded.attempt, bytes = excluded.bytes, \
+         kept = excluded.kept, dropped = excluded.dropped, body = excluded.body",
+        &[
+            &task_id,
+            &next,
+            &(lines.len() as i64),
+            &batch.attempt,
+            &(bytes as i64),
+            &kept,
+            &dropped,
+            &OutputBatch::encode(lines),
+        ],
     )?;
-    Ok(true)
+    Ok(())
+}
+
+/// Drops the task's oldest lines until `excess` bytes are gone: whole rows, then the
+/// oldest line(s) of the next. Returns the lines and bytes dropped.
+fn trim(tx: &mut Tx<'_, '_>, task_id: &str, excess: i64) -> Result<(i64, i64), Failure> {
+    let rows = tx.query(
+        "SELECT seq, lines, bytes, attempt, body FROM task_output WHERE task_id = $1 \
+         ORDER BY seq",
+        &[&task_id],
+    )?;
+    let (mut lines_gone, mut bytes_gone) = (0, 0);
+    let mut whole_upto = None;
+    let mut cut = None;
+    for row in &rows {
+        if bytes_gone >= excess {
+            break;
+        }
+        let (seq, lines, bytes): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        if bytes_gone + bytes <= excess || lines == 0 {
+            lines_gone += lines;
+            bytes_gone += bytes;
+            whole_upto = Some(seq);
+            continue;
+        }
+        // This row stays, without its oldest lines.
+        let body: String = row.try_get(4)?;
+        let mut kept = OutputBatch::decode(row.try_get(3)?, &body);
+        let mut dropped = 0;
+        while bytes_gone < excess && dropped < kept.len() {
+            bytes_gone += kept[dropped].bytes() as i64;
+            dropped += 1;
+        }
+        kept.drain(..dropped);
+        lines_gone += dropped as i64;
+        cut = Some((seq, dropped as i64, kept));
+        break;
+    }
+    if let Some(upto) = whole_upto {
+        tx.execute(
+            "DELETE FROM task_output WHERE task_id = $1 AND seq <= $2",
+            &[&task_id, &upto],
+        )?;
+    }
+    if let Some((seq, dropped, kept)) = cut {
+        let bytes: u64 = kept.iter().map(OutputLine::bytes).sum();
+        tx.execute(
+            "UPDATE task_output SET seq = seq + $3, lines = lines - $3, bytes = $4, body = $5 \
+             WHERE task_id = $1 AND seq = $2",
+            &[
+                &task_id,
+                &seq,
+                &dropped,
+                &(bytes as i64),
+                &OutputBatch::encode(&kept),
+            ],
+        )?;
+    }
+    Ok((lines_gone, bytes_gone))
 }
 
 /// The lines `read` asks for, oldest first.
@@ -101,47 +150,54 @@ pub fn read(
 ) -> Result<OutputPage, Failure> {
     let dropped: i64 = conn
         .query_opt(
-            "SELECT dropped FROM task_output_totals WHERE task_id = $1",
+            "SELECT dropped FROM task_output WHERE task_id = $1 ORDER BY seq DESC LIMIT 1",
             &[&task_id],
         )?
-        .map_or(0, |row| row.get(0));
-    let limit = i64::try_from(read.limit).unwrap_or(i64::MAX);
-    let params: [&dyn super::super::statements::Param; 4] =
-        [&task_id, &read.after, &read.attempt, &limit];
+        .map_or(Ok(0), |row| row.try_get(0))?;
+    let params: [&dyn super::super::statements::Param; 3] = [&task_id, &read.after, &read.attempt];
+    // From the row holding the line after `after` (a row starts at its `seq`).
     let rows = if read.newest {
         conn.query(
-            "SELECT seq, attempt, at_ms, stream, line FROM task_output \
-             WHERE task_id = $1 AND seq > $2 AND ($3::bigint IS NULL OR attempt = $3) \
-             ORDER BY seq DESC LIMIT $4",
+            "SELECT seq, attempt, body FROM task_output WHERE task_id = $1 \
+             AND seq >= coalesce((SELECT max(seq) FROM task_output WHERE task_id = $1 \
+             AND seq <= $2::bigint + 1), 0) AND ($3::bigint IS NULL OR attempt = $3) \
+             ORDER BY seq DESC",
             &params,
         )?
     } else {
         conn.query(
-            "SELECT seq, attempt, at_ms, stream, line FROM task_output \
-             WHERE task_id = $1 AND seq > $2 AND ($3::bigint IS NULL OR attempt = $3) \
-             ORDER BY seq LIMIT $4",
+            "SELECT seq, attempt, body FROM task_output WHERE task_id = $1 \
+             AND seq >= coalesce((SELECT max(seq) FROM task_output WHERE task_id = $1 \
+             AND seq <= $2::bigint + 1), 0) AND ($3::bigint IS NULL OR attempt = $3) \
+             ORDER BY seq",
             &params,
         )?
     };
-    let mut lines: Vec<(i64, OutputLine)> = rows
-        .iter()
-        .map(|row| {
-            let stream: String = row.get(3);
-            (
-                row.get(0),
-                OutputLine {
-                    attempt: row.get(1),
-                    at_ms: row.get(2),
-                    stream: OutputStream::parse(&stream).unwrap_or(OutputStream::Stdout),
-                    text: row.get(4),
-                },
-            )
-        })
-        .collect();
+    let mut lines: Vec<(i64, OutputLine)> = Vec::new();
+    for row in &rows {
+        if lines.len() >= read.limit {
+            break;
+        }
+        let (seq, attempt, body): (i64, i64, String) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let numbered = OutputBatch::decode(attempt, &body)
+            .into_iter()
+            .enumerate()
+            .map(|(index, line)| (seq + index as i64, line))
+            .filter(|(position, _)| *position > read.after);
+        let room = read.limit - lines.len();
+        if read.newest {
+            let mut numbered: Vec<_> = numbered.collect();
+            let start = numbered.len().saturating_sub(room);
+            lines.extend(numbered.drain(start..).rev());
+        } else {
+            lines.extend(numbered.take(room));
+        }
+    }
     if read.newest {
         lines.reverse();
     }
-    let next = lines.last().map_or(read.after, |(seq, _)| *seq);
+    let next = lines.last().map_or(read.after, |(position, _)| *position);
     Ok(OutputPage {
         lines,
         dropped,

@@ -26,13 +26,12 @@ use taskd_postgres as pg;
 
 /// The tables that hold tasks, parents before children (foreign keys), each schedule's
 /// mark (where its scheduler goes on), and the history summaries of tasks past their TTL.
-const TABLES: [&str; 8] = [
+const TABLES: [&str; 7] = [
     "tasks",
     "input_keys",
     "jobs",
     "attempts",
     "task_output",
-    "task_output_totals",
     "schedule_marks",
     "task_history",
 ];

@@ -192,7 +192,13 @@ impl Batch {
 impl Outcome {
     /// Runs this outcome's write; again, whole, after [`Outcome::give_back`].
     fn apply(&mut self, conn: &Connection) -> rusqlite::Result<Finished> {
-        finish_and_claim(conn, &self.lease, &self.finish, self.then_claim.as_mut())
+        finish_and_claim(
+            conn,
+            &self.lease,
+            &self.finish,
+            self.output.as_ref(),
+            self.then_claim.as_mut(),
+        )
     }
 
     /// Undoes the claim's side effects outside the database (the rolled-back savepoint
@@ -314,7 +320,7 @@ mod tests {
                         lease_ms: 60_000,
                         claimant: Box::new(claimant),
                     };
-                    store.finish(lease, finish, Some(next))
+                    store.finish(lease, finish, None, Some(next))
                 });
                 (claim.task_id, held, thread, b_lease)
             })

@@ -24,6 +24,7 @@ use recovery::{refuse, refuse_into, Failing};
 use taskd_base::later::{later, Fulfil, Later};
 use taskd_engine::backend::{ClaimRequest, Finished, StoreError};
 use taskd_engine::model::{Created, Finish, Lease, NewTask};
+use taskd_engine::output::OutputBatch;
 
 /// Most writes committed together in one transaction.
 const MAX_BATCH: usize = 256;
@@ -159,6 +160,8 @@ pub(super) struct Creation {
 pub(super) struct Outcome {
     lease: Lease,
     finish: Finish,
+    /// The attempt's last output, written with its outcome.
+    output: Option<OutputBatch>,
     then_claim: Option<ClaimRequest>,
     reply: Replier<Result<Finished, StoreError>>,
 }
@@ -279,12 +282,14 @@ impl Store {
         &self,
         lease: Lease,
         finish: Finish,
+        output: Option<OutputBatch>,
         then_claim: Option<ClaimRequest>,
     ) -> Result<Finished, StoreError> {
         let (reply, answer) = reply_slot();
         let outcome = Outcome {
             lease,
             finish,
+            output,
             then_claim,
             reply,
         };
