@@ -300,3 +300,29 @@ fn counts_stay_right_after_a_restart_and_after_kill_9() {
         ],
     );
 }
+
+#[test]
+fn outcomes_the_fence_refused_are_counted() {
+    // stubborn_sleep ignores its 500 ms deadline and sleeps 1.5 s; its lease (300 ms)
+    // stops being renewed at the deadline, and the janitor takes the job over, twice
+    // (two attempts). Each attempt's late success reaches the store and is refused:
+    // two outcomes discarded, none before.
+    let server = Server::start(
+        "[builtin]\nsets = [\"testing\"]\n\
+         [workers]\nthreads = 2\nlease_ms = 300\njanitor_interval_ms = 50\n",
+    );
+    expect_samples(
+        &server,
+        &[("mcp_taskd_attempt_outcomes_discarded_total", 0.0)],
+    );
+    let id = tasks::create(&server, "stubborn_sleep", json!({"seconds": 1.5}), &[]);
+    let task = wait_terminal(&server, &id, Duration::from_secs(15));
+    assert_eq!(task["status"], "failed", "{task}");
+    expect_samples(
+        &server,
+        &[
+            ("mcp_taskd_attempt_outcomes_discarded_total", 2.0),
+            ("mcp_taskd_leases_reclaimed_total", 2.0),
+        ],
+    );
+}

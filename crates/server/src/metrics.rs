@@ -57,6 +57,8 @@ pub struct Metrics {
     /// Requests refused before reaching a handler, by HTTP status (index in [`REJECTIONS`]).
     rejected: [AtomicU64; REJECTIONS.len()],
     reclaimed: AtomicU64,
+    /// Attempt outcomes the store refused (the attempt's lease had been taken over).
+    discarded: AtomicU64,
     expired: AtomicU64,
     /// Legacy sessions ended to make room: the identity's own oldest (its quota), the
     /// table's least recently used idle one; and `initialize`s refused (none was idle).
@@ -90,6 +92,7 @@ impl Metrics {
             requests: (0..=METHODS.len()).map(|_| Default::default()).collect(),
             rejected: Default::default(),
             reclaimed: AtomicU64::new(0),
+            discarded: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             quota_refusals: Default::default(),
             refusals_by_identity: Mutex::default(),
@@ -270,6 +273,12 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "mcp_taskd_attempt_outcomes_discarded_total",
+            "Attempt outcomes the store refused because the attempt's lease had been taken over (fencing: a node cut off or paused that finished late).",
+            self.discarded.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
             "mcp_taskd_tasks_expired_total",
             "Tasks deleted after their TTL.",
             self.expired.load(Ordering::Relaxed),
@@ -439,6 +448,10 @@ impl AttemptObserver for Metrics {
         if let Some(histograms) = self.tools.load().get(tool) {
             histograms.attempt_duration.observe(duration);
         }
+    }
+
+    fn outcome_discarded(&self, _tool: &str) {
+        self.discarded.fetch_add(1, Ordering::Relaxed);
     }
 }
 

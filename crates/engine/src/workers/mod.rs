@@ -55,6 +55,9 @@ pub trait AttemptObserver: Send + Sync {
     fn attempt_started(&self, tool: &str, queue_wait: Duration);
     /// The attempt's tool returned (before its outcome commits).
     fn attempt_ended(&self, tool: &str, duration: Duration);
+    /// The store refused the attempt's outcome: its lease had been taken over (the
+    /// fence at work, e.g. a node that was cut off or paused finishing late).
+    fn outcome_discarded(&self, tool: &str);
 }
 
 struct Shared {
@@ -151,7 +154,7 @@ impl WorkerPool {
                 task_id,
                 token: control.token.clone(),
             };
-            let released = self.store.finish(lease, Finish::Release, None);
+            let released = self.store.finish(lease, Finish::Release, None, None);
             if let Err(error) = released {
                 log::error!("could not release a lease at shutdown: {error}");
             }
