@@ -1,4 +1,4 @@
-// Over 600 lines: one `TaskStore` impl of short transactions; the SQL is in sql/.
+// Over 600 lines: one `TaskStore` impl of short transactions; the SQL is in sql/, failures in failure.rs.
 //! The PostgreSQL [`TaskStore`] (`store.backend = "postgres"`): several nodes running
 //! the same binary share one database, and every node serves every task. Only the
 //! server's assembly and its offline operator commands name it (to open it); the
@@ -47,6 +47,7 @@
 //! configuration file (it reads `taskd_engine::config::StoreConfig`).
 
 mod connection;
+mod failure;
 mod finishes;
 mod groups;
 mod leader;
@@ -60,7 +61,7 @@ mod webhooks;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -69,6 +70,7 @@ use serde_json::{Map, Value};
 
 pub use self::connection::{check_url, OpenError, UrlError, PASSWORD_ENV};
 use self::connection::{Manager, Pooled};
+pub(crate) use self::failure::{Failure, Health};
 use self::finishes::{Finishing, FINISHES_GROUP};
 use self::groups::{failed_together, Groups};
 use self::leader::Leader;
@@ -89,101 +91,6 @@ use taskd_engine::model::{
 use taskd_engine::output::{OutputBatch, OutputPage, OutputRead};
 use taskd_engine::payload_gate::{Admitted, PayloadGate, UNGATED_BYTES};
 use taskd_protocol::Identity;
-
-/// Why a statement failed: the database's error, or a row it should not hold.
-#[derive(Debug)]
-pub(crate) enum Failure {
-    Db(postgres::Error),
-    Data(String),
-}
-
-impl From<postgres::Error> for Failure {
-    fn from(error: postgres::Error) -> Self {
-        Failure::Db(error)
-    }
-}
-
-impl Failure {
-    /// Whether the transaction surely did not commit and may run again on another
-    /// connection: the connection was lost, or the database gave up on it (deadlock,
-    /// serialization failure, shutting down).
-    fn retryable(&self) -> bool {
-        let Failure::Db(error) = self else {
-            return false;
-        };
-        if error.is_closed() {
-            return true;
-        }
-        match error.code() {
-            Some(code) => {
-                let code = code.code();
-                code.starts_with("08") || ["40001", "40P01", "57P01", "57P02"].contains(&code)
-            }
-            // Not from the server: the connection's socket failed.
-            None => error.as_db_error().is_none(),
-        }
-    }
-
-    /// Whether the failure says the database is out of reach.
-    fn is_unreachable(&self) -> bool {
-        match self {
-            Failure::Db(error) => {
-                error.is_closed()
-                    || error.code().is_some_and(|code| {
-                        let code = code.code();
-                        code.starts_with("08") || code.starts_with("57P")
-                    })
-                    || (error.code().is_none() && error.as_db_error().is_none())
-            }
-            Failure::Data(_) => false,
-        }
-    }
-
-    /// Sorts it into what the engine can act on.
-    fn classify(self) -> StoreError {
-        match self {
-            Failure::Data(detail) => StoreError::Corrupt(detail.into()),
-            Failure::Db(error) => {
-                let code = error.code().map(|code| code.code().to_owned());
-                match code.as_deref() {
-                    Some("53100") => StoreError::Full(Box::new(error)),
-                    Some("25006") => StoreError::ReadOnly(Box::new(error)),
-                    Some("XX001") | Some("XX002") => StoreError::Corrupt(Box::new(error)),
-                    Some(code)
-                        if code.starts_with("08")
-                            || code.starts_with("53")
-                            || code.starts_with("57")
-                            || code.starts_with("40")
-                            || code == "55P03" =>
-                    {
-                        StoreError::Unavailable(Box::new(error))
-                    }
-                    Some(_) => StoreError::Other(Box::new(error)),
-                    None => StoreError::Unavailable(Box::new(error)),
-                }
-            }
-        }
-    }
-}
-
-/// Whether the database is reachable, as the listener and the last failures found.
-#[derive(Default)]
-pub(crate) struct Health {
-    problem: Mutex<Option<String>>,
-}
-
-impl Health {
-    fn set(&self, problem: Option<String>) {
-        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
-    }
-
-    fn problem(&self) -> Option<String> {
-        self.problem
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
 
 /// A connection of its own to the configured database, migrated to the newest schema,
 /// for one-off operator work outside any pool (`mcp-taskd copy-store`).
