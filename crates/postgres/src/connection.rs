@@ -25,9 +25,18 @@ pub const PASSWORD_ENV: &str = "MCP_TASKD_PG_PASSWORD";
 /// Longest wait for a pooled connection (or a new one) before a 503.
 pub const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Session settings unless the URL gives its own `options`: no statement runs (or waits
-/// on a lock) longer than 30 s, no transaction stays open and idle longer than 60 s.
-const SESSION_OPTIONS: &str =
-    "-c statement_timeout=30000 -c idle_in_transaction_session_timeout=60000";
+/// on a lock) longer than 30 s, no transaction stays open and idle longer than 60 s;
+/// and the database probes the node's end of the connection after 10 s of quiet and
+/// ends the session after three unanswered probes (or 20 s of unacknowledged data).
+/// Without the probes, the session of a node cut off without a word (a partition, a
+/// dead host) lives on in the database for the kernel's default of two hours, and
+/// with it what the session holds: the upkeep leader's advisory lock, so that no node
+/// reclaimed the cut node's expired leases (found by benches/soak/partitions.py,
+/// scenario A'), and the row locks of a transaction it had open.
+const SESSION_OPTIONS: &str = "-c statement_timeout=30000 \
+     -c idle_in_transaction_session_timeout=60000 \
+     -c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 \
+     -c tcp_user_timeout=20000";
 /// Longest wait for the database to accept a new connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a ping on a dedicated connection (the listener's, the upkeep leader's) may
