@@ -10,7 +10,9 @@
 //!
 //! `create` stops after phase 1 (benches/drain.sh fills a backlog with it). With
 //! `TASKLOAD_TOKENS=M` in the environment, creation i presents the bearer token
-//! `t{i % M}`: a backlog of M identities (benches/fair.sh).
+//! `t{i % M}`: a backlog of M identities (benches/fair.sh). With `TASKLOAD_KEYS=K`,
+//! creation i passes the arguments `{"key": "k{i % K}"}` instead of `{}`: a backlog
+//! spread over K values of a tool's `concurrency_key = "/key"` (benches/flow.sh).
 //!
 //! `latency` (for `benches/fair.sh`): K tasks of TOOL one after the other, each created
 //! with the bearer token TOKEN and polled every 0.2 ms until it is completed; prints one
@@ -266,6 +268,11 @@ fn main() {
         m.parse()
             .unwrap_or_else(|_| fail("TASKLOAD_TOKENS must be a number"))
     });
+    let keys: Option<usize> = std::env::var("TASKLOAD_KEYS").ok().map(|k| {
+        k.parse::<usize>()
+            .unwrap_or_else(|_| fail("TASKLOAD_KEYS must be a number"))
+            .max(1)
+    });
     let (host, mode, n, conc, tool, poll_pause) = match args.as_slice() {
         [host, mode @ ("e2e" | "create"), n, conc, rest @ ..] => (
             host.to_string(),
@@ -306,10 +313,14 @@ fn main() {
                             let token = format!("t{}", (index + k * conc) % tokens.max(1));
                             connection.present(Some(&token));
                         }
+                        let arguments = match keys {
+                            Some(keys) => json!({"key": format!("k{}", (index + k * conc) % keys)}),
+                            None => json!({}),
+                        };
                         let result = connection.call(
                             "tools/call",
                             tool,
-                            json!({"name": tool, "arguments": {}}),
+                            json!({"name": tool, "arguments": arguments}),
                         );
                         match (result["resultType"].as_str(), result["taskId"].as_str()) {
                             (Some("task"), Some(id)) => ids.push(id.to_owned()),
