@@ -58,6 +58,7 @@ pub mod schedules;
 mod service;
 pub mod settings;
 pub mod shares;
+mod store_error;
 pub mod upkeep;
 pub mod webhooks;
 pub mod workers;

@@ -21,7 +21,7 @@
 //! delivery is due only once every earlier pending delivery of its task to its webhook
 //! is done.
 
-use crate::backend::StoreError;
+use crate::store_error::StoreError;
 
 /// The events a webhook may ask for.
 pub const EVENTS: [&str; 5] = [

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::session::{too_large, MAX_MESSAGE};
+use crate::session::ending::{too_large, MAX_MESSAGE};
 use taskd_protocol::headers::mcp_name;
 
 /// The stateless revision, spoken when the upstream says it serves it.

@@ -33,7 +33,7 @@
 //! questions are the callers'. When the session ends, why is recorded ([`Ending`]):
 //! every call it cuts off says so.
 
-mod ending;
+pub(crate) mod ending;
 mod route;
 
 use std::collections::HashMap;

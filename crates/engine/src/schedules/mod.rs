@@ -44,8 +44,8 @@ pub mod timing;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::backend::StoreError;
 use crate::model::{ScheduleMark, SlotOutcome};
+use crate::store_error::StoreError;
 pub use scheduler::Scheduler;
 use taskd_protocol::Identity;
 pub use timing::{Timing, TimingError};
