@@ -154,8 +154,12 @@ pub enum ConnectError {
 }
 
 /// A new connection outside the pool (the listener, the upkeep leader, migrations).
+/// The client library's panic is caught quietly ([`taskd_base::panics`]): printed with
+/// a backtrace, each one read the binary's debug information into memory while
+/// descriptors ran out (a server on PostgreSQL grew past 256 MiB in
+/// tests/hardening.rs's descriptor exhaustion).
 pub fn connect(settings: &postgres::Config) -> Result<Client, ConnectError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| settings.connect(NoTls)))
+    taskd_base::panics::catch_quietly(|| settings.connect(NoTls))
         .map_err(|_| ConnectError::ClientPanicked)?
         .map_err(ConnectError::from)
 }

@@ -144,7 +144,7 @@ pub struct Store {
 /// A freshly opened store with the handles its owner needs.
 pub struct Opened {
     pub store: Arc<Store>,
-    /// The listener thread: ends once the store is dropped.
+    /// The listener thread: ends once the store is closed (or dropped).
     pub listener: JoinHandle<()>,
 }
 
@@ -599,6 +599,13 @@ impl TaskStore for Store {
 
     fn read_output(&self, task_id: &str, read: OutputRead) -> Result<OutputPage, StoreError> {
         self.read(|conn| output::read(conn, task_id, read))
+    }
+
+    /// Ends the listener now rather than when the last handle of the store goes: the
+    /// server's shutdown waits for it, and handles held elsewhere (the webhooks', say)
+    /// go only as the process exits, so it waited out its 3 s.
+    fn close(&self) {
+        self.stopping.store(true, Ordering::Release);
     }
 
     fn pause_tool(&self, tool: &str, reason: &str) -> Result<bool, StoreError> {
