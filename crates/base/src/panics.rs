@@ -39,16 +39,22 @@ pub fn install_hook() {
     }));
 }
 
-/// Runs `run`, catching a panic; `Err` holds where it happened (`file:line`), never
-/// its message. Printed by nothing once [`install_hook`] has run.
-pub fn catch_quietly<R>(run: impl FnOnce() -> R) -> Result<R, String> {
+/// A panic caught by [`catch_quietly`]: where it happened (`file:line`), never its
+/// message, which may quote a tool's arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Panicked {
+    pub place: String,
+}
+
+/// Runs `run`, catching a panic. Printed by nothing once [`install_hook`] has run.
+pub fn catch_quietly<R>(run: impl FnOnce() -> R) -> Result<R, Panicked> {
     let was_quiet = QUIET.with(|quiet| quiet.replace(true));
     let outcome = catch_unwind(AssertUnwindSafe(run));
     QUIET.with(|quiet| quiet.set(was_quiet));
-    outcome.map_err(|_| {
-        PANICKED_AT
+    outcome.map_err(|_| Panicked {
+        place: PANICKED_AT
             .with(|last| last.borrow_mut().take())
-            .unwrap_or_else(|| "an unknown place".to_owned())
+            .unwrap_or_else(|| "an unknown place".to_owned()),
     })
 }
 
@@ -60,7 +66,7 @@ mod tests {
     fn a_quiet_panic_is_caught_and_located() {
         install_hook();
         let caught = catch_quietly(|| -> u32 { panic!("secret argument") });
-        let place = caught.unwrap_err();
+        let place = caught.unwrap_err().place;
         assert!(place.contains("src/panics.rs:"), "{place}");
         assert_eq!(catch_quietly(|| 7), Ok(7));
     }

@@ -14,5 +14,7 @@ pub struct ToolPanic {
 
 /// Runs tool code, catching a panic.
 pub fn run_tool<R>(run: impl FnOnce() -> R) -> Result<R, ToolPanic> {
-    taskd_base::panics::catch_quietly(run).map_err(|place| ToolPanic { place })
+    taskd_base::panics::catch_quietly(run).map_err(|panicked| ToolPanic {
+        place: panicked.place,
+    })
 }
