@@ -374,9 +374,12 @@ def store_bytes(data):
         "SELECT count(*) FROM sqlite_schema WHERE name = 'task_output'").fetchone()[0]
     lines = line_bytes = 0
     if has_output:
-        lines, line_bytes = db.execute(
-            "SELECT count(*), coalesce(sum(length(CAST(line AS BLOB))), 0) FROM task_output"
-        ).fetchone()
+        columns = {row[1] for row in db.execute("PRAGMA table_info(task_output)")}
+        # A row per line (migration 14), or per written batch (migration 19).
+        query = ("SELECT coalesce(sum(lines), 0), coalesce(sum(bytes), 0) FROM task_output"
+                 if "lines" in columns else
+                 "SELECT count(*), coalesce(sum(length(CAST(line AS BLOB))), 0) FROM task_output")
+        lines, line_bytes = db.execute(query).fetchone()
     page_size = db.execute("PRAGMA page_size").fetchone()[0]
     pages = db.execute("PRAGMA page_count").fetchone()[0]
     db.close()
