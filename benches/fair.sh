@@ -101,15 +101,6 @@ threads = 2
 
 EOF
 
-SERVER=""
-stop_server() {
-  if [ -n "$SERVER" ] && kill -0 "$SERVER" 2>/dev/null; then
-    kill "$SERVER" 2>/dev/null || true
-    for _ in $(seq 300); do kill -0 "$SERVER" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$SERVER" 2>/dev/null && kill -9 "$SERVER" 2>/dev/null || true
-  fi
-  SERVER=""
-}
 trap stop_server EXIT INT TERM
 load() { uptime | sed 's/.*load average: //; s/,.*//'; }
 

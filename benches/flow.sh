@@ -81,15 +81,6 @@ EOF
 command_drain "" >"$OUT/drain-cmd.toml"
 command_drain "$KEY_LINE" >"$OUT/drain-keyed.toml"
 
-SERVER=""
-stop_server() {
-  if [ -n "$SERVER" ] && kill -0 "$SERVER" 2>/dev/null; then
-    kill "$SERVER" 2>/dev/null || true
-    for _ in $(seq 300); do kill -0 "$SERVER" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$SERVER" 2>/dev/null && kill -9 "$SERVER" 2>/dev/null || true
-  fi
-  SERVER=""
-}
 trap stop_server EXIT INT TERM
 
 run() { # file binary fill-config drain-config n keys
@@ -106,14 +97,7 @@ run() { # file binary fill-config drain-config n keys
   start_server "$2" "$4" "$data" "$1.drain"
   while [ "$(jobs_in_flight "$PORT")" != 0 ]; do sleep 0.1; done
   stop_server
-  python3 - "$data/tasks.db" "$start" "$5" >"$1.json" <<'PY'
-import json, sqlite3, sys
-db, start, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-c = sqlite3.connect(db)
-done, last = c.execute("SELECT count(*), max(updated_at) FROM tasks WHERE status = 'completed'").fetchone()
-assert done == n, (done, n)
-print(json.dumps({"n": n, "drain_s": (last - start) / 1000}))
-PY
+  drain_result "$data/tasks.db" "$start" "$5" >"$1.json"
   rm -rf "$data"
 }
 

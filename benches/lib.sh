@@ -79,6 +79,31 @@ start_server() {
   grep -q 'listening on' "$4.out" || { echo "server did not start: $(cat "$4.log")" >&2; exit 1; }
 }
 
+# stop_server: stops the server start_server started (SIGTERM; SIGKILL after 30 s).
+SERVER=""
+stop_server() {
+  if [ -n "$SERVER" ] && kill -0 "$SERVER" 2>/dev/null; then
+    kill "$SERVER" 2>/dev/null || true
+    for _ in $(seq 300); do kill -0 "$SERVER" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$SERVER" 2>/dev/null && kill -9 "$SERVER" 2>/dev/null || true
+  fi
+  SERVER=""
+}
+
+# drain_result DB START_MS N: after a drain, checks that the stopped server's store at DB
+# holds N completed tasks and prints {"n", "drain_s"}: START_MS (the draining server's
+# exec) to the newest completion.
+drain_result() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sqlite3, sys
+db, start, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+c = sqlite3.connect(db)
+done, last = c.execute("SELECT count(*), max(updated_at) FROM tasks WHERE status = 'completed'").fetchone()
+assert done == n, (done, n)
+print(json.dumps({"n": n, "drain_s": (last - start) / 1000}))
+PY
+}
+
 # jobs_in_flight PORT: the jobs queued or running on the server at PORT (its /metrics).
 jobs_in_flight() {
   curl -sS "http://127.0.0.1:$1/metrics" | python3 -c 'import sys

@@ -75,16 +75,7 @@ EOF
 cat "$OUT/fill.toml" "$OUT/hook.part" >"$OUT/fill-hook.toml"
 cat "$OUT/drain.toml" "$OUT/hook.part" >"$OUT/drain-hook.toml"
 
-SERVER=""
 SINK_PID=""
-stop_server() {
-  if [ -n "$SERVER" ] && kill -0 "$SERVER" 2>/dev/null; then
-    kill "$SERVER" 2>/dev/null || true
-    for _ in $(seq 300); do kill -0 "$SERVER" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$SERVER" 2>/dev/null && kill -9 "$SERVER" 2>/dev/null || true
-  fi
-  SERVER=""
-}
 cleanup() {
   stop_server
   [ -z "$SINK_PID" ] || kill "$SINK_PID" 2>/dev/null || true
