@@ -71,6 +71,46 @@ impl OutputRead {
 }
 
 impl OutputPage {
+    /// The page `read` asks for, from the stored batches: each its first line's
+    /// position, its attempt and its lines as [`OutputBatch::encode`] wrote them, given
+    /// in the order `read` walks them (newest first when `read.newest`), from the batch
+    /// holding the line after `read.after`. Stops taking batches once the page is full.
+    pub fn assemble<E>(
+        read: &OutputRead,
+        dropped: i64,
+        batches: impl IntoIterator<Item = Result<(i64, i64, String), E>>,
+    ) -> Result<OutputPage, E> {
+        let mut lines: Vec<(i64, OutputLine)> = Vec::new();
+        for batch in batches {
+            if lines.len() >= read.limit {
+                break;
+            }
+            let (seq, attempt, body) = batch?;
+            let numbered = OutputBatch::decode(attempt, &body)
+                .into_iter()
+                .enumerate()
+                .map(|(index, line)| (seq + index as i64, line))
+                .filter(|(position, _)| *position > read.after);
+            let room = read.limit - lines.len();
+            if read.newest {
+                let mut numbered: Vec<_> = numbered.collect();
+                let start = numbered.len().saturating_sub(room);
+                lines.extend(numbered.drain(start..).rev());
+            } else {
+                lines.extend(numbered.take(room));
+            }
+        }
+        if read.newest {
+            lines.reverse();
+        }
+        let next = lines.last().map_or(read.after, |(position, _)| *position);
+        Ok(OutputPage {
+            lines,
+            dropped,
+            next,
+        })
+    }
+
     /// The page as text: its lines, and a line naming the attempt where a later
     /// attempt's lines begin (a retry prints its output again from the start).
     pub fn text(&self) -> String {

@@ -173,34 +173,8 @@ pub fn read(
             &params,
         )?
     };
-    let mut lines: Vec<(i64, OutputLine)> = Vec::new();
-    for row in &rows {
-        if lines.len() >= read.limit {
-            break;
-        }
-        let (seq, attempt, body): (i64, i64, String) =
-            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-        let numbered = OutputBatch::decode(attempt, &body)
-            .into_iter()
-            .enumerate()
-            .map(|(index, line)| (seq + index as i64, line))
-            .filter(|(position, _)| *position > read.after);
-        let room = read.limit - lines.len();
-        if read.newest {
-            let mut numbered: Vec<_> = numbered.collect();
-            let start = numbered.len().saturating_sub(room);
-            lines.extend(numbered.drain(start..).rev());
-        } else {
-            lines.extend(numbered.take(room));
-        }
-    }
-    if read.newest {
-        lines.reverse();
-    }
-    let next = lines.last().map_or(read.after, |(position, _)| *position);
-    Ok(OutputPage {
-        lines,
-        dropped,
-        next,
-    })
+    let batches = rows
+        .iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)));
+    OutputPage::assemble(&read, dropped, batches)
 }

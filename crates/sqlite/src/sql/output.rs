@@ -182,35 +182,8 @@ pub fn read(conn: &Connection, task_id: &str, read: OutputRead) -> rusqlite::Res
         )
     };
     let mut statement = conn.prepare_cached(&sql)?;
-    let mut rows = statement.query(params![task_id, read.after, read.attempt])?;
-    let mut lines: Vec<(i64, OutputLine)> = Vec::new();
-    while lines.len() < read.limit {
-        let Some(row) = rows.next()? else {
-            break;
-        };
-        let (seq, attempt, body): (i64, i64, String) = (row.get(0)?, row.get(1)?, row.get(2)?);
-        let decoded = OutputBatch::decode(attempt, &body);
-        let numbered = decoded
-            .into_iter()
-            .enumerate()
-            .map(|(index, line)| (seq + index as i64, line))
-            .filter(|(position, _)| *position > read.after);
-        let room = read.limit - lines.len();
-        if read.newest {
-            let mut numbered: Vec<_> = numbered.collect();
-            let start = numbered.len().saturating_sub(room);
-            lines.extend(numbered.drain(start..).rev());
-        } else {
-            lines.extend(numbered.take(room));
-        }
-    }
-    if read.newest {
-        lines.reverse();
-    }
-    let next = lines.last().map_or(read.after, |(position, _)| *position);
-    Ok(OutputPage {
-        lines,
-        dropped,
-        next,
-    })
+    let batches = statement.query_map(params![task_id, read.after, read.attempt], |row| {
+        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+    })?;
+    OutputPage::assemble(&read, dropped, batches)
 }
