@@ -56,26 +56,15 @@ pub fn list_tasks(
         ("tool =", filter.tool.as_deref()),
         ("principal =", filter.principal.as_deref()),
     ];
-    let mut clauses = Vec::new();
-    if filter.unfinished {
-        clauses.push("status IN ('working', 'input_required')".to_owned());
-    }
-    let mut values: Vec<&str> = Vec::new();
-    for (clause, value) in conditions {
-        if let Some(value) = value {
-            values.push(value);
-            clauses.push(format!("{clause} ${}", values.len()));
-        }
-    }
-    let mut sql = format!("SELECT {SUMMARY_COLUMNS} FROM tasks");
-    if !clauses.is_empty() {
-        sql.push_str(" WHERE ");
-        sql.push_str(&clauses.join(" AND "));
-    }
-    sql.push_str(&format!(
-        " ORDER BY id DESC LIMIT {}",
-        limit.min(i64::MAX as usize)
-    ));
+    let (sql, values) = super::keyset_page(
+        SUMMARY_COLUMNS,
+        "tasks",
+        filter
+            .unfinished
+            .then_some("status IN ('working', 'input_required')"),
+        &conditions,
+        limit,
+    );
     let params: Vec<&dyn Param> = values.iter().map(|value| value as &dyn Param).collect();
     let rows = conn.query_built(&sql, &params)?;
     rows.iter().map(summary).collect()

@@ -109,23 +109,8 @@ pub fn list(
         ("tool =", filter.tool.as_deref()),
         ("principal =", filter.principal.as_deref()),
     ];
-    let mut clauses = Vec::new();
-    let mut values: Vec<&str> = Vec::new();
-    for (clause, value) in conditions {
-        if let Some(value) = value {
-            values.push(value);
-            clauses.push(format!("{clause} ${}", values.len()));
-        }
-    }
-    let mut sql = format!("SELECT {SUMMARY_COLUMNS} FROM task_history");
-    if !clauses.is_empty() {
-        sql.push_str(" WHERE ");
-        sql.push_str(&clauses.join(" AND "));
-    }
-    sql.push_str(&format!(
-        " ORDER BY id DESC LIMIT {}",
-        limit.min(i64::MAX as usize)
-    ));
+    let (sql, values) =
+        super::keyset_page(SUMMARY_COLUMNS, "task_history", None, &conditions, limit);
     let params: Vec<&dyn Param> = values.iter().map(|value| value as &dyn Param).collect();
     let rows = conn.query_built(&sql, &params)?;
     rows.iter().map(summary).collect()

@@ -148,3 +148,34 @@ fn set_terminal(
 ) -> Result<bool, Failure> {
     Ok(set_terminals(tx, &[ending], now)? > 0)
 }
+
+/// A keyset page of task summaries, newest id first: `SELECT columns FROM table`, at
+/// most `limit` rows, where `fixed` (if any) and each condition whose value is given
+/// (`("status =", Some("failed"))` becomes `status = $n`) hold. Returns the statement
+/// and its parameters, in order.
+pub(crate) fn keyset_page<'v>(
+    columns: &str,
+    table: &str,
+    fixed: Option<&str>,
+    conditions: &[(&str, Option<&'v str>)],
+    limit: usize,
+) -> (String, Vec<&'v str>) {
+    let mut clauses: Vec<String> = fixed.map(str::to_owned).into_iter().collect();
+    let mut values: Vec<&'v str> = Vec::new();
+    for (clause, value) in conditions {
+        if let Some(value) = value {
+            values.push(value);
+            clauses.push(format!("{clause} ${}", values.len()));
+        }
+    }
+    let mut sql = format!("SELECT {columns} FROM {table}");
+    if !clauses.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&clauses.join(" AND "));
+    }
+    sql.push_str(&format!(
+        " ORDER BY id DESC LIMIT {}",
+        limit.min(i64::MAX as usize)
+    ));
+    (sql, values)
+}
