@@ -757,3 +757,121 @@ INSERT INTO task_output_batches
 DROP TABLE task_output;
 DROP TABLE task_output_totals;
 ALTER TABLE task_output_batches RENAME TO task_output;
+
+-- migration 20
+-- The triggers every drain runs are small and call no function (issues 48, 49;
+-- measured in docs/benchmarks/flow.md). SQLite runs a trigger's program for every row
+-- its event matches, allocating and clearing all of its registers before its WHEN is
+-- read; and a function call such as max() or randomblob() anywhere in the triggers a
+-- statement may reach makes that statement keep a statement journal (a copy of every
+-- page it writes), whether or not the trigger fires. The gate triggers of migration 15
+-- and the webhook triggers of migration 16 did both on every lease, task end and job
+-- delete, keyed or not, webhook or none: the drain of a plain backlog ran at 0.82x of
+-- the build before them. Now the trigger on `jobs` or `tasks` only notes its event in a
+-- table of its own (gate_events, webhook_events), and that table's trigger does the work
+-- and deletes the note in the same statement: both tables are empty between
+-- statements, and a job without a key or a task without a webhook runs a few registers'
+-- worth of trigger. max() becomes CASE, and a webhook-id is made of the task's id and
+-- the version its event left it at (`msg_<task id>_<version>`; `_0` for task.created:
+-- versions start at 1), not of randomblob(): unique, as task ids are, and the same for
+-- one event at every webhook it goes to. The admission of held jobs, written three
+-- times in migration 15, is written once (gate_place_given).
+DROP TRIGGER jobs_gate_place_freed;
+DROP TRIGGER jobs_gate_place_left;
+DROP TRIGGER jobs_gate_rejoined;
+DROP TRIGGER gate_holds_place_freed;
+DROP TRIGGER identity_queue_job_in;
+DROP TRIGGER identity_queue_turn;
+DROP TRIGGER tasks_webhook_created;
+DROP TRIGGER tasks_webhook_status;
+CREATE TRIGGER identity_queue_job_in AFTER INSERT ON jobs BEGIN
+    INSERT OR FAIL INTO identity_queue (owner, priority, jobs, last_turn)
+        VALUES (NEW.owner, NEW.priority, 0, NEW.turn)
+        ON CONFLICT (owner, priority) DO NOTHING;
+    UPDATE OR FAIL identity_queue SET jobs = jobs + 1,
+        last_turn = CASE WHEN last_turn IS NULL OR NEW.turn > last_turn
+                         THEN coalesce(NEW.turn, last_turn) ELSE last_turn END
+        WHERE owner = NEW.owner AND priority = NEW.priority;
+END;
+CREATE TRIGGER identity_queue_turn AFTER UPDATE OF turn ON jobs
+    WHEN NEW.turn IS NOT NULL BEGIN
+    UPDATE OR FAIL identity_queue
+        SET last_turn = CASE WHEN last_turn > NEW.turn THEN last_turn ELSE NEW.turn END
+        WHERE owner = NEW.owner AND priority = NEW.priority;
+END;
+-- A gate's event: a place given back (rejoined NULL: admit the oldest held jobs, as far
+-- as the limit allows), or a job back from waiting for input (rejoined: its task id;
+-- held again when its gate is full or an older job of it is held).
+CREATE TABLE gate_events (
+    gate       TEXT NOT NULL,
+    rejoined   TEXT,
+    gate_limit INTEGER
+);
+CREATE TRIGGER gate_place_given AFTER INSERT ON gate_events WHEN NEW.rejoined IS NULL BEGIN
+    UPDATE OR FAIL jobs SET held = 0 WHERE task_id IN (
+        SELECT task_id FROM jobs WHERE gate = NEW.gate AND held = 1 ORDER BY task_id
+        LIMIT (SELECT CASE WHEN free > 0 THEN free ELSE 0 END FROM (SELECT
+            coalesce((SELECT gate_limit FROM jobs WHERE gate = NEW.gate AND held = 1
+                      ORDER BY task_id DESC LIMIT 1), 0)
+            - (SELECT count(*) FROM jobs WHERE gate = NEW.gate AND held = 0
+               AND state <> 'waiting')
+            - (SELECT count(*) FROM gate_holds WHERE gate = NEW.gate) AS free)));
+    DELETE FROM gate_events WHERE rowid = NEW.rowid;
+END;
+CREATE TRIGGER gate_rejoined AFTER INSERT ON gate_events WHEN NEW.rejoined IS NOT NULL BEGIN
+    UPDATE OR FAIL jobs SET held = 1, turn = NULL WHERE task_id = NEW.rejoined
+        AND ((SELECT count(*) FROM jobs WHERE gate = NEW.gate AND held = 0
+              AND state <> 'waiting' AND task_id <> NEW.rejoined)
+             + (SELECT count(*) FROM gate_holds WHERE gate = NEW.gate) >= NEW.gate_limit
+            OR EXISTS (SELECT 1 FROM jobs WHERE gate = NEW.gate AND held = 1
+                       AND task_id < NEW.rejoined));
+    DELETE FROM gate_events WHERE rowid = NEW.rowid;
+END;
+CREATE TRIGGER jobs_gate_place_freed AFTER DELETE ON jobs
+    WHEN OLD.gate IS NOT NULL AND OLD.held = 0 AND OLD.state <> 'waiting' BEGIN
+    INSERT OR FAIL INTO gate_events (gate) VALUES (OLD.gate);
+END;
+CREATE TRIGGER jobs_gate_waiting AFTER UPDATE OF state ON jobs
+    WHEN NEW.gate IS NOT NULL AND NEW.held = 0
+        AND (OLD.state = 'waiting') <> (NEW.state = 'waiting') BEGIN
+    INSERT OR FAIL INTO gate_events (gate, rejoined, gate_limit)
+        SELECT NEW.gate, CASE WHEN NEW.state = 'queued' THEN NEW.task_id END, NEW.gate_limit
+        WHERE NEW.state IN ('waiting', 'queued');
+END;
+CREATE TRIGGER gate_holds_place_freed AFTER DELETE ON gate_holds BEGIN
+    INSERT OR FAIL INTO gate_events (gate) VALUES (OLD.gate);
+END;
+-- A task's webhook event: its insert (created = 1: task.created, and its status event
+-- unless it is working) or a change of its status to one other than working.
+CREATE TABLE webhook_events (
+    task_id TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE TRIGGER webhook_events_routed AFTER INSERT ON webhook_events BEGIN
+    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT r.webhook, 'msg_' || t.id || '_0', t.id, r.event, t.tool, t.status,
+               t.updated_at, t.updated_at
+        FROM tasks AS t JOIN webhook_routes AS r ON r.event = 'task.created'
+            AND r.tool IN ('*', t.tool) AND r.tenant IN ('*', t.tenant)
+            AND r.principal IN ('*', t.principal)
+        WHERE t.id = NEW.task_id AND NEW.created
+        GROUP BY r.webhook;
+    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT r.webhook, 'msg_' || t.id || '_' || t.version, t.id, r.event, t.tool, t.status,
+               t.updated_at, t.updated_at
+        FROM tasks AS t JOIN webhook_routes AS r ON r.event = 'task.' || t.status
+            AND r.tool IN ('*', t.tool) AND r.tenant IN ('*', t.tenant)
+            AND r.principal IN ('*', t.principal)
+        WHERE t.id = NEW.task_id AND t.status <> 'working'
+        GROUP BY r.webhook;
+    DELETE FROM webhook_events WHERE rowid = NEW.rowid;
+END;
+CREATE TRIGGER tasks_webhook_created AFTER INSERT ON tasks
+    WHEN EXISTS (SELECT 1 FROM webhook_routes) BEGIN
+    INSERT OR FAIL INTO webhook_events (task_id, created) VALUES (NEW.id, 1);
+END;
+CREATE TRIGGER tasks_webhook_status AFTER UPDATE OF status ON tasks
+    WHEN OLD.status IS NOT NEW.status AND NEW.status <> 'working'
+        AND EXISTS (SELECT 1 FROM webhook_routes) BEGIN
+    INSERT OR FAIL INTO webhook_events (task_id, created) VALUES (NEW.id, 0);
+END;

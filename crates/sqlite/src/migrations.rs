@@ -110,7 +110,7 @@ mod tests {
     use crate::sql;
     use taskd_protocol::TaskStatus;
 
-    const LATEST: u32 = 19;
+    const LATEST: u32 = 20;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {
@@ -547,11 +547,13 @@ mod tests {
         );
     }
 
-    /// Migrations 5 and 13: no statement that fires a trigger may ABORT halfway, so
-    /// none gets a statement journal (a copy of every page it changes, taken and freed
-    /// per statement, on top of the writer's savepoint). A trigger step's ABORT
+    /// Migrations 5, 13 and 20: no statement that fires a trigger may ABORT halfway,
+    /// so none gets a statement journal (a copy of every page it changes, taken and
+    /// freed per statement, on top of the writer's savepoint). A trigger step's ABORT
     /// constraint check (`HaltIfNull` or `Halt` with P2 = 2, OE_Abort) makes its
-    /// firing statement one that may; `EXPLAIN` lists the trigger programs' opcodes.
+    /// firing statement one that may, and so does any call of a function (`Function`,
+    /// `PureFunc`: SQLite assumes a function may raise an error); `EXPLAIN` lists the
+    /// trigger programs' opcodes, those of the triggers they fire in turn included.
     #[test]
     fn no_trigger_firing_write_needs_a_statement_journal() {
         let dir = tempfile::tempdir().unwrap();
@@ -562,8 +564,10 @@ mod tests {
             "INSERT OR FAIL INTO jobs (task_id, state, max_attempts, backoff_ms, timeout_ms, \
              run_after, owner, turn) VALUES ('x', 'queued', 1, 1, 1, 1, 'o', 1)",
             "UPDATE OR FAIL jobs SET state = 'running' WHERE task_id = 'x'",
+            "UPDATE OR FAIL jobs SET state = 'waiting' WHERE task_id = 'x'",
             "UPDATE OR FAIL jobs SET turn = 5 WHERE task_id = 'x'",
             "DELETE FROM jobs WHERE task_id = 'x'",
+            "DELETE FROM gate_holds WHERE gate = 'g'",
             "UPDATE OR FAIL tasks SET status = 'completed' WHERE id = 'x'",
             "DELETE FROM tasks WHERE id = 'x'",
         ] {
@@ -574,6 +578,7 @@ mod tests {
                 .unwrap()
                 .filter_map(|op| match op.unwrap() {
                     (code, OE_ABORT) if code == "Halt" || code == "HaltIfNull" => Some(code),
+                    (code, _) if code == "Function" || code == "PureFunc" => Some(code),
                     _ => None,
                 })
                 .collect();
