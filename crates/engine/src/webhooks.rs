@@ -6,7 +6,7 @@
 //! # How an event becomes a delivery
 //!
 //! Each configured webhook's wishes (its events, tools and identities) are written to
-//! the store as [`Route`]s. A trigger on the tasks table then inserts, in the same
+//! the store as [`Route`]s. Triggers on the tasks table then insert, in the same
 //! transaction as the task's change, one pending delivery row per webhook whose routes
 //! match the change: `task.created` when a task is inserted, `task.<status>` when its
 //! status becomes `completed`, `failed`, `cancelled` or `input_required`. A change is
