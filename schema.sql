@@ -767,15 +767,16 @@ ALTER TABLE task_output_batches RENAME TO task_output;
 -- page it writes), whether or not the trigger fires. The gate triggers of migration 15
 -- and the webhook triggers of migration 16 did both on every lease, task end and job
 -- delete, keyed or not, webhook or none: the drain of a plain backlog ran at 0.82x of
--- the build before them. Now the trigger on `jobs` or `tasks` only notes its event in a
--- table of its own (gate_events, webhook_events), and that table's trigger does the work
--- and deletes the note in the same statement: both tables are empty between
--- statements, and a job without a key or a task without a webhook runs a few registers'
--- worth of trigger. max() becomes CASE, and a webhook-id is made of the task's id and
--- the version its event left it at (`msg_<task id>_<version>`; `_0` for task.created:
--- versions start at 1), not of randomblob(): unique, as task ids are, and the same for
--- one event at every webhook it goes to. The admission of held jobs, written three
--- times in migration 15, is written once (gate_place_given).
+-- the build before them. Now a gate trigger on `jobs` only notes its event in
+-- gate_events, whose own trigger does the work and deletes the note in the same
+-- statement (the table is empty between statements): a job without a key runs a few
+-- registers' worth of trigger. The webhook triggers stay whole (without a route they
+-- stop at the EXISTS, and a note would cost a webhook's every event a row written and
+-- deleted) but call no function: a webhook-id is made of the task's id and the version
+-- its event left it at (`msg_<task id>_<version>`; `_0` for task.created: versions
+-- start at 1), not of randomblob(): unique, as task ids are, and the same for one event
+-- at every webhook it goes to. max() becomes CASE. The admission of held jobs, written
+-- three times in migration 15, is written once (gate_place_given).
 DROP TRIGGER jobs_gate_place_freed;
 DROP TRIGGER jobs_gate_place_left;
 DROP TRIGGER jobs_gate_rejoined;
@@ -841,37 +842,29 @@ END;
 CREATE TRIGGER gate_holds_place_freed AFTER DELETE ON gate_holds BEGIN
     INSERT OR FAIL INTO gate_events (gate) VALUES (OLD.gate);
 END;
--- A task's webhook event: its insert (created = 1: task.created, and its status event
--- unless it is working) or a change of its status to one other than working.
-CREATE TABLE webhook_events (
-    task_id TEXT NOT NULL,
-    created INTEGER NOT NULL
-);
-CREATE TRIGGER webhook_events_routed AFTER INSERT ON webhook_events BEGIN
-    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
-        SELECT r.webhook, 'msg_' || t.id || '_0', t.id, r.event, t.tool, t.status,
-               t.updated_at, t.updated_at
-        FROM tasks AS t JOIN webhook_routes AS r ON r.event = 'task.created'
-            AND r.tool IN ('*', t.tool) AND r.tenant IN ('*', t.tenant)
-            AND r.principal IN ('*', t.principal)
-        WHERE t.id = NEW.task_id AND NEW.created
-        GROUP BY r.webhook;
-    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
-        SELECT r.webhook, 'msg_' || t.id || '_' || t.version, t.id, r.event, t.tool, t.status,
-               t.updated_at, t.updated_at
-        FROM tasks AS t JOIN webhook_routes AS r ON r.event = 'task.' || t.status
-            AND r.tool IN ('*', t.tool) AND r.tenant IN ('*', t.tenant)
-            AND r.principal IN ('*', t.principal)
-        WHERE t.id = NEW.task_id AND t.status <> 'working'
-        GROUP BY r.webhook;
-    DELETE FROM webhook_events WHERE rowid = NEW.rowid;
-END;
 CREATE TRIGGER tasks_webhook_created AFTER INSERT ON tasks
     WHEN EXISTS (SELECT 1 FROM webhook_routes) BEGIN
-    INSERT OR FAIL INTO webhook_events (task_id, created) VALUES (NEW.id, 1);
+    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT webhook, 'msg_' || NEW.id || '_0', NEW.id, event, NEW.tool,
+               NEW.status, NEW.updated_at, NEW.updated_at
+        FROM webhook_routes WHERE event = 'task.created' AND tool IN ('*', NEW.tool)
+            AND tenant IN ('*', NEW.tenant) AND principal IN ('*', NEW.principal)
+        GROUP BY webhook;
+    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT webhook, 'msg_' || NEW.id || '_' || NEW.version, NEW.id, event, NEW.tool,
+               NEW.status, NEW.updated_at, NEW.updated_at
+        FROM webhook_routes WHERE NEW.status <> 'working' AND event = 'task.' || NEW.status
+            AND tool IN ('*', NEW.tool) AND tenant IN ('*', NEW.tenant)
+            AND principal IN ('*', NEW.principal)
+        GROUP BY webhook;
 END;
 CREATE TRIGGER tasks_webhook_status AFTER UPDATE OF status ON tasks
     WHEN OLD.status IS NOT NEW.status AND NEW.status <> 'working'
         AND EXISTS (SELECT 1 FROM webhook_routes) BEGIN
-    INSERT OR FAIL INTO webhook_events (task_id, created) VALUES (NEW.id, 0);
+    INSERT OR FAIL INTO webhook_deliveries (webhook, id, task_id, event, tool, status, at_ms, since)
+        SELECT webhook, 'msg_' || NEW.id || '_' || NEW.version, NEW.id, event, NEW.tool,
+               NEW.status, NEW.updated_at, NEW.updated_at
+        FROM webhook_routes WHERE event = 'task.' || NEW.status AND tool IN ('*', NEW.tool)
+            AND tenant IN ('*', NEW.tenant) AND principal IN ('*', NEW.principal)
+        GROUP BY webhook;
 END;
