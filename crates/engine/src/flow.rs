@@ -10,8 +10,8 @@
 //!   takes no worker. When an admitted job leaves (its task ends, or waits for input)
 //!   or an inline call lets its place go, the oldest held jobs are admitted, in order of
 //!   creation. Store triggers do that, whatever path ends the job (schema.sql,
-//!   migrations 15 and 20). An inline call takes a place too (a *hold*), waiting for one up to
-//!   its tool's timeout.
+//!   migrations 15 and 20). An inline call takes a place too (a *hold*), waiting for
+//!   one up to its tool's timeout.
 //! - **Rates.** A claim takes a token from the tool's bucket (or the key's: see
 //!   [`RateLimit`]) for each attempt it starts, retries included; a job that finds the
 //!   bucket empty stays queued (a tool's: the tool is passed over until the next token;
