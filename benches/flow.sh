@@ -96,6 +96,7 @@ run() { # file binary fill-config drain-config n keys
   start=$(date +%s%3N)
   start_server "$2" "$4" "$data" "$1.drain"
   while [ "$(jobs_in_flight "$PORT")" != 0 ]; do sleep 0.1; done
+  writer_cpu_ns "$SERVER" >"$1.writer"
   stop_server
   drain_result "$data/tasks.db" "$start" "$5" >"$1.json"
   rm -rf "$data"
@@ -132,7 +133,9 @@ runs = {}
 for path in sorted(glob.glob(os.path.join(out, "r*-*.json"))):
     rnd, who = os.path.basename(path)[:-5].split("-", 1)
     load = open(path[:-5] + ".load").read().split(",")[0].strip()
-    runs.setdefault(int(rnd[1:]), {})[who] = (json.load(open(path)), load)
+    result = json.load(open(path))
+    result["writer_us"] = int(open(path[:-5] + ".writer").read()) / 1000 / result["n"]
+    runs.setdefault(int(rnd[1:]), {})[who] = (result, load)
 names = {"before": "build before, built-in no-op", "after": "this build, built-in no-op",
          "before-cmd": "build before, command tool", "after-cmd": "this build, command tool",
          "after-keyed": "this build, command tool, a key on every task"}
@@ -140,17 +143,22 @@ names = {"before": "build before, built-in no-op", "after": "this build, built-i
 pairs = {"plain": ("after", "before"), "cmd": ("after-cmd", "before-cmd"),
          "keyed": ("after-keyed", "before-cmd"), "keyed_self": ("after-keyed", "after-cmd")}
 ratios = {name: [] for name in pairs}
-lines = ["| round | build, tool | tasks | drain s | tasks/s | load (1 min) |",
-         "|---:|---|---:|---:|---:|---:|"]
+# The same pairs, by the store writer's CPU per task (the first's against the second's).
+writer = {name: [] for name in pairs}
+lines = ["| round | build, tool | tasks | drain s | tasks/s | writer CPU µs/task | load (1 min) |",
+         "|---:|---|---:|---:|---:|---:|---:|"]
 for rnd in sorted(runs):
     for who in names:
         if who in runs[rnd]:
             r, load = runs[rnd][who]
-            lines.append("| %d | %s | %s | %.2f | %s | %s |" % (
-                rnd, names[who], f'{r["n"]:,}', r["drain_s"], f'{r["n"] / r["drain_s"]:,.0f}', load))
+            lines.append("| %d | %s | %s | %.2f | %s | %.1f | %s |" % (
+                rnd, names[who], f'{r["n"]:,}', r["drain_s"], f'{r["n"] / r["drain_s"]:,.0f}',
+                r["writer_us"], load))
     for name, (a, b) in pairs.items():
         if a in runs[rnd] and b in runs[rnd]:
             ratios[name].append(runs[rnd][b][0]["drain_s"] / runs[rnd][a][0]["drain_s"])
+            if runs[rnd][b][0]["writer_us"] > 0:
+                writer[name].append(runs[rnd][a][0]["writer_us"] / runs[rnd][b][0]["writer_us"])
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 lines.append("")
 lines.append(("Medians of the rounds' ratios of drain rates: a plain backlog of the built-in "
@@ -159,6 +167,9 @@ lines.append(("Medians of the rounds' ratios of drain rates: a plain backlog of 
               "the build before without one **%.3f×** (goal: within 15%%), against this build "
               "without one %.3f×.") % (
     med(ratios["plain"]), med(ratios["cmd"]), med(ratios["keyed"]), med(ratios["keyed_self"])))
+lines.append(("The store writer's CPU per task, this build against the build before: plain "
+              "**%.3f×**, command tool %.3f×, keyed against the build before without a key "
+              "%.3f×.") % (med(writer["plain"]), med(writer["cmd"]), med(writer["keyed"])))
 table = "\n".join(lines)
 print(table)
 if readme != "-" and os.path.exists(readme):

@@ -104,6 +104,21 @@ print(json.dumps({"n": n, "drain_s": (last - start) / 1000}))
 PY
 }
 
+# writer_cpu_ns PID: the CPU time (ns) the store writer thread of the server PID has
+# used so far (Linux: its /proc schedstat), or 0 where there is none. The writer does
+# most of a drain's work, and its CPU per task is steadier than the drain's wall time
+# on a shared box.
+writer_cpu_ns() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    if [ "$(cat "$t/comm" 2>/dev/null)" = store-writer ]; then
+      cut -d' ' -f1 "$t/schedstat"
+      return
+    fi
+  done
+  echo 0
+}
+
 # jobs_in_flight PORT: the jobs queued or running on the server at PORT (its /metrics).
 # awk, not python3: the drains poll this ten times a second, and each Python start-up
 # costs 59 ms of CPU (perf stat, this 2-core box): over half a core taken from the
