@@ -15,9 +15,14 @@ const LIMIT: Duration = Duration::from_secs(30);
 /// A configuration serving tests/scripts/deploy.py as `deploy` (then `tool_extra` in its
 /// table), with `extra` before it.
 fn config(work: &Path, extra: &str, tool_extra: &str) -> String {
+    config_leased(work, 1000, extra, tool_extra)
+}
+
+/// [`config`] with leases of `lease_ms`.
+fn config_leased(work: &Path, lease_ms: u64, extra: &str, tool_extra: &str) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/deploy.py");
     format!(
-        "[builtin]\nsets = []\n[workers]\nthreads = 8\nlease_ms = 1000\n\
+        "[builtin]\nsets = []\n[workers]\nthreads = 8\nlease_ms = {lease_ms}\n\
          janitor_interval_ms = 50\nshutdown_grace_ms = 200\n{extra}\n\
          {}",
         deploy_tool("deploy", &script, work, tool_extra)
@@ -323,9 +328,7 @@ fn a_rate_limited_tool_starts_no_faster_than_its_rate_and_no_client_sees_an_erro
     // issue's 6/min over 9 minutes, scaled). Leases of 10 s: "one attempt each" is about
     // the rate (a start it defers is no attempt), not about a loaded box where a 1 s
     // lease may lapse and the janitor rightly runs the task again.
-    let server = Server::start(
-        &config(&work, "", "rate = \"60/s\"").replace("lease_ms = 1000", "lease_ms = 10000"),
-    );
+    let server = Server::start(&config_leased(&work, 10_000, "", "rate = \"60/s\""));
     let ids: Vec<String> = (0..60)
         .map(|_| start(&server, "deploy", json!({"environment": "api"})))
         .collect();
