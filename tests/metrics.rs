@@ -193,10 +193,18 @@ fn expect_counts(server: &Server, scanned: &HashMap<String, f64>) {
     expect_samples(server, &expected);
 }
 
+/// Four workers: the two 60-second tasks hold two of them, and after the kill the
+/// burst's queued tasks must all complete on the other two whichever the claim takes
+/// first (the 60-second jobs, reclaimed once their leases expire, get fair-share turns
+/// that may come before the burst's last jobs; with two workers those would then wait
+/// a minute).
+const CONFIG_FOUR_WORKERS: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
+                                   [workers]\nthreads = 4\nlease_ms = 1000\nshutdown_grace_ms = 200\n";
+
 #[test]
 fn counts_stay_right_after_a_restart_and_after_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start_in(dir.path(), CONFIG);
+    let mut server = Server::start_in(dir.path(), CONFIG_FOUR_WORKERS);
     for _ in 0..3 {
         let id = tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
         wait_terminal(&server, &id, Duration::from_secs(5));
@@ -211,7 +219,7 @@ fn counts_stay_right_after_a_restart_and_after_kill_9() {
     assert_eq!(scanned.get("completed"), Some(&3.0));
     assert_eq!(scanned.get("working"), Some(&2.0));
 
-    let mut server = Server::start_in(dir.path(), CONFIG);
+    let mut server = Server::start_in(dir.path(), CONFIG_FOUR_WORKERS);
     expect_counts(&server, &scanned);
     expect_samples(
         &server,
@@ -262,7 +270,7 @@ fn counts_stay_right_after_a_restart_and_after_kill_9() {
     let scanned = scanned_counts(dir.path());
     let stored: f64 = scanned.values().sum();
     assert_eq!(scanned.get("cancelled"), Some(&1.0));
-    let server = Server::start_in(dir.path(), CONFIG);
+    let server = Server::start_in(dir.path(), CONFIG_FOUR_WORKERS);
     // Recovery runs the unfinished tasks again at once, so statuses move; what a crash
     // must not break: every stored task counted once, created and ended once.
     let statuses = [
