@@ -85,8 +85,9 @@ pub struct TaskNow {
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// The receiver answered 2xx.
-    Delivered { status: u16 },
+    /// The receiver answered 2xx. `retried`: earlier attempts of it had failed, so that
+    /// its task's later deliveries were held back behind it (and are due now).
+    Delivered { status: u16, retried: bool },
     /// It failed; try again in `delay_ms`.
     Retry {
         delay_ms: i64,

@@ -157,9 +157,17 @@ fn record_outcomes(
 ) -> Result<(), Failure> {
     // The deliveries made (nearly all): one statement per status code for the batch.
     let mut delivered: std::collections::BTreeMap<u16, Vec<i64>> = Default::default();
+    let mut retried = Vec::new();
     for (seq, outcome) in outcomes {
-        if let Outcome::Delivered { status } = outcome {
+        if let Outcome::Delivered {
+            status,
+            retried: was_retried,
+        } = outcome
+        {
             delivered.entry(*status).or_default().push(*seq);
+            if *was_retried {
+                retried.push(*seq);
+            }
         }
     }
     for (status, seqs) in delivered {
@@ -171,13 +179,16 @@ fn record_outcomes(
              WHERE seq = ANY($1) AND state = 'pending' AND holder = $3",
             &[&seqs, &status, &run],
         )?;
+    }
+    if !retried.is_empty() {
         // Those that had failed before held their task's later deliveries back: due now.
+        // (Only they: the statement is not run for the batches of first attempts.)
         tx.execute(
             "UPDATE webhook_deliveries SET next_at = 0 \
              WHERE state = 'pending' AND attempts = 0 AND next_at > 0 AND holder IS NULL \
                AND (webhook, task_id) IN (SELECT webhook, task_id FROM webhook_deliveries \
                    WHERE seq = ANY($1) AND attempts > 1)",
-            &[&seqs],
+            &[&retried],
         )?;
     }
     for (seq, outcome) in outcomes {

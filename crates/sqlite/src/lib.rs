@@ -207,6 +207,8 @@ pub struct Store {
     /// it starts past every row at start-up, and only ids from it insert with a rowid
     /// while this process holds the store (its lock), so no two tasks are given one row.
     next_rowid: AtomicI64,
+    /// Where the janitor's walk of webhook deliveries goes on (`webhooks::prune`).
+    webhook_prune_from: Arc<AtomicI64>,
     /// Dropped with the store: the checkpointer stops.
     _checkpointer: Sender<()>,
     /// Tells the writer to commit what is queued and close the store
@@ -330,6 +332,7 @@ impl Store {
                 checkpoints: config.checkpoints,
                 opened_at,
                 next_rowid: AtomicI64::new(next_rowid),
+                webhook_prune_from: Arc::new(AtomicI64::new(0)),
                 _checkpointer: checkpointer,
                 close,
                 _lock: lock,

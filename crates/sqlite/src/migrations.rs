@@ -110,7 +110,7 @@ mod tests {
     use crate::sql;
     use taskd_protocol::TaskStatus;
 
-    const LATEST: u32 = 20;
+    const LATEST: u32 = 21;
 
     #[test]
     fn schema_blocks_are_numbered_in_order() {

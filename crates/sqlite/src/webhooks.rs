@@ -4,6 +4,9 @@
 //! and a delivery a killed process was making is simply pending at the next start.
 //! Every write goes through the writer, in its group commits.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{classify, Store};
@@ -139,9 +142,17 @@ pub(crate) fn record_outcomes(
     now: i64,
 ) -> rusqlite::Result<()> {
     let mut delivered: std::collections::BTreeMap<u16, Vec<i64>> = Default::default();
+    let mut retried = Vec::new();
     for (seq, outcome) in outcomes {
-        if let Outcome::Delivered { status } = outcome {
+        if let Outcome::Delivered {
+            status,
+            retried: was_retried,
+        } = outcome
+        {
             delivered.entry(*status).or_default().push(*seq);
+            if *was_retried {
+                retried.push(*seq);
+            }
         }
     }
     for (status, seqs) in &delivered {
@@ -152,7 +163,11 @@ pub(crate) fn record_outcomes(
              WHERE seq IN (SELECT value FROM json_each(?1)) AND state = 'pending'",
         )?
         .execute(params![seqs, now, status])?;
+    }
+    if !retried.is_empty() {
         // Those that had failed before held their task's later deliveries back: due now.
+        // (Only they: the statement is not run for the batches of first attempts.)
+        let seqs = serde_json::to_string(&retried).unwrap_or_else(|_| "[]".into());
         conn.prepare_cached(
             "UPDATE OR FAIL webhook_deliveries SET next_at = 0 \
              WHERE state = 'pending' AND attempts = 0 AND next_at > 0 \
@@ -219,12 +234,25 @@ pub(crate) fn record_outcomes(
     Ok(())
 }
 
+/// Rows of webhook_deliveries the janitor reads per window, oldest first.
+const PRUNE_WINDOW: i64 = 4096;
+/// Windows one prune reads at most; the next goes on from where it stopped.
+const PRUNE_WINDOWS: usize = 16;
+
+/// Marks dead the old pending deliveries of webhooks no longer configured, and deletes
+/// delivered and dead rows past their ages. The latter are found by walking the table
+/// in seq order from `from` (where the last prune stopped; 0 after the newest row), a
+/// window at a time, up to [`PRUNE_WINDOWS`] windows or `limit` rows deleted: no index
+/// of done rows is kept for it (schema.sql, migration 21), so that marking a delivery
+/// done writes no index page. Rows are inserted oldest first, so the walk meets the
+/// old ones first; one not old enough yet is met again on the next lap.
 fn prune(
     conn: &Connection,
     configured: &str,
     now: i64,
     ages: [i64; 3],
     limit: usize,
+    from: &AtomicI64,
 ) -> rusqlite::Result<usize> {
     let [delivered_age, dead_age, orphan_age] = ages;
     let orphaned = conn
@@ -235,13 +263,34 @@ fn prune(
                  AND at_ms < ?2 AND webhook NOT IN (SELECT value FROM json_each(?3)) LIMIT ?4)",
         )?
         .execute(params![now, now - orphan_age, configured, limit as i64])?;
-    let deleted = conn
-        .prepare_cached(
-            "DELETE FROM webhook_deliveries WHERE seq IN (SELECT seq FROM webhook_deliveries \
-                 WHERE state <> 'pending' AND done_at < ?1 \
-                 AND (state = 'delivered' OR done_at < ?2) LIMIT ?3)",
-        )?
-        .execute(params![now - delivered_age, now - dead_age, limit as i64])?;
+    let mut deleted = 0;
+    for _ in 0..PRUNE_WINDOWS {
+        let start = from.load(Ordering::Relaxed);
+        let (last, rows): (Option<i64>, i64) = conn
+            .prepare_cached(
+                "SELECT max(seq), count(*) FROM (SELECT seq FROM webhook_deliveries \
+                 WHERE seq > ?1 ORDER BY seq LIMIT ?2)",
+            )?
+            .query_row(params![start, PRUNE_WINDOW], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?;
+        let Some(last) = last else {
+            from.store(0, Ordering::Relaxed);
+            break;
+        };
+        deleted += conn
+            .prepare_cached(
+                "DELETE FROM webhook_deliveries WHERE seq > ?1 AND seq <= ?2 \
+                 AND state <> 'pending' AND done_at < ?3 \
+                 AND (state = 'delivered' OR done_at < ?4)",
+            )?
+            .execute(params![start, last, now - delivered_age, now - dead_age])?;
+        let lap_ended = rows < PRUNE_WINDOW;
+        from.store(if lap_ended { 0 } else { last }, Ordering::Relaxed);
+        if lap_ended || deleted >= limit {
+            break;
+        }
+    }
     Ok(orphaned + deleted)
 }
 
@@ -351,6 +400,7 @@ impl WebhookStore for Store {
     ) -> Result<usize, StoreError> {
         let configured = serde_json::to_string(configured)
             .map_err(|error| StoreError::Other(Box::new(error)))?;
+        let from = Arc::clone(&self.webhook_prune_from);
         self.write(move |conn| {
             prune(
                 conn,
@@ -358,6 +408,7 @@ impl WebhookStore for Store {
                 now_ms(),
                 [delivered_age_ms, dead_age_ms, orphan_age_ms],
                 limit,
+                &from,
             )
         })
     }
@@ -379,5 +430,86 @@ impl WebhookStore for Store {
     fn retry_deliveries(&self, filter: &RetryFilter) -> Result<usize, StoreError> {
         let filter = filter.clone();
         self.write(move |conn| retry(conn, &filter, now_ms()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{fresh_store, rows_in};
+
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+
+    /// Inserts `count` deliveries in `state`, done (or changed, for pending ones)
+    /// `age_ms` before now, and returns their seqs.
+    fn insert(store: &Store, count: usize, state: &'static str, age_ms: i64) -> Vec<i64> {
+        store
+            .write(move |conn| {
+                let at = now_ms() - age_ms;
+                let done_at = (state != "pending").then_some(at);
+                let mut insert = conn.prepare(
+                    "INSERT INTO webhook_deliveries \
+                       (webhook, id, task_id, event, tool, status, at_ms, since, state, done_at) \
+                     VALUES ('hook', 'msg_' || ?1, 't' || ?1, 'task.completed', 'tool', \
+                       'completed', ?2, ?2, ?3, ?4) RETURNING seq",
+                )?;
+                (0..count)
+                    .map(|n| {
+                        let key = format!("{state}{age_ms}_{n}");
+                        insert.query_row(params![key, at, state, done_at], |row| row.get(0))
+                    })
+                    .collect()
+            })
+            .unwrap()
+    }
+
+    fn remaining(store: &Store) -> Vec<i64> {
+        let conn = store.read().unwrap();
+        let mut statement = conn
+            .prepare("SELECT seq FROM webhook_deliveries ORDER BY seq")
+            .unwrap();
+        let seqs = statement.query_map([], |row| row.get(0)).unwrap();
+        seqs.collect::<rusqlite::Result<_>>().unwrap()
+    }
+
+    /// Prunes as the janitor does: calls while a call deletes `limit` rows.
+    fn prune_all(store: &Store, limit: usize) {
+        let hook = ["hook".to_owned()];
+        while store
+            .prune_deliveries(&hook, HOUR, 7 * DAY, DAY, limit)
+            .unwrap()
+            >= limit
+        {}
+    }
+
+    #[test]
+    fn pruning_walks_every_window_and_keeps_what_is_not_old_enough() {
+        let (_dir, store) = fresh_store();
+        // Rows kept at the head hold nothing back: the walk goes past them.
+        let mut kept = insert(&store, 5000, "dead", 2 * DAY);
+        kept.extend(insert(&store, 3000, "pending", 2 * HOUR));
+        insert(&store, 6000, "delivered", 2 * HOUR);
+        insert(&store, 2000, "dead", 8 * DAY);
+        kept.extend(insert(&store, 3000, "delivered", HOUR / 2));
+        insert(&store, 5000, "delivered", 3 * HOUR);
+        prune_all(&store, 1000);
+        assert_eq!(remaining(&store), kept);
+
+        // What was too young on the last lap is met on the next one, from the start.
+        let newer = insert(&store, 10, "delivered", 0);
+        store
+            .write(|conn| {
+                conn.execute(
+                    "UPDATE webhook_deliveries SET done_at = done_at - ?1 \
+                     WHERE state = 'delivered'",
+                    [HOUR],
+                )
+            })
+            .unwrap();
+        prune_all(&store, 1000);
+        let left = remaining(&store);
+        assert!(newer.iter().all(|seq| !left.contains(seq)), "{left:?}");
+        assert_eq!(rows_in(&store, "webhook_deliveries"), 8000);
     }
 }

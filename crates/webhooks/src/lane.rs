@@ -236,7 +236,10 @@ fn dispatch(
                     u64::try_from(now - finished.delivery.at_ms).unwrap_or(0),
                 );
                 counters.delivered(&current.name, lag);
-                Outcome::Delivered { status }
+                Outcome::Delivered {
+                    status,
+                    retried: finished.delivery.attempts > 0,
+                }
             } else {
                 if finished.attempt.endpoint_trouble() {
                     health.troubles = health.troubles.saturating_add(1);
