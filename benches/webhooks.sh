@@ -20,7 +20,9 @@
 # the tasks are created (the rest after the stop, by the draining server), and N
 # task.completed events while they drain. Then it waits until the receiver has every
 # one of the 2N events (distinct webhook-ids): "all delivered" is that moment after the
-# drain's end, and the lag p50/p99/max is over every delivery of the run.
+# drain's end, and the lag p50/p99/max is over every delivery of the run. The drain
+# server's store writer thread CPU up to the drain's end, per task, is reported too
+# (lib.sh writer_cpu_ns): steadier than wall time on a shared box.
 #
 # Prints a markdown table and refreshes the latest run on docs/benchmarks/webhooks.md.
 # The receiver runs under SCHED_IDLE (`chrt --idle 0`; SINK_NICE=N runs it at nice N
@@ -107,6 +109,7 @@ run() { # file binary fill-config drain-config
   start_server "$2" "$4" "$data" "$1.drain"
   while [ "$(jobs_in_flight "$PORT")" != 0 ]; do sleep 0.1; done
   end=$(date +%s%3N)
+  writer_cpu_ns "$SERVER" >"$1.writer"
   if [ "$3" = "$OUT/fill-hook.toml" ] && [ -z "${HOOK_URL:-}" ]; then
     # Every event delivered (distinct webhook-ids), within 5 minutes.
     for _ in $(seq 3000); do
@@ -116,14 +119,16 @@ run() { # file binary fill-config drain-config
   fi
   sink_stats >"$1.sink"
   stop_server
-  python3 - "$data/tasks.db" "$start" "$end" "$N" "$1.create" "$1.sink" >"$1.json" <<'PY'
+  python3 - "$data/tasks.db" "$start" "$end" "$N" "$1.create" "$1.sink" "$1.writer" >"$1.json" <<'PY'
 import json, sqlite3, sys
 db, start, end, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+writer_ns = int(open(sys.argv[7]).read().strip() or 0)
 create, sink = json.load(open(sys.argv[5])), json.load(open(sys.argv[6]))
 c = sqlite3.connect(db)
 done, last = c.execute("SELECT count(*), max(updated_at) FROM tasks WHERE status = 'completed'").fetchone()
 assert done == n, (done, n)
-result = {"n": n, "creations_per_s": create["creations_per_s"], "drain_s": (last - start) / 1000}
+result = {"n": n, "creations_per_s": create["creations_per_s"], "drain_s": (last - start) / 1000,
+          "writer_us_per_task": writer_ns / 1000 / n}
 if sink["count"] and sink["distinct"] >= n:
     result.update({"delivered": sink["distinct"], "received": sink["count"],
                    "all_delivered_after_drain_s": max(0, (sink["last_arrival_ms"] - last) / 1000),
@@ -167,9 +172,9 @@ for path in sorted(glob.glob(os.path.join(out, "r*-*.json"))):
     runs.setdefault(int(rnd[1:]), {})[who] = (json.load(open(path)), load)
 names = {"before": "build before webhooks", "none": "this build, no webhook",
          "hook": "this build, one webhook"}
-lines = ["| round | build | creations/s | drain s | all delivered after the drain | lag p50 / p99 / max | load (1 min) |",
-         "|---:|---|---:|---:|---:|---:|---:|"]
-ratios = {key: [] for key in ("create_none", "create_before", "drain_none", "drain_before")}
+lines = ["| round | build | creations/s | drain s | writer CPU µs/task | all delivered after the drain | lag p50 / p99 / max | load (1 min) |",
+         "|---:|---|---:|---:|---:|---:|---:|---:|"]
+ratios = {key: [] for key in ("create_none", "create_before", "drain_none", "drain_before", "writer_none")}
 for rnd in sorted(runs):
     for who in ("before", "none", "hook"):
         if who not in runs[rnd]:
@@ -184,15 +189,19 @@ for rnd in sorted(runs):
                     b = runs[rnd][base][0]
                     ratios["create_" + base].append(r["creations_per_s"] / b["creations_per_s"])
                     ratios["drain_" + base].append(b["drain_s"] / r["drain_s"])
-        lines.append("| %d | %s | %s | %.2f | %s | %s | %s |" % (
-            rnd, names[who], f'{r["creations_per_s"]:,.0f}', r["drain_s"], delivered, lag, load))
+                    if base == "none" and b.get("writer_us_per_task"):
+                        ratios["writer_none"].append(r["writer_us_per_task"] / b["writer_us_per_task"])
+        writer = "%.1f" % r["writer_us_per_task"] if r.get("writer_us_per_task") else ""
+        lines.append("| %d | %s | %s | %.2f | %s | %s | %s | %s |" % (
+            rnd, names[who], f'{r["creations_per_s"]:,.0f}', r["drain_s"], writer, delivered, lag, load))
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 lines.append("")
 lines.append(("Medians of the rounds' ratios, one webhook against none: creations/s **%.2f×** "
               "(against the build before: %.2f×), drain rate **%.2f×** (against the build before: "
-              "%.2f×). Goal: both within 10%% of none.") % (
+              "%.2f×); the drain's store writer CPU per task %.2f× of none. Goal: both within "
+              "10%% of none.") % (
     med(ratios["create_none"]), med(ratios["create_before"]),
-    med(ratios["drain_none"]), med(ratios["drain_before"])))
+    med(ratios["drain_none"]), med(ratios["drain_before"]), med(ratios["writer_none"])))
 table = "\n".join(lines)
 print(table)
 if readme != "-" and os.path.exists(readme):
