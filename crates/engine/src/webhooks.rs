@@ -98,6 +98,30 @@ pub enum Outcome {
     Dead { status: Option<u16>, error: String },
 }
 
+/// The deliveries made among a batch of outcomes, as a store records them: their seqs
+/// by status code (one statement a code), and those of them that had failed before
+/// (their tasks' later deliveries are released; only for them is that statement run).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DeliveredBatch {
+    pub by_status: std::collections::BTreeMap<u16, Vec<i64>>,
+    pub retried: Vec<i64>,
+}
+
+impl DeliveredBatch {
+    pub fn of(outcomes: &[(i64, Outcome)]) -> DeliveredBatch {
+        let mut batch = DeliveredBatch::default();
+        for (seq, outcome) in outcomes {
+            if let Outcome::Delivered { status, retried } = outcome {
+                batch.by_status.entry(*status).or_default().push(*seq);
+                if *retried {
+                    batch.retried.push(*seq);
+                }
+            }
+        }
+        batch
+    }
+}
+
 /// A delivery's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeliveryState {

@@ -11,8 +11,8 @@ use super::statements::{Db, Tx};
 use super::{Failure, Store};
 use taskd_engine::backend::StoreError;
 use taskd_engine::webhooks::{
-    Delivery, DeliveryFilter, DeliveryRecord, DeliveryState, Outcome, RetryFilter, Route, TaskNow,
-    WebhookCounts, WebhookStore,
+    DeliveredBatch, Delivery, DeliveryFilter, DeliveryRecord, DeliveryState, Outcome, RetryFilter,
+    Route, TaskNow, WebhookCounts, WebhookStore,
 };
 
 fn limit_of(limit: usize) -> i64 {
@@ -156,21 +156,8 @@ fn record_outcomes(
     outcomes: &[(i64, Outcome)],
 ) -> Result<(), Failure> {
     // The deliveries made (nearly all): one statement per status code for the batch.
-    let mut delivered: std::collections::BTreeMap<u16, Vec<i64>> = Default::default();
-    let mut retried = Vec::new();
-    for (seq, outcome) in outcomes {
-        if let Outcome::Delivered {
-            status,
-            retried: was_retried,
-        } = outcome
-        {
-            delivered.entry(*status).or_default().push(*seq);
-            if *was_retried {
-                retried.push(*seq);
-            }
-        }
-    }
-    for (status, seqs) in delivered {
+    let delivered = DeliveredBatch::of(outcomes);
+    for (status, seqs) in delivered.by_status {
         let status = i32::from(status);
         tx.execute(
             "UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, \
@@ -180,7 +167,7 @@ fn record_outcomes(
             &[&seqs, &status, &run],
         )?;
     }
-    if !retried.is_empty() {
+    if !delivered.retried.is_empty() {
         // Those that had failed before held their task's later deliveries back: due now.
         // (Only they: the statement is not run for the batches of first attempts.)
         tx.execute(
@@ -188,7 +175,7 @@ fn record_outcomes(
              WHERE state = 'pending' AND attempts = 0 AND next_at > 0 AND holder IS NULL \
                AND (webhook, task_id) IN (SELECT webhook, task_id FROM webhook_deliveries \
                    WHERE seq = ANY($1) AND attempts > 1)",
-            &[&retried],
+            &[&delivered.retried],
         )?;
     }
     for (seq, outcome) in outcomes {
