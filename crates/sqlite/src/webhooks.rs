@@ -13,8 +13,8 @@ use super::{classify, Store};
 use taskd_base::clock::now_ms;
 use taskd_engine::backend::StoreError;
 use taskd_engine::webhooks::{
-    Delivery, DeliveryFilter, DeliveryRecord, DeliveryState, Outcome, RetryFilter, Route, TaskNow,
-    WebhookCounts, WebhookStore,
+    DeliveredBatch, Delivery, DeliveryFilter, DeliveryRecord, DeliveryState, Outcome, RetryFilter,
+    Route, TaskNow, WebhookCounts, WebhookStore,
 };
 
 /// Columns of a [`Delivery`], then of its task (`t`), as [`delivery`] reads them.
@@ -141,21 +141,8 @@ pub(crate) fn record_outcomes(
     outcomes: &[(i64, Outcome)],
     now: i64,
 ) -> rusqlite::Result<()> {
-    let mut delivered: std::collections::BTreeMap<u16, Vec<i64>> = Default::default();
-    let mut retried = Vec::new();
-    for (seq, outcome) in outcomes {
-        if let Outcome::Delivered {
-            status,
-            retried: was_retried,
-        } = outcome
-        {
-            delivered.entry(*status).or_default().push(*seq);
-            if *was_retried {
-                retried.push(*seq);
-            }
-        }
-    }
-    for (status, seqs) in &delivered {
+    let delivered = DeliveredBatch::of(outcomes);
+    for (status, seqs) in &delivered.by_status {
         let seqs = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
         conn.prepare_cached(
             "UPDATE OR FAIL webhook_deliveries SET state = 'delivered', attempts = attempts + 1, \
@@ -164,10 +151,10 @@ pub(crate) fn record_outcomes(
         )?
         .execute(params![seqs, now, status])?;
     }
-    if !retried.is_empty() {
+    if !delivered.retried.is_empty() {
         // Those that had failed before held their task's later deliveries back: due now.
         // (Only they: the statement is not run for the batches of first attempts.)
-        let seqs = serde_json::to_string(&retried).unwrap_or_else(|_| "[]".into());
+        let seqs = serde_json::to_string(&delivered.retried).unwrap_or_else(|_| "[]".into());
         conn.prepare_cached(
             "UPDATE OR FAIL webhook_deliveries SET next_at = 0 \
              WHERE state = 'pending' AND attempts = 0 AND next_at > 0 \
@@ -511,5 +498,24 @@ mod tests {
         let left = remaining(&store);
         assert!(newer.iter().all(|seq| !left.contains(seq)), "{left:?}");
         assert_eq!(rows_in(&store, "webhook_deliveries"), 8000);
+    }
+
+    #[test]
+    fn a_prune_reads_a_bounded_part_and_the_next_goes_on_from_there() {
+        let (_dir, store) = fresh_store();
+        // More rows to keep than one janitor pass reads, then rows to delete.
+        let bound = PRUNE_WINDOW as usize * PRUNE_WINDOWS;
+        insert(&store, bound + 100, "dead", 2 * DAY);
+        let old = insert(&store, 500, "delivered", 2 * HOUR);
+        prune_all(&store, 1000);
+        assert_eq!(
+            rows_in(&store, "webhook_deliveries") as usize,
+            bound + 600,
+            "one pass reads {bound} rows at most"
+        );
+        prune_all(&store, 1000);
+        let left = remaining(&store);
+        assert_eq!(left.len(), bound + 100, "the next pass went on from there");
+        assert!(old.iter().all(|seq| !left.contains(seq)));
     }
 }
