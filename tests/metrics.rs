@@ -13,8 +13,13 @@ use serde_json::{json, Value};
 use crate::common::tasks::{self, wait_terminal};
 use crate::common::{poll_until, tasks_caps, Rpc, Server};
 
-const CONFIG: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
-                      [workers]\nthreads = 2\nlease_ms = 1000\nshutdown_grace_ms = 200\n";
+/// The built-in conformance and testing tools on `threads` workers, 1 s leases.
+fn config(threads: usize) -> String {
+    format!(
+        "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
+         [workers]\nthreads = {threads}\nlease_ms = 1000\nshutdown_grace_ms = 200\n"
+    )
+}
 
 /// Every sample of the page, by series (name and labels as printed).
 fn samples(server: &Server) -> HashMap<String, f64> {
@@ -53,7 +58,7 @@ fn expect_samples(server: &Server, expected: &[(&str, f64)]) {
 
 #[test]
 fn counts_totals_and_histograms_follow_create_complete_fail_and_cancel() {
-    let server = Server::start(CONFIG);
+    let server = Server::start(&config(2));
     expect_samples(
         &server,
         &[
@@ -198,13 +203,12 @@ fn expect_counts(server: &Server, scanned: &HashMap<String, f64>) {
 /// first (the 60-second jobs, reclaimed once their leases expire, get fair-share turns
 /// that may come before the burst's last jobs; with two workers those would then wait
 /// a minute).
-const CONFIG_FOUR_WORKERS: &str = "[builtin]\nsets = [\"conformance\", \"testing\"]\n\
-                                   [workers]\nthreads = 4\nlease_ms = 1000\nshutdown_grace_ms = 200\n";
+const FOUR_WORKERS: usize = 4;
 
 #[test]
 fn counts_stay_right_after_a_restart_and_after_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start_in(dir.path(), CONFIG_FOUR_WORKERS);
+    let mut server = Server::start_in(dir.path(), &config(FOUR_WORKERS));
     for _ in 0..3 {
         let id = tasks::create(&server, "slow_compute", json!({"seconds": 0}), &[]);
         wait_terminal(&server, &id, Duration::from_secs(5));
@@ -219,7 +223,7 @@ fn counts_stay_right_after_a_restart_and_after_kill_9() {
     assert_eq!(scanned.get("completed"), Some(&3.0));
     assert_eq!(scanned.get("working"), Some(&2.0));
 
-    let mut server = Server::start_in(dir.path(), CONFIG_FOUR_WORKERS);
+    let mut server = Server::start_in(dir.path(), &config(FOUR_WORKERS));
     expect_counts(&server, &scanned);
     expect_samples(
         &server,
@@ -270,7 +274,7 @@ fn counts_stay_right_after_a_restart_and_after_kill_9() {
     let scanned = scanned_counts(dir.path());
     let stored: f64 = scanned.values().sum();
     assert_eq!(scanned.get("cancelled"), Some(&1.0));
-    let server = Server::start_in(dir.path(), CONFIG_FOUR_WORKERS);
+    let server = Server::start_in(dir.path(), &config(FOUR_WORKERS));
     // Recovery runs the unfinished tasks again at once, so statuses move; what a crash
     // must not break: every stored task counted once, created and ended once.
     let statuses = [
